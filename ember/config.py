@@ -1,0 +1,234 @@
+"""Configuration: frozen dataclasses, named presets, YAML load/save and dotted overrides.
+
+A run is described by three parts: ``model`` (the backbone's shape), ``data`` (corpus and
+sequence construction) and ``train`` (optimisation and budgets). Recipes in ``recipes/``
+are YAML files with those three sections; ``--set train.lr=1e-4`` overrides any field.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ember.errors import EmberError
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Shape of a Transformer encoder (BERT, Devlin et al. 2019, Table/§3 and App. A)."""
+
+    family: str = "bert"
+    vocab_size: int = 30522
+    hidden_size: int = 256
+    num_layers: int = 4
+    num_heads: int = 4
+    intermediate_size: int = 1024
+    max_position: int = 512
+    type_vocab_size: int = 2  # 0: no segment embeddings (RoBERTa/DistilBERT style)
+    hidden_act: str = "gelu"  # exact erf GELU, as the original TF BERT
+    dropout: float = 0.1
+    attention_dropout: float = 0.1
+    layer_norm_eps: float = 1e-12
+    initializer_range: float = 0.02
+    pad_token_id: int = 0
+    pre_layer_norm: bool = False  # BERT is post-LN; GPT-2 style pre-LN is an option
+    pooler: bool = True  # [CLS] dense+tanh pooler used by NSP and classification
+
+    def __post_init__(self) -> None:
+        if self.hidden_size % self.num_heads:
+            raise EmberError(
+                f"model.hidden_size={self.hidden_size} is not divisible by "
+                f"model.num_heads={self.num_heads}; pick sizes where hidden_size/num_heads is whole"
+            )
+
+
+def _bert(layers: int, hidden: int) -> ModelConfig:
+    # Turc et al. 2019 ("Well-Read Students Learn Better") miniatures and the BERT paper's
+    # base/large: heads = hidden/64, feed-forward = 4*hidden.
+    return ModelConfig(
+        num_layers=layers, hidden_size=hidden, num_heads=max(1, hidden // 64),
+        intermediate_size=4 * hidden,
+    )
+
+
+MODEL_PRESETS: dict[str, ModelConfig] = {
+    "bert-tiny": _bert(2, 128),
+    "bert-mini": _bert(4, 256),
+    "bert-small": _bert(4, 512),
+    "bert-medium": _bert(8, 512),
+    "bert-base": _bert(12, 768),
+    "bert-large": _bert(24, 1024),
+}
+
+
+def model_preset(name: str) -> ModelConfig:
+    try:
+        return MODEL_PRESETS[name]
+    except KeyError:
+        raise EmberError(
+            f"unknown model preset {name!r}; choose one of: {', '.join(MODEL_PRESETS)}"
+        ) from None
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    """Where pre-training data comes from and how sequences are built."""
+
+    prepared: str = ""  # folder written by `ember prepare`
+    max_seq_length: int = 128
+    short_seq_prob: float = 0.1  # BERT: 10% of sequences get a shorter random target length
+    mask_prob: float = 0.15
+    max_predictions: int = 20  # BERT's max_predictions_per_seq for length 128
+    nsp: bool = True
+    eval_examples: int = 512  # held-out sequences scored at each evaluation
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Optimisation, budgets, logging and checkpointing."""
+
+    seed: int = 0
+    lr: float = 5e-4
+    weight_decay: float = 0.01
+    adam_beta1: float = 0.9
+    adam_beta2: float = 0.999
+    adam_eps: float = 1e-6
+    batch_size: int = 32  # sequences per optimizer step, over all ranks and accumulation
+    grad_accum: int = 1
+    max_grad_norm: float = 1.0
+    max_steps: int = 10000
+    max_time: float = 0.0  # seconds of wall clock; 0 = no limit
+    warmup_steps: int = 0
+    warmup_ratio: float = 0.01  # used when warmup_steps is 0
+    schedule: str = "linear"  # linear warm-up then linear decay to 0 ("constant" also)
+    eval_every: int = 500
+    save_every: int = 500
+    log_every: int = 10
+    keep_checkpoints: int = 2
+    device: str = "cpu"
+    dtype: str = "float32"  # "bfloat16" turns on autocast where the device supports it
+    num_threads: int = 0  # 0: torch default
+
+
+@dataclass(frozen=True)
+class TaskConfig:
+    """Fine-tuning: which task, how inputs are cut, where the weights start from."""
+
+    name: str = ""
+    max_length: int = 128
+    init: str = ""  # a pre-training run folder, an HF checkpoint folder, or "random"
+    epochs: float = 3.0
+    eval_batch_size: int = 64
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    model: ModelConfig = field(default_factory=ModelConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    kind: str = "pretrain"  # "pretrain" or "finetune": what the run folder holds
+    objective: str = "bert"  # which pre-training objective (see ember.objectives)
+    task: TaskConfig = field(default_factory=lambda: TaskConfig())
+
+
+def to_dict(cfg: Any) -> dict:
+    return dataclasses.asdict(cfg)
+
+
+def _build(cls: type, values: dict, where: str) -> Any:
+    """Build dataclass ``cls`` from a dict, checking names and coercing types."""
+    if not isinstance(values, dict):
+        raise EmberError(f"{where}: expected a mapping of settings, got {values!r}")
+    defaults = cls()
+    names = {f.name for f in fields(cls)}
+    unknown = set(values) - names
+    if unknown:
+        raise EmberError(f"{where}: unknown setting(s) {sorted(unknown)}; valid: {sorted(names)}")
+    kwargs = {}
+    for name, value in values.items():
+        default = getattr(defaults, name)
+        if dataclasses.is_dataclass(default):
+            kwargs[name] = _build(type(default), value or {}, f"{where}.{name}")
+        else:
+            kwargs[name] = _coerce(value, default, f"{where}.{name}")
+    return cls(**kwargs)
+
+
+def _coerce(value: Any, default: Any, where: str) -> Any:
+    """Coerce YAML / command-line values to the type of the field's default."""
+    if isinstance(default, bool):
+        if isinstance(value, str):
+            if value.lower() in ("1", "true", "yes", "on"):
+                return True
+            if value.lower() in ("0", "false", "no", "off"):
+                return False
+            raise EmberError(f"{where}: expected true/false, got {value!r}")
+        return bool(value)
+    try:
+        if isinstance(default, int):
+            if isinstance(value, float) and not value.is_integer():
+                raise ValueError
+            return int(float(value)) if isinstance(value, str) else int(value)
+        if isinstance(default, float):
+            return float(value)
+    except (TypeError, ValueError):
+        raise EmberError(
+            f"{where}: expected a {type(default).__name__}, got {value!r}"
+        ) from None
+    return str(value) if isinstance(default, str) else value
+
+
+def run_config_from_dict(values: dict, where: str = "config") -> RunConfig:
+    """Build a RunConfig; ``model.preset: bert-mini`` starts the model from a named preset."""
+    values = dict(values)
+    model = dict(values.get("model") or {})
+    preset = model.pop("preset", None)
+    if preset is not None:
+        model = {**dataclasses.asdict(model_preset(preset)), **model}
+    values["model"] = model
+    return _build(RunConfig, values, where)
+
+
+def load_yaml(path: str | Path) -> dict:
+    path = Path(path)
+    try:
+        with open(path, encoding="utf-8") as fh:
+            values = yaml.safe_load(fh) or {}
+    except FileNotFoundError:
+        raise EmberError(f"config file not found: {path}") from None
+    except yaml.YAMLError as exc:
+        raise EmberError(f"{path}: not valid YAML: {exc}") from None
+    if not isinstance(values, dict):
+        raise EmberError(f"{path}: expected a mapping of settings at the top level")
+    return values
+
+
+def apply_overrides(values: dict, overrides: list[str]) -> dict:
+    """Apply ``section.key=value`` overrides (values parsed as YAML scalars)."""
+    values = {k: dict(v) if isinstance(v, dict) else v for k, v in values.items()}
+    for item in overrides:
+        if "=" not in item:
+            raise EmberError(f"override {item!r} must look like section.key=value")
+        key, raw = item.split("=", 1)
+        parts = key.strip().split(".")
+        node = values
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise EmberError(f"override {item!r}: {part} is not a section")
+        node[parts[-1]] = yaml.safe_load(raw)
+    return values
+
+
+def save_yaml(cfg: Any, path: str | Path) -> None:
+    from ember.train.checkpoint import atomic_write_text
+
+    atomic_write_text(Path(path), yaml.safe_dump(to_dict(cfg), sort_keys=False))
+
+
+def with_model(cfg: RunConfig, **changes: Any) -> RunConfig:
+    return replace(cfg, model=replace(cfg.model, **changes))

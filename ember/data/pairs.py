@@ -1,0 +1,137 @@
+"""Segment-pair examples for sentence-level pre-training objectives.
+
+Follows BERT's ``create_pretraining_data`` (Devlin et al. 2019, §3.1 and App. A.2):
+consecutive sentences of a document are grouped into chunks of about ``max_seq_length - 3``
+tokens (10% of chunks get a shorter random target length, so the model sees short inputs);
+each time a chunk is drawn it is split at a random sentence boundary into segment A and B.
+For NSP, B is the true continuation half the time and a span from a random other document
+otherwise. SOP (ALBERT) reuses the same split and swaps A and B instead. The pair is then
+trimmed to fit, one token at a time from the longer segment, at its front or back at random.
+
+Chunk boundaries are fixed once (seeded); the split, the random-next choice and the masks
+are drawn fresh every time an example is seen, from an RNG keyed by (seed, epoch, index),
+so data order and content are a pure function of the step: that is what makes resume exact.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ember.errors import EmberError
+
+PAIR_MODES = ("nsp", "sop", "none")
+
+
+@dataclass
+class SegmentPair:
+    tokens_a: np.ndarray  # (La,) token ids, no special tokens
+    tokens_b: np.ndarray | None  # (Lb,) or None when the objective uses single segments
+    label: int  # NSP: 0 = B follows A, 1 = B is random (the HF convention); SOP: 1 = swapped
+
+
+def build_chunks(corpus, max_tokens: int, short_seq_prob: float, seed: int) -> np.ndarray:
+    """Group each document's sentences into chunks of about ``max_tokens`` tokens.
+
+    Returns int64 (num_chunks, 3): (doc, first sentence, end sentence) per chunk.
+    """
+    rng = np.random.default_rng([seed, 7919])
+    lengths = corpus.sentence_lengths.tolist()
+    offsets = corpus.doc_offsets.tolist()
+    chunks: list[tuple[int, int, int]] = []
+    for doc in range(len(offsets) - 1):
+        start, end = offsets[doc], offsets[doc + 1]
+        target = max_tokens if rng.random() >= short_seq_prob else int(rng.integers(2, max_tokens + 1))
+        first, total = start, 0
+        for s in range(start, end):
+            total += lengths[s]
+            if total >= target or s == end - 1:
+                chunks.append((doc, first, s + 1))
+                first, total = s + 1, 0
+                target = max_tokens if rng.random() >= short_seq_prob else int(rng.integers(2, max_tokens + 1))
+    if not chunks:
+        raise EmberError("the prepared corpus has no sentences to build training examples from")
+    return np.asarray(chunks, dtype=np.int64)
+
+
+class SegmentPairDataset:
+    """Index -> ``SegmentPair``, drawn fresh per (epoch, index)."""
+
+    def __init__(self, corpus, max_seq_length: int, pair_mode: str = "nsp",
+                 short_seq_prob: float = 0.1, seed: int = 0) -> None:
+        if pair_mode not in PAIR_MODES:
+            raise EmberError(f"pair mode {pair_mode!r} is not one of {PAIR_MODES}")
+        self.corpus = corpus
+        self.pair_mode = pair_mode
+        # [CLS] A [SEP] B [SEP] takes 3 special tokens; a single segment takes 2.
+        self.max_tokens = max_seq_length - (3 if pair_mode != "none" else 2)
+        self.seed = seed
+        self.chunks = build_chunks(corpus, self.max_tokens, short_seq_prob, seed)
+
+    def __len__(self) -> int:
+        return len(self.chunks)
+
+    def _tokens(self, first: int, end: int) -> np.ndarray:
+        return np.concatenate([self.corpus.sentence(s) for s in range(first, end)]).astype(np.int64)
+
+    def example(self, index: int, epoch: int = 0) -> SegmentPair:
+        rng = np.random.default_rng([self.seed, epoch, index])
+        doc, first, end = (int(v) for v in self.chunks[index])
+        n = end - first
+        if self.pair_mode == "none":
+            return SegmentPair(self._tokens(first, end)[: self.max_tokens], None, 0)
+        a_end = first + (int(rng.integers(1, n)) if n >= 2 else 1)
+        tokens_a = self._tokens(first, a_end)
+        if self.pair_mode == "sop":
+            # ALBERT (Lan et al. 2020, §3.2): both segments from the same document; negatives
+            # swap their order. A one-sentence chunk is split in the middle of its tokens.
+            if n >= 2:
+                tokens_b = self._tokens(a_end, end)
+            else:
+                cut = max(1, len(tokens_a) // 2)
+                tokens_a, tokens_b = tokens_a[:cut], tokens_a[cut:]
+            label = int(rng.random() < 0.5)
+            if label:
+                tokens_a, tokens_b = tokens_b, tokens_a
+        else:
+            label = int(n == 1 or rng.random() < 0.5)
+            tokens_b = self._random_segment(rng, doc, self.max_tokens - len(tokens_a)) if label \
+                else self._tokens(a_end, end)
+        tokens_a, tokens_b = truncate_pair(tokens_a, tokens_b, self.max_tokens, rng)
+        return SegmentPair(tokens_a, tokens_b, label)
+
+    def _random_segment(self, rng: np.random.Generator, avoid_doc: int, target: int) -> np.ndarray:
+        offsets = self.corpus.doc_offsets
+        num_docs = len(offsets) - 1
+        doc = avoid_doc
+        for _ in range(10):  # BERT retries to find a different document
+            doc = int(rng.integers(num_docs))
+            if doc != avoid_doc or num_docs == 1:
+                break
+        start, end = int(offsets[doc]), int(offsets[doc + 1])
+        s = int(rng.integers(start, end))
+        pieces, total = [], 0
+        while s < end and total < max(target, 1):
+            piece = self.corpus.sentence(s)
+            pieces.append(piece)
+            total += len(piece)
+            s += 1
+        return np.concatenate(pieces).astype(np.int64)
+
+
+def truncate_pair(a: np.ndarray, b: np.ndarray, max_tokens: int, rng: np.random.Generator):
+    """Trim the longer segment until len(a) + len(b) <= max_tokens, at a random end each time."""
+    a_lo, a_hi, b_lo, b_hi = 0, len(a), 0, len(b)
+    while (a_hi - a_lo) + (b_hi - b_lo) > max_tokens:
+        if (a_hi - a_lo) > (b_hi - b_lo):
+            if rng.random() < 0.5:
+                a_lo += 1
+            else:
+                a_hi -= 1
+        else:
+            if rng.random() < 0.5:
+                b_lo += 1
+            else:
+                b_hi -= 1
+    return a[a_lo:a_hi], b[b_lo:b_hi]

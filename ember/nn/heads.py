@@ -1,0 +1,39 @@
+"""Output heads shared by objectives and tasks.
+
+``MaskedLMHead`` is BERT's MLM head (dense + act + LayerNorm, then a decoder tied to the
+word embeddings plus a bias). It is applied only to the positions that need predicting: the
+caller gathers masked positions first, so a batch of 32x128 with 15% masking computes
+~600 vocabulary rows instead of 4096 (same loss and gradients as the full head).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ember.nn.activations import activation
+
+
+class MaskedLMHead(nn.Module):
+    def __init__(self, hidden_size: int, vocab_size: int, act: str, layer_norm_eps: float) -> None:
+        super().__init__()
+        self.dense = nn.Linear(hidden_size, hidden_size)
+        self.act = activation(act)
+        self.norm = nn.LayerNorm(hidden_size, eps=layer_norm_eps)
+        self.bias = nn.Parameter(torch.zeros(vocab_size))
+
+    def forward(self, hidden: torch.Tensor, word_embeddings: torch.Tensor) -> torch.Tensor:
+        """hidden (N, H), word_embeddings (V, H) -> logits (N, V)."""
+        return F.linear(self.norm(self.act(self.dense(hidden))), word_embeddings, self.bias)
+
+
+class Pooler(nn.Module):
+    """BERT pooler: tanh(W h_[CLS] + b), input to NSP and sentence classification."""
+
+    def __init__(self, hidden_size: int) -> None:
+        super().__init__()
+        self.dense = nn.Linear(hidden_size, hidden_size)
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:  # (B, T, H) -> (B, H)
+        return torch.tanh(self.dense(hidden[:, 0]))

@@ -1,0 +1,56 @@
+"""Masked language modelling (BERT, Devlin et al. 2019, §3.1 Task #1 and App. A.1).
+
+Per sequence, 15% of the maskable tokens (not [CLS]/[SEP]/padding) are chosen - exactly
+round(15% of n), at least 1, at most ``max_predictions`` as in BERT's data generator.
+Of the chosen: 80% become [MASK], 10% a random token, 10% stay unchanged. Labels hold the
+original ids at chosen positions and -100 elsewhere.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+
+def mask_tokens(
+    input_ids: np.ndarray,  # (B, T) int64
+    maskable: np.ndarray,  # (B, T) bool, False at special tokens and padding
+    rng: np.random.Generator,
+    mask_id: int,
+    vocab_size: int,
+    mask_prob: float = 0.15,
+    max_predictions: int | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Returns (corrupted input_ids, labels), both (B, T) int64."""
+    n_maskable = maskable.sum(axis=1)  # (B,)
+    n_pick = np.maximum(1, np.rint(n_maskable * mask_prob)).astype(np.int64)
+    if max_predictions:
+        n_pick = np.minimum(n_pick, max_predictions)
+    n_pick = np.minimum(n_pick, n_maskable)
+    # A random rank for every maskable position; the n_pick lowest ranks are chosen.
+    scores = np.where(maskable, rng.random(input_ids.shape), np.inf)
+    ranks = scores.argsort(axis=1).argsort(axis=1)
+    chosen = ranks < n_pick[:, None]
+    labels = np.where(chosen, input_ids, -100)
+    action = rng.random(input_ids.shape)
+    corrupted = input_ids.copy()
+    corrupted[chosen & (action < 0.8)] = mask_id
+    random_slots = chosen & (action >= 0.8) & (action < 0.9)
+    corrupted[random_slots] = rng.integers(0, vocab_size, size=int(random_slots.sum()))
+    return corrupted, labels
+
+
+def masked_lm_loss(head, hidden: torch.Tensor, word_embeddings: torch.Tensor,
+                   labels: torch.Tensor) -> tuple[torch.Tensor, dict]:
+    """Cross-entropy at masked positions only (sparse head; same loss as the full head).
+
+    hidden (B, T, H), labels (B, T) with -100 where nothing is predicted.
+    """
+    where = labels != -100
+    targets = labels[where]  # (N,)
+    logits = head(hidden[where], word_embeddings)  # (N, V)
+    loss = F.cross_entropy(logits.float(), targets)
+    n = int(targets.numel())
+    correct = (logits.argmax(-1) == targets).sum().item()
+    return loss, {"mlm_loss": (loss.item() * n, n), "mlm_acc": (correct, n)}

@@ -1,0 +1,1 @@
+"""Training: one explicit loop parameterised by an objective or a task."""

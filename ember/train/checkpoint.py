@@ -1,0 +1,174 @@
+"""Atomic, verifiable checkpoints.
+
+A checkpoint is a folder ``checkpoints/step-00001000/`` holding ``model.safetensors``,
+``optimizer.pt`` and ``trainer_state.json``, plus ``manifest.json`` with each file's size and
+SHA-256. It is written under a temporary name, flushed to disk, and renamed into place, so a
+process killed at any moment leaves either the previous checkpoints or a complete new one;
+a leftover temporary folder or a file that no longer matches its manifest is reported and
+skipped, and the newest good checkpoint is used.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from ember.errors import EmberError
+
+CHECKPOINT_DIR = "checkpoints"
+
+
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    _fsync_dir(path.parent)
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def save_weights(state: dict[str, torch.Tensor], path: Path, metadata: dict | None = None) -> None:
+    """Write a safetensors file atomically (temp file in the same folder + rename)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tensors = {k: v.detach().contiguous().cpu() for k, v in state.items()}
+    save_file(tensors, str(tmp), metadata={k: str(v) for k, v in (metadata or {}).items()})
+    with open(tmp, "rb+") as fh:
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+    _fsync_dir(path.parent)
+
+
+def load_weights(path: Path) -> dict[str, torch.Tensor]:
+    path = Path(path)
+    if not path.is_file():
+        raise EmberError(f"weights not found: {path}")
+    try:
+        return load_file(str(path))
+    except Exception as exc:  # safetensors raises its own error types for truncated files
+        raise EmberError(f"{path}: cannot read weights ({exc}); the file is damaged or partial") from None
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 22), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def save_checkpoint(run_dir: Path, step: int, model_state: dict, optimizer_state: dict,
+                    trainer_state: dict, keep: int = 2) -> Path:
+    root = Path(run_dir) / CHECKPOINT_DIR
+    root.mkdir(parents=True, exist_ok=True)
+    final = root / f"step-{step:08d}"
+    tmp = Path(tempfile.mkdtemp(prefix=f".step-{step:08d}.", suffix=".tmp", dir=root))
+    try:
+        save_weights(model_state, tmp / "model.safetensors")
+        with open(tmp / "optimizer.pt", "wb") as fh:
+            torch.save(optimizer_state, fh)
+            fh.flush()
+            os.fsync(fh.fileno())
+        atomic_write_text(tmp / "trainer_state.json", json.dumps(trainer_state, indent=1))
+        manifest = {
+            name: {"bytes": (tmp / name).stat().st_size, "sha256": _sha256(tmp / name)}
+            for name in ("model.safetensors", "optimizer.pt", "trainer_state.json")
+        }
+        atomic_write_text(tmp / "manifest.json", json.dumps(manifest, indent=1))
+        if final.exists():
+            shutil.rmtree(final)
+        os.replace(tmp, final)
+        _fsync_dir(root)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    for old in list_checkpoints(run_dir)[:-keep] if keep > 0 else []:
+        shutil.rmtree(old, ignore_errors=True)
+    return final
+
+
+def list_checkpoints(run_dir: Path) -> list[Path]:
+    """Completed checkpoint folders, oldest first (temporary folders are not listed)."""
+    root = Path(run_dir) / CHECKPOINT_DIR
+    if not root.is_dir():
+        return []
+    return sorted(p for p in root.iterdir() if p.is_dir() and p.name.startswith("step-"))
+
+
+def verify_checkpoint(path: Path) -> str | None:
+    """None if the checkpoint is complete and intact, else what is wrong with it."""
+    manifest_path = path / "manifest.json"
+    if not manifest_path.is_file():
+        return "manifest.json is missing (the checkpoint was not finished)"
+    try:
+        manifest = json.loads(manifest_path.read_text())
+    except (OSError, ValueError) as exc:
+        return f"manifest.json is unreadable ({exc})"
+    for name, expected in manifest.items():
+        file = path / name
+        if not file.is_file():
+            return f"{name} is missing"
+        if file.stat().st_size != expected["bytes"]:
+            return f"{name} has {file.stat().st_size} bytes, the manifest says {expected['bytes']}"
+        if _sha256(file) != expected["sha256"]:
+            return f"{name} does not match its SHA-256 in the manifest"
+    return None
+
+
+def load_latest_checkpoint(run_dir: Path) -> tuple[Path, dict, dict, dict] | None:
+    """The newest intact checkpoint as (path, model_state, optimizer_state, trainer_state).
+
+    Damaged or partial checkpoints are reported and skipped; None when there is none at all.
+    """
+    candidates = list_checkpoints(run_dir)
+    problems = []
+    for path in reversed(candidates):
+        problem = verify_checkpoint(path)
+        if problem is None:
+            try:
+                model_state = load_weights(path / "model.safetensors")
+                optimizer_state = torch.load(path / "optimizer.pt", weights_only=True)
+                trainer_state = json.loads((path / "trainer_state.json").read_text())
+                return path, model_state, optimizer_state, trainer_state
+            except Exception as exc:  # verified but still unreadable: treat as damaged
+                problem = f"cannot be read ({exc})"
+        message = f"checkpoint {path} is damaged: {problem}; trying the previous one"
+        problems.append(message)
+        print(f"warning: {message}", file=sys.stderr)
+    if candidates:
+        raise EmberError(
+            f"no intact checkpoint in {Path(run_dir) / CHECKPOINT_DIR}:\n  " + "\n  ".join(problems)
+            + "\nstart again without --resume (the run folder's other files are kept)"
+        )
+    return None

@@ -1,0 +1,57 @@
+"""Run logs: ``metrics.jsonl`` (one JSON object per line) and TensorBoard events."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+
+class MetricsLogger:
+    def __init__(self, run_dir: Path, enabled: bool = True) -> None:
+        self.path = Path(run_dir) / "metrics.jsonl"
+        self.enabled = enabled
+        self._tb = None
+        if enabled:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+
+                self._tb = SummaryWriter(str(Path(run_dir) / "tb"))
+            except ImportError:  # tensorboard is a dependency, but logging must never kill a run
+                self._tb = None
+
+    def log(self, step: int, split: str, metrics: dict, elapsed: float) -> None:
+        if not self.enabled:
+            return
+        record = {"step": step, "split": split, "elapsed": round(elapsed, 3)}
+        record.update({k: float(v) for k, v in metrics.items()})
+        with open(self.path, "a", encoding="utf-8") as fh:
+            fh.write(json.dumps(record) + "\n")
+        if self._tb is not None:
+            for name, value in metrics.items():
+                self._tb.add_scalar(f"{split}/{name}", float(value), step)
+
+    def close(self) -> None:
+        if self._tb is not None:
+            self._tb.close()
+
+    @staticmethod
+    def read(path: Path) -> list[dict]:
+        if not Path(path).is_file():
+            return []
+        records = []
+        for line in Path(path).read_text(encoding="utf-8").splitlines():
+            try:
+                records.append(json.loads(line))
+            except ValueError:  # a line cut short by a kill mid-write
+                continue
+        return records
+
+    @staticmethod
+    def truncate(path: Path, step: int) -> None:
+        """Drop records after ``step`` (written by a run that died after its last checkpoint)."""
+        from ember.train.checkpoint import atomic_write_text
+
+        records = [r for r in MetricsLogger.read(path) if r["step"] <= step]
+        if Path(path).is_file():
+            atomic_write_text(Path(path), "".join(json.dumps(r) + "\n" for r in records))

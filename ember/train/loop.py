@@ -1,0 +1,239 @@
+"""The training loop, shared by pre-training objectives and fine-tuning tasks.
+
+The trained module (an objective or a task model) provides ``make_batch(examples, rng)``
+and ``forward(batch) -> (loss, metrics)`` with metrics as name -> (sum, count). The data is
+any object with ``len()`` and ``example(index, epoch)``.
+
+Determinism, which exact resume rests on: the examples of optimizer step ``s`` are positions
+``s*G .. s*G+G-1`` of an endless stream that visits the dataset in a fresh seeded permutation
+per epoch (G = global batch). Rank r of W takes its contiguous share, split into
+``grad_accum`` micro-batches. Corruption RNG and dropout seeds are keyed by (seed, step,
+rank, micro-batch). So a run resumed from the checkpoint of step s replays steps s+1.. exactly.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import signal
+import time
+from contextlib import nullcontext
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import torch
+from torch import nn
+
+from ember.config import TrainConfig
+from ember.errors import EmberError
+from ember.train import checkpoint as ckpt
+from ember.train.distributed import DistInfo, all_reduce_sums, barrier
+from ember.train.logging import MetricsLogger
+from ember.train.optim import build_optimizer, lr_factor, set_lr
+
+
+class DataOrder:
+    """Maps a global example position to a dataset index, one seeded permutation per epoch."""
+
+    def __init__(self, size: int, seed: int) -> None:
+        if size == 0:
+            raise EmberError("the training data has no examples")
+        self.size, self.seed, self._epoch, self._perm = size, seed, -1, None
+
+    def __call__(self, position: int) -> tuple[int, int]:
+        epoch, offset = divmod(position, self.size)
+        if epoch != self._epoch:
+            self._perm = np.random.default_rng([self.seed, epoch, 104729]).permutation(self.size)
+            self._epoch = epoch
+        return int(self._perm[offset]), epoch
+
+
+def autocast_context(device: str, dtype: str):
+    if dtype in ("float32", "fp32"):
+        return nullcontext()
+    if dtype not in ("bfloat16", "bf16", "float16", "fp16"):
+        raise EmberError(f"train.dtype={dtype!r}; choose float32 or bfloat16")
+    torch_dtype = torch.bfloat16 if dtype.startswith("b") else torch.float16
+    return torch.autocast(device_type=device.split(":")[0], dtype=torch_dtype)
+
+
+class Trainer:
+    def __init__(
+        self,
+        module: nn.Module,
+        data,
+        cfg: TrainConfig,
+        run_dir: str | Path,
+        dist_info: DistInfo = DistInfo(),
+        evaluate: Callable[[nn.Module], dict] | None = None,
+        best_metric: str | None = None,
+        on_best: Callable[[nn.Module, dict], None] | None = None,
+        progress: bool = True,
+    ) -> None:
+        self.cfg, self.dist = cfg, dist_info
+        self.run_dir = Path(run_dir)
+        self.module = module.to(cfg.device)
+        self.data = data
+        self.evaluate, self.best_metric, self.on_best = evaluate, best_metric, on_best
+        self.progress = progress and dist_info.is_main
+        per_step = cfg.grad_accum * dist_info.world_size
+        if cfg.batch_size % per_step:
+            raise EmberError(
+                f"train.batch_size={cfg.batch_size} must be divisible by grad_accum x world size "
+                f"= {cfg.grad_accum} x {dist_info.world_size}"
+            )
+        self.micro_batch = cfg.batch_size // per_step
+        self.optimizer = build_optimizer(self.module, cfg)
+        self.order = DataOrder(len(data), cfg.seed)
+        self.step = 0
+        self.elapsed = 0.0  # training seconds over all sessions of this run
+        self.best = {"value": None, "step": None}
+        self.stop_requested = False
+
+    # -- state ----------------------------------------------------------------------------
+    def trainer_state(self) -> dict:
+        return {"step": self.step, "elapsed": self.elapsed, "best": self.best,
+                "world_size": self.dist.world_size, "seed": self.cfg.seed}
+
+    def save(self) -> None:
+        if self.dist.is_main:
+            ckpt.save_checkpoint(self.run_dir, self.step, self.module.state_dict(),
+                                 self.optimizer.state_dict(), self.trainer_state(),
+                                 keep=self.cfg.keep_checkpoints)
+        barrier(self.dist)
+
+    def resume(self) -> bool:
+        found = ckpt.load_latest_checkpoint(self.run_dir)
+        if found is None:
+            return False
+        path, model_state, optimizer_state, state = found
+        missing, unexpected = self.module.load_state_dict(model_state, strict=False)
+        if missing or unexpected:
+            raise EmberError(f"{path}: checkpoint does not fit this model "
+                             f"(missing {missing[:3]}, unexpected {unexpected[:3]})")
+        self.optimizer.load_state_dict(optimizer_state)
+        self.step, self.elapsed, self.best = state["step"], state["elapsed"], state["best"]
+        MetricsLogger.truncate(self.run_dir / "metrics.jsonl", self.step)
+        if self.dist.is_main:
+            print(f"resumed from {path} (step {self.step})")
+        return True
+
+    # -- one optimizer step ---------------------------------------------------------------
+    def _micro_batches(self, step: int) -> list[list]:
+        g, r, m = self.cfg.batch_size, self.dist.rank, self.micro_batch
+        start = step * g + r * m * self.cfg.grad_accum
+        batches = []
+        for k in range(self.cfg.grad_accum):
+            examples = []
+            for pos in range(start + k * m, start + (k + 1) * m):
+                index, epoch = self.order(pos)
+                examples.append(self.data.example(index, epoch))
+            batches.append(examples)
+        return batches
+
+    def train_step(self, model: nn.Module) -> tuple[dict, int]:
+        cfg, step = self.cfg, self.step
+        sums: dict[str, list[float]] = {}
+        tokens = 0
+        micro = self._micro_batches(step)
+        for k, examples in enumerate(micro):
+            rng = np.random.default_rng([cfg.seed, step, self.dist.rank, k])
+            torch.manual_seed(int(np.random.SeedSequence([cfg.seed, step, self.dist.rank, k]).generate_state(1)[0]))
+            batch = {n: t.to(cfg.device) for n, t in self.module.make_batch(examples, rng).items()}
+            tokens += int(batch["attention_mask"].sum()) if "attention_mask" in batch else 0
+            sync = nullcontext() if (k == len(micro) - 1 or not self.dist.enabled) else model.no_sync()
+            with sync, autocast_context(cfg.device, cfg.dtype):
+                loss, metrics = model(batch)
+                (loss / cfg.grad_accum).backward()
+            for name, (total, count) in metrics.items():
+                acc = sums.setdefault(name, [0.0, 0.0])
+                acc[0] += total
+                acc[1] += count
+        if not math.isfinite(loss.item()):
+            raise EmberError(f"loss became {loss.item()} at step {step}; lower train.lr or check the data")
+        if cfg.max_grad_norm > 0:
+            nn.utils.clip_grad_norm_(self.module.parameters(), cfg.max_grad_norm)
+        lr = cfg.lr * lr_factor(step, cfg)
+        set_lr(self.optimizer, lr)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        names = sorted(sums)
+        flat = all_reduce_sums([v for n in names for v in sums[n]] + [float(tokens)], self.dist)
+        result = {n: flat[2 * i] / max(flat[2 * i + 1], 1) for i, n in enumerate(names)}
+        result["lr"] = lr
+        return result, int(flat[-1])
+
+    # -- the loop -------------------------------------------------------------------------
+    def train(self, resume: bool = False) -> dict:
+        cfg = self.cfg
+        if resume:
+            self.resume()
+        model = self.module
+        if self.dist.enabled:
+            model = nn.parallel.DistributedDataParallel(self.module)
+        logger = MetricsLogger(self.run_dir, enabled=self.dist.is_main)
+        bar = None
+        if self.progress:
+            from tqdm import tqdm
+
+            bar = tqdm(total=cfg.max_steps, initial=self.step, unit="step", dynamic_ncols=True,
+                       mininterval=1.0)
+        previous = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
+
+        def request_stop(signum, frame):  # finish the step, save, then exit cleanly
+            self.stop_requested = True
+
+        for s in previous:
+            signal.signal(s, request_stop)
+        self.module.train()
+        last_metrics: dict = {}
+        try:
+            while self.step < cfg.max_steps and not self.stop_requested:
+                if cfg.max_time and self.elapsed >= cfg.max_time:
+                    break
+                started = time.perf_counter()
+                metrics, tokens = self.train_step(model)
+                seconds = time.perf_counter() - started
+                self.elapsed += seconds
+                self.step += 1
+                metrics["tokens_per_s"] = tokens / max(seconds, 1e-9)
+                last_metrics = metrics
+                if bar is not None:
+                    bar.update(1)
+                    bar.set_postfix(loss=f"{metrics['loss']:.3f}", tok_s=f"{metrics['tokens_per_s']:.0f}",
+                                    lr=f"{metrics['lr']:.2e}", refresh=False)
+                if self.step % cfg.log_every == 0 or self.step == 1:
+                    logger.log(self.step, "train", metrics, self.elapsed)
+                if self.evaluate and cfg.eval_every and self.step % cfg.eval_every == 0:
+                    self.run_evaluation(logger)
+                if cfg.save_every and self.step % cfg.save_every == 0:
+                    self.save()
+            if self.evaluate and (not cfg.eval_every or self.step % cfg.eval_every):
+                self.run_evaluation(logger)
+            if not cfg.save_every or self.step % cfg.save_every:
+                self.save()
+        finally:
+            for s, handler in previous.items():
+                signal.signal(s, handler)
+            if bar is not None:
+                bar.close()
+            logger.close()
+        return {"step": self.step, "elapsed": self.elapsed, "best": self.best, "train": last_metrics}
+
+    def run_evaluation(self, logger: MetricsLogger) -> dict:
+        metrics = {}
+        if self.dist.is_main:
+            self.module.eval()
+            with torch.no_grad(), autocast_context(self.cfg.device, self.cfg.dtype):
+                metrics = self.evaluate(self.module)
+            self.module.train()
+            logger.log(self.step, "eval", metrics, self.elapsed)
+            if self.best_metric is not None:
+                value = metrics[self.best_metric]
+                if self.best["value"] is None or value > self.best["value"]:
+                    self.best = {"value": value, "step": self.step}
+                    if self.on_best is not None:
+                        self.on_best(self.module, metrics)
+        barrier(self.dist)
+        return metrics

@@ -1,0 +1,107 @@
+"""`ember pretrain`: build the objective, the data and the trainer from a RunConfig."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ember.config import RunConfig
+from ember.errors import EmberError
+from ember.models import build_backbone
+from ember.train.checkpoint import save_weights
+from ember.train.distributed import init_distributed, shutdown
+from ember.train.loop import Trainer, autocast_context
+from ember.train.rundir import prepare_run_dir, write_run_files
+
+
+def build_objective(cfg: RunConfig, special_ids: dict):
+    from ember.objectives.bert import BertPretraining
+
+    if cfg.objective in ("bert", "mlm"):
+        data = cfg.data if cfg.objective == "bert" else dataclasses.replace(cfg.data, nsp=False)
+        return BertPretraining(build_backbone(cfg.model), special_ids, data)
+    raise EmberError(f"unknown objective {cfg.objective!r}; known: bert, mlm")
+
+
+def evaluate_pretraining(module, dataset, n_examples: int, batch_size: int, seed: int, device: str) -> dict:
+    """Held-out metrics on a fixed set of examples with fixed masks (comparable over time)."""
+    sums: dict[str, list[float]] = {}
+    indices = range(min(n_examples, len(dataset)))
+    for b, start in enumerate(range(0, len(indices), batch_size)):
+        examples = [dataset.example(i, 0) for i in indices[start : start + batch_size]]
+        batch = module.make_batch(examples, np.random.default_rng([seed, 31337, b]))
+        _, metrics = module({k: v.to(device) for k, v in batch.items()})
+        for name, (total, count) in metrics.items():
+            acc = sums.setdefault(name, [0.0, 0.0])
+            acc[0] += total
+            acc[1] += count
+    return {name: total / max(count, 1) for name, (total, count) in sums.items()}
+
+
+def run_pretraining(cfg: RunConfig, run_dir: Path, resume: bool = False, overwrite: bool = False,
+                    progress: bool = True) -> dict:
+    from ember.data.pairs import SegmentPairDataset
+    from ember.data.shards import TokenCorpus
+    from ember.tokenizers import special_token_ids, load_tokenizer
+
+    run_dir = Path(run_dir)
+    if not cfg.data.prepared:
+        raise EmberError("data.prepared is not set: pass --data DIR (a folder written by `ember prepare`)")
+    if cfg.train.num_threads:
+        torch.set_num_threads(cfg.train.num_threads)
+    dist_info = init_distributed(cfg.train.device)
+    try:
+        corpus = TokenCorpus(cfg.data.prepared, "train")
+        tokenizer = load_tokenizer(corpus.tokenizer_path)
+        vocab = tokenizer.get_vocab_size()
+        if vocab > cfg.model.vocab_size:
+            raise EmberError(
+                f"the tokenizer has {vocab} tokens but model.vocab_size={cfg.model.vocab_size}; "
+                f"set --set model.vocab_size={vocab}"
+            )
+        if cfg.data.max_seq_length > cfg.model.max_position:
+            raise EmberError(f"data.max_seq_length={cfg.data.max_seq_length} exceeds model.max_position="
+                             f"{cfg.model.max_position}")
+        special = special_token_ids(tokenizer)
+        cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, pad_token_id=special["pad"]))
+        if dist_info.is_main:
+            prepare_run_dir(run_dir, resume, overwrite)
+            write_run_files(run_dir, cfg, corpus.tokenizer_path)
+        torch.manual_seed(cfg.train.seed)  # same initial weights on every rank
+        module = build_objective(cfg, special)
+        pair_mode = module.pair_mode
+        train_data = SegmentPairDataset(corpus, cfg.data.max_seq_length, pair_mode,
+                                        cfg.data.short_seq_prob, cfg.train.seed)
+        evaluate = None
+        try:
+            valid = TokenCorpus(cfg.data.prepared, "valid")
+            valid_data = SegmentPairDataset(valid, cfg.data.max_seq_length, pair_mode,
+                                            cfg.data.short_seq_prob, cfg.train.seed + 1)
+        except EmberError as exc:
+            print(f"warning: no held-out evaluation ({exc})")
+        else:
+            def evaluate(m):
+                return evaluate_pretraining(m, valid_data, cfg.data.eval_examples, 32,
+                                            cfg.train.seed, cfg.train.device)
+        trainer = Trainer(module, train_data, cfg.train, run_dir, dist_info, evaluate, progress=progress)
+        if dist_info.is_main:
+            params = sum(p.numel() for p in module.backbone.parameters())
+            print(f"pre-training {cfg.objective} on {corpus.num_tokens:,} tokens "
+                  f"({len(train_data):,} sequences/epoch), backbone {params / 1e6:.1f}M parameters, "
+                  f"run folder {run_dir}")
+        result = trainer.train(resume=resume)
+        if dist_info.is_main:
+            save_weights(module.state_dict(), run_dir / "model.safetensors",
+                         {"step": trainer.step, "kind": "pretrain"})
+            from ember.train.plots import plot_metrics
+
+            plot_metrics(run_dir)
+        return result
+    finally:
+        shutdown(dist_info)
+
+
+__all__ = ["run_pretraining", "build_objective", "evaluate_pretraining", "autocast_context"]

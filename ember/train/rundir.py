@@ -1,0 +1,61 @@
+"""Run folders: what a run writes so it can be continued or reused.
+
+    RUN/config.yaml          the full RunConfig (kind, objective, model, data, train, task)
+    RUN/tokenizer.json       the tokenizer the model was trained with
+    RUN/model.safetensors    final (pre-training) or best-on-dev (fine-tuning) weights
+    RUN/checkpoints/step-N/  model + optimizer + trainer state for --resume
+    RUN/metrics.jsonl, RUN/tb/, RUN/*.png
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from ember.config import RunConfig, load_yaml, run_config_from_dict, save_yaml
+from ember.errors import EmberError
+
+
+def write_run_files(run_dir: Path, cfg: RunConfig, tokenizer_path: Path) -> None:
+    run_dir.mkdir(parents=True, exist_ok=True)
+    save_yaml(cfg, run_dir / "config.yaml")
+    target = run_dir / "tokenizer.json"
+    if Path(tokenizer_path).resolve() != target.resolve():
+        tmp = target.with_name(".tokenizer.json.tmp")
+        shutil.copyfile(tokenizer_path, tmp)
+        tmp.replace(target)
+
+
+def load_run_config(run_dir: str | Path, expect_kind: str | None = None) -> RunConfig:
+    run_dir = Path(run_dir)
+    path = run_dir / "config.yaml"
+    if not path.is_file():
+        raise EmberError(
+            f"{run_dir} is not an ember run folder (no config.yaml); pass a folder written by "
+            "`ember pretrain`/`ember finetune`, or import a Hugging Face checkpoint with `ember convert`"
+        )
+    cfg = run_config_from_dict(load_yaml(path), where=str(path))
+    if expect_kind and cfg.kind != expect_kind:
+        raise EmberError(f"{run_dir} holds a {cfg.kind} run, but a {expect_kind} run is needed here")
+    return cfg
+
+
+def check_family(run_dir: Path, cfg: RunConfig, supported: tuple[str, ...]) -> None:
+    if cfg.model.family not in supported:
+        raise EmberError(
+            f"{run_dir} holds a {cfg.model.family!r} model; this command supports "
+            f"{', '.join(supported)}. Use a run folder of a supported family."
+        )
+
+
+def prepare_run_dir(run_dir: Path, resume: bool, overwrite: bool) -> None:
+    """Refuse to mix a new run into a folder holding an old one (unless told to)."""
+    existing = run_dir.is_dir() and any(run_dir.iterdir())
+    if not existing or resume:
+        return
+    if not overwrite:
+        raise EmberError(
+            f"{run_dir} already holds a run; pass --resume to continue it or --overwrite to start over "
+            "(or choose another --out)"
+        )
+    shutil.rmtree(run_dir)
