@@ -1,0 +1,1 @@
+"""Hugging Face checkpoint import/export: one name map per family."""
