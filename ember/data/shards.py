@@ -1,0 +1,261 @@
+"""Memory-mapped token shards: the on-disk corpus format pre-training reads.
+
+A prepared directory holds::
+
+    tokenizer.json          copy of the tokenizer used (its sha256 is in meta.json)
+    meta.json               format version, dtype, special token ids, per-split counts/shards
+    train/ valid/           one folder per split, each with shards numbered from 0:
+      shard_00000.tokens.bin     token ids, raw little-endian uint16 (uint32 if vocab > 65535)
+      shard_00000.sentences.bin  int64 (S,): end offset (exclusive) of each sentence in tokens
+      shard_00000.docs.bin       int64 (D,): end index (exclusive) of each doc in sentences
+
+Offsets are local to the shard. Documents never cross shards, so a document's tokens are
+one contiguous slice of one memmap. Raw ``.bin`` files (not ``.npy``) so the writer can
+append incrementally and memory stays flat however large the corpus is.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from ember.errors import EmberError
+
+FORMAT_NAME = "ember-token-shards"
+FORMAT_VERSION = 1
+SPLITS = ("train", "valid")
+_FILE_BUFFER = 1 << 22  # 4 MiB of OS-side buffering per open shard file
+
+
+def token_dtype(vocab_size: int) -> np.dtype:
+    """uint16 halves disk and page-cache use for every vocabulary of the BERT era."""
+    return np.dtype(np.uint16) if vocab_size <= 65535 else np.dtype(np.uint32)
+
+
+def shard_files(index: int) -> dict[str, str]:
+    stem = f"shard_{index:05d}"
+    return {
+        "tokens": f"{stem}.tokens.bin",
+        "sentences": f"{stem}.sentences.bin",
+        "docs": f"{stem}.docs.bin",
+    }
+
+
+class ShardWriter:
+    """Append documents to the shards of one split, rotating at ``shard_tokens``.
+
+    Each document goes straight to buffered files, so the writer holds at most one
+    document plus the OS file buffers, never the corpus.
+    """
+
+    def __init__(self, directory: str | Path, dtype: np.dtype, shard_tokens: int):
+        if shard_tokens <= 0:
+            raise EmberError("shard_tokens must be positive")
+        self.directory = Path(directory)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.dtype = np.dtype(dtype)
+        self.shard_tokens = shard_tokens
+        self.shards: list[dict] = []  # finished shards' meta entries
+        self.num_docs = self.num_sentences = self.num_tokens = 0
+        self._files: dict | None = None
+        self._tokens = self._sentences = self._docs = 0  # counts in the open shard
+
+    def _open_shard(self) -> None:
+        names = shard_files(len(self.shards))
+        self._names = names
+        self._files = {
+            key: open(self.directory / name, "wb", buffering=_FILE_BUFFER)
+            for key, name in names.items()
+        }
+        self._tokens = self._sentences = self._docs = 0
+
+    def _close_shard(self) -> None:
+        if self._files is None:
+            return
+        for f in self._files.values():
+            f.close()
+        self.shards.append({
+            "files": self._names,
+            "num_docs": self._docs,
+            "num_sentences": self._sentences,
+            "num_tokens": self._tokens,
+        })
+        self._files = None
+
+    def add_document(self, ids: np.ndarray, sentence_ends: np.ndarray) -> None:
+        """Write one document.
+
+        ids: (n,) token ids of all its sentences, concatenated.
+        sentence_ends: (S,) int64, exclusive end of each sentence within ``ids``;
+        increasing, last == n. Sentences must be non-empty.
+        """
+        n = int(ids.shape[0])
+        if sentence_ends.shape[0] == 0 or n == 0:
+            return
+        if self._files is not None and self._tokens > 0 and self._tokens + n > self.shard_tokens:
+            self._close_shard()
+        if self._files is None:
+            self._open_shard()
+        f = self._files
+        f["tokens"].write(np.ascontiguousarray(ids, dtype=self.dtype).tobytes())
+        ends = np.asarray(sentence_ends, dtype=np.int64) + self._tokens
+        f["sentences"].write(ends.astype("<i8", copy=False).tobytes())
+        self._tokens += n
+        self._sentences += int(sentence_ends.shape[0])
+        self._docs += 1
+        f["docs"].write(np.array([self._sentences], dtype="<i8").tobytes())
+        self.num_docs += 1
+        self.num_sentences += int(sentence_ends.shape[0])
+        self.num_tokens += n
+
+    def close(self) -> dict:
+        """Finish the last shard; return this split's meta entry."""
+        self._close_shard()
+        return {
+            "num_docs": self.num_docs,
+            "num_sentences": self.num_sentences,
+            "num_tokens": self.num_tokens,
+            "shards": self.shards,
+        }
+
+
+def _read_meta(prepared_dir: Path) -> dict:
+    meta_path = prepared_dir / "meta.json"
+    if not meta_path.is_file():
+        raise EmberError(
+            f"{prepared_dir} is not a prepared corpus (no meta.json); "
+            "create one with `ember prepare`"
+        )
+    try:
+        meta = json.loads(meta_path.read_text(encoding="utf-8"))
+    except ValueError as exc:
+        raise EmberError(f"{meta_path}: corrupt meta.json ({exc}); re-run `ember prepare`") from None
+    if meta.get("format") != FORMAT_NAME or meta.get("format_version") != FORMAT_VERSION:
+        raise EmberError(
+            f"{meta_path}: format {meta.get('format')!r} version {meta.get('format_version')!r} "
+            f"is not {FORMAT_NAME!r} version {FORMAT_VERSION}; re-run `ember prepare`"
+        )
+    return meta
+
+
+def _memmap(path: Path, dtype: np.dtype, count: int) -> np.ndarray:
+    """Read-only memmap of ``count`` items, checking the file size first."""
+    if not path.is_file():
+        raise EmberError(f"missing shard file {path}; re-run `ember prepare`")
+    expected = count * dtype.itemsize
+    size = path.stat().st_size
+    if size != expected:
+        raise EmberError(
+            f"{path}: {size} bytes but meta.json says {count} items ({expected} bytes); "
+            "the prepared corpus is incomplete or mismatched, re-run `ember prepare`"
+        )
+    if count == 0:  # mmap cannot map an empty file
+        return np.zeros(0, dtype=dtype)
+    return np.memmap(path, dtype=dtype, mode="r", shape=(count,))
+
+
+class TokenCorpus:
+    """Read one split of a prepared directory through memmaps.
+
+    Global sentence ids run over all shards of the split in order; doc ``d`` owns global
+    sentences ``[doc_offsets[d], doc_offsets[d+1])``. Opening maps the files and builds
+    only per-document offsets; per-sentence arrays are computed on first use.
+    """
+
+    def __init__(self, prepared_dir: str | Path, split: str = "train"):
+        self.prepared_dir = Path(prepared_dir)
+        if not self.prepared_dir.is_dir():
+            raise EmberError(f"prepared corpus not found: {self.prepared_dir}")
+        self.meta = _read_meta(self.prepared_dir)
+        splits = self.meta.get("splits", {})
+        if split not in splits:
+            raise EmberError(
+                f"{self.prepared_dir} has no split {split!r} (has: {', '.join(splits)})"
+            )
+        self.split = split
+        self.tokenizer_path = self.prepared_dir / "tokenizer.json"
+        if not self.tokenizer_path.is_file():
+            raise EmberError(f"{self.tokenizer_path} is missing; re-run `ember prepare`")
+        self.dtype = np.dtype(self.meta["dtype"])
+        info = splits[split]
+        directory = self.prepared_dir / split
+        self._tokens: list[np.ndarray] = []
+        self._sent_ends: list[np.ndarray] = []  # per shard, int64 (S_k,)
+        doc_parts = [np.zeros(1, dtype=np.int64)]
+        sentence_starts = [0]  # global id of each shard's first sentence
+        i64 = np.dtype("<i8")
+        for shard in info["shards"]:
+            files = shard["files"]
+            self._tokens.append(_memmap(directory / files["tokens"], self.dtype, shard["num_tokens"]))
+            self._sent_ends.append(_memmap(directory / files["sentences"], i64, shard["num_sentences"]))
+            docs = _memmap(directory / files["docs"], i64, shard["num_docs"])
+            doc_parts.append(np.asarray(docs, dtype=np.int64) + sentence_starts[-1])
+            sentence_starts.append(sentence_starts[-1] + shard["num_sentences"])
+        self._shard_starts = np.array(sentence_starts, dtype=np.int64)  # (K+1,)
+        self.doc_offsets = np.concatenate(doc_parts)  # int64 (num_docs+1,)
+        self.num_docs = int(info["num_docs"])
+        self.num_sentences = int(info["num_sentences"])
+        self.num_tokens = int(info["num_tokens"])
+        if self.doc_offsets.shape[0] != self.num_docs + 1 or sentence_starts[-1] != self.num_sentences:
+            raise EmberError(f"{self.prepared_dir}/meta.json: split {split!r} counts do not "
+                             "match its shards; re-run `ember prepare`")
+        self._lengths: np.ndarray | None = None
+
+    @property
+    def special_token_ids(self) -> dict[str, int]:
+        return dict(self.meta["special_token_ids"])
+
+    @property
+    def vocab_size(self) -> int:
+        return int(self.meta["tokenizer"]["vocab_size"])
+
+    @property
+    def sentence_lengths(self) -> np.ndarray:
+        """int64 (num_sentences,): tokens per global sentence (computed once, 8 B/sentence)."""
+        if self._lengths is None:
+            parts = [np.diff(np.asarray(ends), prepend=0) for ends in self._sent_ends]
+            self._lengths = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+        return self._lengths
+
+    def _locate(self, s: int) -> tuple[int, int]:
+        if not 0 <= s < self.num_sentences:
+            raise IndexError(f"sentence {s} out of range [0, {self.num_sentences})")
+        k = int(np.searchsorted(self._shard_starts, s, side="right")) - 1
+        return k, s - int(self._shard_starts[k])
+
+    def _span(self, k: int, first: int, last: int) -> np.ndarray:
+        """Tokens of local sentences [first, last] (inclusive) of shard k."""
+        ends = self._sent_ends[k]
+        begin = int(ends[first - 1]) if first > 0 else 0
+        return self._tokens[k][begin:int(ends[last])]
+
+    def sentence(self, s: int) -> np.ndarray:
+        """Token ids (stored dtype, a view of the memmap) of global sentence ``s``."""
+        k, local = self._locate(s)
+        return self._span(k, local, local)
+
+    def sentences(self, start: int, stop: int) -> np.ndarray:
+        """Concatenated token ids of global sentences [start, stop) of one document."""
+        if stop <= start:
+            return np.zeros(0, dtype=self.dtype)
+        k, first = self._locate(start)
+        k2, last = self._locate(stop - 1)
+        if k2 != k:
+            raise EmberError(f"sentences [{start}, {stop}) span two shards; stay within a document")
+        return self._span(k, first, last)
+
+    def doc_sentences(self, d: int) -> range:
+        if not 0 <= d < self.num_docs:
+            raise IndexError(f"document {d} out of range [0, {self.num_docs})")
+        return range(int(self.doc_offsets[d]), int(self.doc_offsets[d + 1]))
+
+    def doc_tokens(self, d: int) -> np.ndarray:
+        """All token ids of document ``d`` (one contiguous memmap slice)."""
+        r = self.doc_sentences(d)
+        return self.sentences(r.start, r.stop)
+
+    def __repr__(self) -> str:
+        return (f"TokenCorpus({str(self.prepared_dir)!r}, split={self.split!r}: "
+                f"{self.num_docs} docs, {self.num_sentences} sentences, {self.num_tokens} tokens)")

@@ -1,0 +1,221 @@
+"""Train, save and load subword tokenizers with the Hugging Face ``tokenizers`` library.
+
+Three kinds, each set up the way its reference model family did it:
+
+- ``wordpiece`` (BERT): BertNormalizer, BertPreTokenizer, ``##`` continuation prefix,
+  ``[CLS] A [SEP] B [SEP]`` with token_type_ids 0/1.
+- ``bpe`` (RoBERTa / GPT-2): byte-level BPE, so there are no unknown characters;
+  ``<s> A </s> </s> B </s>`` with all token_type_ids 0 as in RoBERTa.
+- ``unigram`` (SentencePiece as used by ALBERT / T5): NFKC, Metaspace ``▁`` word marker,
+  BERT-style ``[CLS]``/``[SEP]`` template.
+
+Lower-casing never strips accents: BERT's accent stripping decomposes text with NFD and
+drops combining marks, which turns Hangul syllables into jamo and "й" into "и". For Korean
+and Russian corpora that destroys the text, so we lower-case without it.
+
+The kind is not stored separately: ``tokenizer_kind`` reads it back from the model type.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Iterator
+
+from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+
+from ember.errors import EmberError
+
+KINDS = ("wordpiece", "bpe", "unigram")
+BERT_SPECIAL_TOKENS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+# RoBERTa's order, so ids match its checkpoints: <s>=0, <pad>=1, </s>=2, <unk>=3, <mask>=4.
+ROBERTA_SPECIAL_TOKENS = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]
+
+# Role → the spellings we accept for it, most common first.
+ROLE_CANDIDATES = {
+    "pad": ("[PAD]", "<pad>"),
+    "unk": ("[UNK]", "<unk>"),
+    "cls": ("[CLS]", "<s>", "<cls>"),
+    "sep": ("[SEP]", "</s>", "<sep>"),
+    "mask": ("[MASK]", "<mask>"),
+}
+
+_MODEL_KIND = {"WordPiece": "wordpiece", "BPE": "bpe", "Unigram": "unigram"}
+
+
+def default_special_tokens(kind: str) -> list[str]:
+    return list(ROBERTA_SPECIAL_TOKENS if kind == "bpe" else BERT_SPECIAL_TOKENS)
+
+
+def _role_tokens(special_tokens: list[str]) -> dict[str, str]:
+    """Map each role (pad/unk/cls/sep/mask) to its token in ``special_tokens``."""
+    roles = {}
+    for role, candidates in ROLE_CANDIDATES.items():
+        token = next((c for c in candidates if c in special_tokens), None)
+        if token is None:
+            raise EmberError(
+                f"special tokens {special_tokens} have no {role} token "
+                f"(expected one of {', '.join(candidates)})"
+            )
+        roles[role] = token
+    return roles
+
+
+def _build(kind: str, lowercase: bool, roles: dict[str, str]) -> Tokenizer:
+    """An untrained tokenizer with normalizer, pre-tokenizer and decoder for ``kind``."""
+    if kind == "wordpiece":
+        tok = Tokenizer(models.WordPiece(unk_token=roles["unk"], continuing_subword_prefix="##"))
+        tok.normalizer = normalizers.BertNormalizer(
+            clean_text=True, handle_chinese_chars=True, strip_accents=False, lowercase=lowercase
+        )
+        tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+        tok.decoder = decoders.WordPiece(prefix="##")
+    elif kind == "bpe":
+        # No unk token: byte-level BPE can spell any input from its 256-byte alphabet.
+        tok = Tokenizer(models.BPE())
+        if lowercase:
+            tok.normalizer = normalizers.Lowercase()
+        # add_prefix_space: a sentence's first word gets the same tokens as mid-sentence,
+        # which matters because prepare tokenizes sentence by sentence and packs them.
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=True)
+        tok.decoder = decoders.ByteLevel()
+    elif kind == "unigram":
+        tok = Tokenizer(models.Unigram())
+        norms = [normalizers.NFKC()] + ([normalizers.Lowercase()] if lowercase else [])
+        tok.normalizer = normalizers.Sequence(norms)
+        tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always")
+        tok.decoder = decoders.Metaspace(replacement="▁", prepend_scheme="always")
+    else:
+        raise EmberError(f"unknown tokenizer kind {kind!r}; choose one of {', '.join(KINDS)}")
+    return tok
+
+
+def _trainer(kind: str, vocab_size: int, special_tokens: list[str], min_frequency: int,
+             roles: dict[str, str], progress: bool):
+    if kind == "wordpiece":
+        return trainers.WordPieceTrainer(
+            vocab_size=vocab_size, min_frequency=min_frequency, special_tokens=special_tokens,
+            continuing_subword_prefix="##", show_progress=progress,
+        )
+    if kind == "bpe":
+        return trainers.BpeTrainer(
+            vocab_size=vocab_size, min_frequency=min_frequency, special_tokens=special_tokens,
+            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=progress,
+        )
+    # Unigram has no min_frequency: it prunes by likelihood instead.
+    return trainers.UnigramTrainer(
+        vocab_size=vocab_size, special_tokens=special_tokens, unk_token=roles["unk"],
+        show_progress=progress,
+    )
+
+
+def _set_post_processor(tok: Tokenizer, kind: str, roles: dict[str, str]) -> None:
+    cls, sep = roles["cls"], roles["sep"]
+    ids = {t: tok.token_to_id(t) for t in (cls, sep)}
+    if kind == "bpe":
+        template = processors.TemplateProcessing(
+            single=f"{cls} $A {sep}",
+            pair=f"{cls} $A {sep} {sep} $B {sep}",
+            special_tokens=list(ids.items()),
+        )
+        # ByteLevel(trim_offsets) keeps character offsets off the leading space (QA spans).
+        tok.post_processor = processors.Sequence(
+            [processors.ByteLevel(trim_offsets=True), template]
+        )
+    else:
+        tok.post_processor = processors.TemplateProcessing(
+            single=f"{cls} $A {sep}",
+            pair=f"{cls} $A {sep} $B:1 {sep}:1",
+            special_tokens=list(ids.items()),
+        )
+
+
+def train_tokenizer(
+    files: list[str | Path] | str | Path,
+    kind: str = "wordpiece",
+    vocab_size: int = 30522,
+    lowercase: bool = True,
+    special_tokens: list[str] | None = None,
+    min_frequency: int = 2,
+    max_documents: int | None = None,
+    progress: bool = True,
+    fmt: str = "auto",
+    text_field: str = "text",
+) -> Tokenizer:
+    """Train a ``kind`` tokenizer on the documents of ``files`` (files, folders, globs).
+
+    Documents are streamed (see ``ember.data.readers``) into ``train_from_iterator``, so
+    compressed dumps of any size work. ``max_documents`` caps the number of non-empty
+    documents read. Special tokens come first in the vocabulary, in the order given.
+    """
+    from ember.data.readers import DocumentReader
+
+    if kind not in KINDS:
+        raise EmberError(f"unknown tokenizer kind {kind!r}; choose one of {', '.join(KINDS)}")
+    if special_tokens is None:
+        special_tokens = default_special_tokens(kind)
+    special_tokens = list(dict.fromkeys(special_tokens))  # de-duplicate, keep order
+    if vocab_size <= len(special_tokens):
+        raise EmberError(f"vocab size {vocab_size} leaves no room beyond the special tokens")
+    if max_documents is not None and max_documents <= 0:
+        raise EmberError("max_documents must be positive")
+    roles = _role_tokens(special_tokens)
+    tok = _build(kind, lowercase, roles)
+    trainer = _trainer(kind, vocab_size, special_tokens, min_frequency, roles, progress)
+
+    reader = DocumentReader(files, fmt=fmt, text_field=text_field)
+
+    def texts() -> Iterator[str]:
+        for i, doc in enumerate(reader):
+            if max_documents is not None and i >= max_documents:
+                return
+            yield doc.text
+
+    tok.train_from_iterator(texts(), trainer=trainer)
+    if reader.documents == 0:
+        raise EmberError(
+            f"no text to train on: read {reader.describe_inputs()} "
+            f"({reader.empty_skipped} empty documents)"
+        )
+    _set_post_processor(tok, kind, roles)
+    return tok
+
+
+def load_tokenizer(path: str | Path) -> Tokenizer:
+    """Load a ``tokenizer.json`` (or a folder holding one) with a clear error if unusable."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / "tokenizer.json"
+    if not path.is_file():
+        raise EmberError(
+            f"tokenizer not found: {path}; train one with `ember tokenizer train`"
+        )
+    try:
+        return Tokenizer.from_file(str(path))
+    except Exception as exc:  # the Rust side raises a bare Exception for bad JSON/schema
+        raise EmberError(f"{path}: not a valid tokenizer.json ({exc})") from None
+
+
+def special_token_ids(tok: Tokenizer) -> dict[str, int]:
+    """Ids of the pad/unk/cls/sep/mask tokens (BERT or RoBERTa spellings)."""
+    ids = {}
+    for role, candidates in ROLE_CANDIDATES.items():
+        for token in candidates:
+            token_id = tok.token_to_id(token)
+            if token_id is not None:
+                ids[role] = token_id
+                break
+        else:
+            raise EmberError(
+                f"tokenizer has no {role} token (looked for {', '.join(candidates)}); "
+                "add it with --special-tokens when training"
+            )
+    return ids
+
+
+def tokenizer_kind(tok: Tokenizer) -> str:
+    """'wordpiece', 'bpe' or 'unigram', read from the tokenizer's model."""
+    name = type(tok.model).__name__
+    if name not in _MODEL_KIND:
+        raise EmberError(f"unsupported tokenizer model {name}")
+    return _MODEL_KIND[name]
+
