@@ -1,0 +1,82 @@
+"""`ember finetune`: fine-tune on a GLUE-style task and keep the best-on-dev weights."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from ember.commands.common import add_train_options, train_overrides
+
+
+def register(sub) -> None:
+    p = sub.add_parser(
+        "finetune",
+        help="fine-tune on a sentence (pair) classification or regression task",
+        description="Fine-tune a pre-trained (or random) encoder on SST-2, CoLA, MRPC, RTE, STS-B, "
+        "QNLI or SNLI read from $EMBER_DATA. Defaults follow the BERT paper (lr 2e-5, batch 32, "
+        "3 epochs, 10%% warm-up, max length 128). Evaluates on dev after each epoch and keeps "
+        "the best weights in OUT/model.safetensors; OUT/results.json holds the dev metrics.",
+    )
+    p.add_argument("--task", required=True, help="sst2, cola, mrpc, rte, stsb, qnli or snli")
+    p.add_argument("--init", default="random",
+                   help="pre-training run folder, HF checkpoint folder, or 'random' (default)")
+    p.add_argument("--model", default="", help="model preset for --init random (e.g. bert-mini)")
+    p.add_argument("--tokenizer", default="", help="tokenizer.json for --init random")
+    p.add_argument("--out", required=True, help="run folder to write")
+    p.add_argument("--lr", type=float, help="peak learning rate (default: the task's BERT value)")
+    p.add_argument("--epochs", type=float, help="training epochs (default 3)")
+    p.add_argument("--batch-size", type=int, help="sequences per step (default 32)")
+    p.add_argument("--max-length", type=int, help="max tokens per example (default 128)")
+    p.add_argument("--warmup-ratio", type=float, help="fraction of steps for LR warm-up (default 0.1)")
+    p.add_argument("--seeds", default="", help="comma-separated seeds, e.g. 1,2,3: one run each, "
+                   "mean and std reported (overrides --seed)")
+    p.add_argument("--train-limit", type=int, help="use only the first N training examples (quick runs)")
+    add_train_options(p)
+    p.set_defaults(run=run)
+
+
+def finetune_config(args, seed: int | None):
+    from ember.config import RunConfig, apply_overrides, run_config_from_dict, to_dict
+    from ember.tasks.glue import get_task
+
+    spec = get_task(args.task)
+    hp = spec.bert_hparams
+    values = to_dict(RunConfig(kind="finetune"))
+    values["train"].update(lr=hp.learning_rate, batch_size=hp.batch_size, warmup_ratio=hp.warmup_ratio,
+                           weight_decay=0.01, eval_every=0, save_every=0, log_every=20, adam_eps=1e-8)
+    values["task"].update(name=spec.name, max_length=hp.max_length, epochs=hp.epochs, init=args.init)
+    for flag, key in (("lr", "train.lr"), ("batch_size", "train.batch_size"), ("epochs", "task.epochs"),
+                      ("max_length", "task.max_length"), ("warmup_ratio", "train.warmup_ratio")):
+        if getattr(args, flag) is not None:
+            values = apply_overrides(values, [f"{key}={getattr(args, flag)}"])
+    values = apply_overrides(values, train_overrides(args) + ([f"train.seed={seed}"] if seed is not None else []))
+    return run_config_from_dict(values, where="finetune settings")
+
+
+def run(args) -> int:
+    import dataclasses
+
+    from ember.train.finetune import run_finetuning, summarize_seeds
+    from ember.train.init import load_init
+
+    model_cfg, state, tokenizer_path = load_init(args.init, args.model, args.tokenizer)
+    seeds = [int(s) for s in args.seeds.split(",") if s.strip()] if args.seeds else [None]
+    out = Path(args.out)
+    results = []
+    for seed in seeds:
+        cfg = finetune_config(args, seed)
+        cfg = dataclasses.replace(cfg, model=model_cfg)
+        run_dir = out / f"seed-{cfg.train.seed}" if len(seeds) > 1 else out
+        result = run_finetuning(cfg, run_dir, state, tokenizer_path, args.train_limit,
+                                overwrite=args.overwrite, resume=args.resume, progress=not args.no_progress)
+        results.append(result)
+        metrics = "  ".join(f"{k}={v:.4f}" for k, v in result["metrics"].items())
+        print(f"{result['task']} dev (seed {cfg.train.seed}): {metrics}")
+    if len(results) > 1:
+        summary = {"task": results[0]["task"], "seeds": seeds, "metrics": summarize_seeds(results)}
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "summary.json").write_text(json.dumps(summary, indent=2))
+        for name, s in summary["metrics"].items():
+            print(f"{summary['task']} dev {name}: mean {s['mean']:.4f} ± {s['std']:.4f} "
+                  f"(median {s['median']:.4f}, {len(seeds)} seeds)")
+    return 0

@@ -1,0 +1,71 @@
+"""Sequence classification and regression on top of an encoder (BERT, Devlin et al. §4.1).
+
+The [CLS] representation (through BERT's tanh pooler when the backbone has one) goes through
+dropout and one linear layer: cross-entropy over labels, or MSE for a regression target
+(STS-B, 1 output). Used by `ember finetune` with any backbone returning ``pooled`` or hidden
+states.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ember.tasks.featurize import collate
+
+
+class SequenceClassifier(nn.Module):
+    def __init__(self, backbone: nn.Module, num_labels: int, pad_id: int, dropout: float | None = None) -> None:
+        super().__init__()
+        cfg = backbone.config
+        self.backbone = backbone
+        self.num_labels = num_labels
+        self.pad_id = pad_id
+        self.dropout = nn.Dropout(cfg.dropout if dropout is None else dropout)
+        self.classifier = nn.Linear(cfg.hidden_size, num_labels)
+        nn.init.normal_(self.classifier.weight, std=cfg.initializer_range)
+        nn.init.zeros_(self.classifier.bias)
+
+    @property
+    def is_regression(self) -> bool:
+        return self.num_labels == 1
+
+    def make_batch(self, features: list[dict], rng: np.random.Generator | None = None) -> dict:
+        return collate(features, self.pad_id)
+
+    def logits(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:  # (B, num_labels)
+        out = self.backbone(batch["input_ids"], batch["attention_mask"], batch.get("token_type_ids"))
+        pooled = out.pooled if out.pooled is not None else out.last_hidden_state[:, 0]
+        return self.classifier(self.dropout(pooled))
+
+    def forward(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict]:
+        logits = self.logits(batch).float()
+        labels = batch["labels"]
+        n = int(labels.shape[0])
+        if self.is_regression:
+            loss = F.mse_loss(logits.squeeze(-1), labels.float())
+            return loss, {"loss": (loss.item() * n, n)}
+        loss = F.cross_entropy(logits, labels)
+        correct = (logits.argmax(-1) == labels).sum().item()
+        return loss, {"loss": (loss.item() * n, n), "accuracy": (correct, n)}
+
+    @torch.no_grad()
+    def predict(self, features: list[dict], batch_size: int = 64, device: str = "cpu") -> np.ndarray:
+        """Logits (N, num_labels) in input order; batches are formed by length to save padding."""
+        was_training = self.training
+        self.eval()
+        order = np.argsort([len(f["input_ids"]) for f in features], kind="stable")
+        out = np.zeros((len(features), self.num_labels), dtype=np.float32)
+        for start in range(0, len(order), batch_size):
+            idx = order[start : start + batch_size]
+            batch = collate([{**features[i], "label": None} for i in idx], self.pad_id)
+            batch = {k: v.to(device) for k, v in batch.items()}
+            out[idx] = self.logits(batch).float().cpu().numpy()
+        self.train(was_training)
+        return out
+
+
+def predictions_from_logits(logits: np.ndarray, regression: bool) -> np.ndarray:
+    return logits[:, 0] if regression else logits.argmax(-1)

@@ -1,0 +1,55 @@
+"""Where fine-tuning weights start: an ember run folder, an HF checkpoint folder, or random.
+
+Returns the backbone's ModelConfig, its weights (``backbone.*`` names stripped of the prefix)
+and the tokenizer that goes with them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ember.config import ModelConfig, model_preset
+from ember.errors import EmberError
+from ember.train.checkpoint import load_weights
+from ember.train.rundir import check_family, load_run_config
+
+SUPPORTED_FAMILIES = ("bert",)
+
+
+def backbone_weights(state: dict) -> dict:
+    return {k[len("backbone."):]: v for k, v in state.items() if k.startswith("backbone.")}
+
+
+def load_init(init: str, preset: str = "", tokenizer: str = "") -> tuple[ModelConfig, dict | None, Path]:
+    """(model config, backbone state or None for random init, tokenizer.json path)."""
+    if init in ("", "random"):
+        if not preset or not tokenizer:
+            raise EmberError("a randomly initialised model needs --model PRESET and --tokenizer tokenizer.json")
+        from ember.tokenizers import load_tokenizer, special_token_ids
+
+        tok = load_tokenizer(tokenizer)
+        import dataclasses
+
+        cfg = dataclasses.replace(model_preset(preset), vocab_size=tok.get_vocab_size(),
+                                  pad_token_id=special_token_ids(tok)["pad"])
+        return cfg, None, Path(tokenizer)
+    path = Path(init)
+    if (path / "config.yaml").is_file():
+        run_cfg = load_run_config(path)
+        check_family(path, run_cfg, SUPPORTED_FAMILIES)
+        weights = path / "model.safetensors"
+        if not weights.is_file():
+            raise EmberError(f"{path} has no model.safetensors yet (is its training still running? "
+                             "a finished or interrupted-and-resumed run writes it at the end)")
+        return run_cfg.model, backbone_weights(load_weights(weights)), path / "tokenizer.json"
+    if (path / "config.json").is_file():
+        from ember.interop import hf_bert
+        from ember.interop.common import read_hf_config, read_hf_weights
+
+        cfg = hf_bert.config_from_hf(read_hf_config(path))
+        state = backbone_weights(hf_bert.state_from_hf(read_hf_weights(path), cfg))
+        if not (path / "tokenizer.json").is_file():
+            raise EmberError(f"{path} has no tokenizer.json; import it first with `ember convert --from-hf`")
+        return cfg, state, path / "tokenizer.json"
+    raise EmberError(f"--init {init}: not an ember run folder (config.yaml) nor an HF checkpoint "
+                     "(config.json); use 'random' to start from scratch")
