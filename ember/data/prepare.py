@@ -159,6 +159,7 @@ def prepare_corpus(
 
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f"{out_dir.name}.tmp-", dir=out_dir.parent))
+    tmp.chmod(0o755)  # mkdtemp makes it private; the result is an ordinary shared folder
     bar = None
     try:
         writers = {s: ShardWriter(tmp / s, dtype, shard_tokens) for s in ("train", "valid")}
