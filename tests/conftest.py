@@ -37,3 +37,24 @@ def tiny_tokenizer_path(tmp_path):
     path = tmp_path / "tokenizer.json"
     make_wordpiece(words).save(str(path))
     return path
+
+
+@pytest.fixture(scope="session")
+def wiki_prepared(tmp_path_factory):
+    """A WordPiece tokenizer (2k vocab) and token shards from ~150 real Wikipedia articles."""
+    from ember.data.prepare import prepare_corpus
+    from ember.tokenizers import train_tokenizer
+
+    source = real_data("wiki-en", "AA", "wiki_00.gz")
+    root = tmp_path_factory.mktemp("wiki")
+    tok = train_tokenizer([source], vocab_size=2000, max_documents=150, progress=False)
+    tok.save(str(root / "tokenizer.json"))
+    prepare_corpus([source], root / "tokenizer.json", root / "prepared", max_docs=150,
+                   valid_fraction=0.05, progress=False)
+    return root / "prepared"
+
+
+TINY_MODEL = [
+    "model.hidden_size=32", "model.num_layers=2", "model.num_heads=2", "model.intermediate_size=64",
+    "model.max_position=64", "model.vocab_size=2000", "data.max_seq_length=64", "data.eval_examples=32",
+]

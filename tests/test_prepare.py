@@ -188,7 +188,7 @@ def test_interrupt_midway_removes_the_temporary_directory(synthetic_tokenizer, t
     corpus = tmp_path / "c.jsonl"
     _synthetic_jsonl(corpus, 30)
     calls = []
-    real = prepare_mod.encode_documents
+    real = prepare_mod.encode_split
 
     def flaky(*args):
         calls.append(1)
@@ -196,7 +196,7 @@ def test_interrupt_midway_removes_the_temporary_directory(synthetic_tokenizer, t
             raise KeyboardInterrupt
         return real(*args)
 
-    monkeypatch.setattr(prepare_mod, "encode_documents", flaky)
+    monkeypatch.setattr(prepare_mod, "encode_split", flaky)
     with pytest.raises(KeyboardInterrupt):
         prepare_corpus([corpus], synthetic_tokenizer, tmp_path / "out", batch_docs=5, progress=False)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["c.jsonl"]

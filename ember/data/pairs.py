@@ -73,7 +73,7 @@ class SegmentPairDataset:
         return len(self.chunks)
 
     def _tokens(self, first: int, end: int) -> np.ndarray:
-        return np.concatenate([self.corpus.sentence(s) for s in range(first, end)]).astype(np.int64)
+        return self.corpus.sentences(first, end).astype(np.int64)  # one contiguous memmap slice
 
     def example(self, index: int, epoch: int = 0) -> SegmentPair:
         rng = np.random.default_rng([self.seed, epoch, index])

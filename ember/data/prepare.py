@@ -20,8 +20,11 @@ from __future__ import annotations
 import datetime
 import hashlib
 import json
+import os
+import queue
 import shutil
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Iterator
@@ -44,14 +47,15 @@ def is_valid_doc(ordinal: int, valid_fraction: float, seed: int) -> bool:
     return int.from_bytes(digest, "little") / 2**64 < valid_fraction
 
 
-def encode_documents(tok, texts: list[str], sep: str, sep_id: int):
-    """Tokenize documents sentence by sentence.
-
-    Returns one ``(ids, sentence_ends)`` per text: ids (n,) int64 without special tokens,
-    sentence_ends (S,) int64 exclusive ends, empty sentences (0 tokens) dropped.
-    """
+def split_documents(texts: list[str], sep: str) -> tuple[list[list[str]], list[str]]:
+    """Sentences of each text, and each text's sentences joined by ``sep`` for encoding."""
     sentences = [split_sentences(t) for t in texts]
-    encodings = tok.encode_batch_fast([sep.join(s) for s in sentences], add_special_tokens=False)
+    return sentences, [sep.join(s) for s in sentences]
+
+
+def encode_split(tok, sentences: list[list[str]], joined: list[str], sep_id: int):
+    """Encode documents split by ``split_documents``; see ``encode_documents``."""
+    encodings = tok.encode_batch_fast(joined, add_special_tokens=False)  # releases the GIL
     out = []
     for sents, enc in zip(sentences, encodings):
         ids = np.array(enc.ids, dtype=np.int64)  # (n + S - 1,) with seps between sentences
@@ -68,6 +72,62 @@ def encode_documents(tok, texts: list[str], sep: str, sep_id: int):
             ends = ends[lengths > 0]  # sentences of only whitespace/control chars
         out.append((ids, ends))
     return out
+
+
+def encode_documents(tok, texts: list[str], sep: str, sep_id: int):
+    """Tokenize documents sentence by sentence.
+
+    Returns one ``(ids, sentence_ends)`` per text: ids (n,) int64 without special tokens,
+    sentence_ends (S,) int64 exclusive ends, empty sentences (0 tokens) dropped.
+    """
+    sentences, joined = split_documents(texts, sep)
+    return encode_split(tok, sentences, joined, sep_id)
+
+
+def _prefetch(items: Iterator, depth: int = 2) -> Iterator:
+    """Run ``items`` in a background thread, ``depth`` items ahead of the consumer.
+
+    Reading and sentence splitting (Python) then overlap with encoding, which runs in Rust
+    with the GIL released. Exceptions in the producer re-raise in the consumer; if the
+    consumer stops early the producer is told to stop.
+    """
+    done = object()
+    q: queue.Queue = queue.Queue(maxsize=depth)
+    stop = threading.Event()
+
+    def produce():
+        try:
+            for item in items:
+                while not stop.is_set():
+                    try:
+                        q.put((item, None), timeout=0.1)
+                        break
+                    except queue.Full:
+                        continue
+                if stop.is_set():
+                    return
+            q.put((done, None))
+        except BaseException as exc:  # handed to the consumer, re-raised there
+            q.put((None, exc))
+
+    thread = threading.Thread(target=produce, name="ember-prepare-reader", daemon=True)
+    thread.start()
+    try:
+        while True:
+            item, exc = q.get()
+            if exc is not None:
+                raise exc
+            if item is done:
+                return
+            yield item
+    finally:
+        stop.set()
+        while thread.is_alive():  # unblock a producer waiting on a full queue
+            try:
+                q.get_nowait()
+            except queue.Empty:
+                pass
+            thread.join(timeout=0.05)
 
 
 def _batches(reader: DocumentReader, max_docs: int | None,
@@ -173,8 +233,15 @@ def prepare_corpus(
         pending = None  # last train document, held back in case valid ends up empty
         total_tokens = 0
         no_tokens = 0
-        for batch in _batches(reader, max_docs, batch_docs):
-            encoded = encode_documents(tok, [d.text for d in batch], sep, specials["sep"])
+        def split_batches():
+            for batch in _batches(reader, max_docs, batch_docs):
+                yield split_documents([d.text for d in batch], sep)
+
+        batches = split_batches()
+        if os.environ.get("EMBER_PREPARE_THREAD", "1") == "1":
+            batches = _prefetch(batches)
+        for sentences, joined in batches:
+            encoded = encode_split(tok, sentences, joined, specials["sep"])
             for ids, ends in encoded:
                 if len(ends) == 0:  # only whitespace/control characters
                     no_tokens += 1

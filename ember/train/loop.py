@@ -8,7 +8,7 @@ Determinism, which exact resume rests on: the examples of optimizer step ``s`` a
 ``s*G .. s*G+G-1`` of an endless stream that visits the dataset in a fresh seeded permutation
 per epoch (G = global batch). Rank r of W takes its contiguous share, split into
 ``grad_accum`` micro-batches. Corruption RNG and dropout seeds are keyed by (seed, step,
-rank, micro-batch). So a run resumed from the checkpoint of step s replays steps s+1.. exactly.
+global micro-batch). So a run resumed from the checkpoint of step s replays steps s+1.. exactly.
 """
 
 from __future__ import annotations
@@ -138,8 +138,11 @@ class Trainer:
         tokens = 0
         micro = self._micro_batches(step)
         for k, examples in enumerate(micro):
-            rng = np.random.default_rng([cfg.seed, step, self.dist.rank, k])
-            torch.manual_seed(int(np.random.SeedSequence([cfg.seed, step, self.dist.rank, k]).generate_state(1)[0]))
+            # Keyed by the micro-batch's global index, so W ranks x A accumulation steps draw
+            # the same corruption as 1 rank x (W*A) steps: the layout does not change results.
+            micro_index = self.dist.rank * cfg.grad_accum + k
+            rng = np.random.default_rng([cfg.seed, step, micro_index])
+            torch.manual_seed(int(np.random.SeedSequence([cfg.seed, step, micro_index]).generate_state(1)[0]))
             batch = {n: t.to(cfg.device) for n, t in self.module.make_batch(examples, rng).items()}
             tokens += int(batch["attention_mask"].sum()) if "attention_mask" in batch else 0
             sync = nullcontext() if (k == len(micro) - 1 or not self.dist.enabled) else model.no_sync()
