@@ -20,7 +20,6 @@ from __future__ import annotations
 import datetime
 import hashlib
 import json
-import os
 import queue
 import shutil
 import tempfile
@@ -37,6 +36,8 @@ from ember.data.shards import FORMAT_NAME, FORMAT_VERSION, ShardWriter, token_dt
 from ember.errors import EmberError
 
 BATCH_CHARS = 2_000_000  # ~2 MB of text per encode call: enough work for both cores
+# Read and split in a background thread while the main thread encodes (see _prefetch).
+READER_THREAD = True
 
 
 def is_valid_doc(ordinal: int, valid_fraction: float, seed: int) -> bool:
@@ -238,7 +239,7 @@ def prepare_corpus(
                 yield split_documents([d.text for d in batch], sep)
 
         batches = split_batches()
-        if os.environ.get("EMBER_PREPARE_THREAD", "1") == "1":
+        if READER_THREAD:
             batches = _prefetch(batches)
         for sentences, joined in batches:
             encoded = encode_split(tok, sentences, joined, specials["sep"])
