@@ -15,7 +15,8 @@ def register(sub) -> None:
         "written by `ember prepare`. Writes a run folder with config, tokenizer, checkpoints, "
         "metrics.jsonl, TensorBoard events and curves.png. Runs under torchrun for DDP.",
     )
-    p.add_argument("--recipe", default="bert-mini", help="recipe name or YAML path (default: bert-mini)")
+    p.add_argument("--recipe", help="recipe name or YAML path (default: bert-mini; with --resume, "
+                   "the run's saved settings)")
     p.add_argument("--data", help="prepared corpus folder (from `ember prepare`)")
     p.add_argument("--out", required=True, help="run folder to write")
     p.add_argument("--max-steps", type=int, help="optimizer steps (the LR schedule spans these)")
@@ -27,7 +28,9 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from ember.config import apply_overrides, load_yaml, run_config_from_dict
+    import dataclasses
+
+    from ember.config import apply_overrides, load_yaml, run_config_from_dict, to_dict
     from ember.errors import EmberError
     from ember.train.pretrain import run_pretraining
 
@@ -39,20 +42,25 @@ def run(args) -> int:
         value = getattr(args, flag)
         if value is not None:
             overrides.append(f"{key}={value}")
-    if args.resume and (out / "config.yaml").is_file():
-        # Resume with the run's own settings so the continuation is exact; only the time
-        # budget and device may change.
-        values = load_yaml(out / "config.yaml")
-        changed = [o for o in overrides if not o.startswith(("train.max_time", "train.device", "data.prepared"))]
-        if changed:
-            raise EmberError(f"--resume continues {out} with its saved settings; drop {changed} "
-                             "(or start a new run)")
-        values = apply_overrides(values, overrides)
-    else:
-        values = apply_overrides(load_yaml(recipe_path(args.recipe)), overrides)
-    cfg = run_config_from_dict(values, where=f"recipe {args.recipe}")
+    saved_path = out / "config.yaml"
+    resuming = args.resume and saved_path.is_file()
+    base = saved_path if resuming and args.recipe is None else recipe_path(args.recipe or "bert-mini")
+    cfg = run_config_from_dict(apply_overrides(load_yaml(base), overrides), where=str(base))
+    if resuming:
+        # Continue with the run's own settings so the continuation is exact: the same command
+        # line plus --resume is fine, but only the time budget and device may change.
+        saved = run_config_from_dict(load_yaml(saved_path), where=str(saved_path))
+        changed = [f"{section}.{key}" for section in ("model", "data", "train")
+                   for key, value in to_dict(getattr(cfg, section)).items()
+                   if key not in ("max_time", "device", "pad_token_id")
+                   and value != to_dict(getattr(saved, section))[key]]
+        if changed or cfg.objective != saved.objective:
+            raise EmberError(f"--resume continues {out} with its saved settings, but this command "
+                             f"changes {changed or ['objective']}; drop those options or start a new run")
+        cfg = dataclasses.replace(saved, train=dataclasses.replace(
+            saved.train, max_time=cfg.train.max_time, device=cfg.train.device))
     if cfg.kind != "pretrain":
-        raise EmberError(f"recipe {args.recipe} is a {cfg.kind} recipe, not a pre-training one")
+        raise EmberError(f"{base} is a {cfg.kind} recipe, not a pre-training one")
     result = run_pretraining(cfg, out, resume=args.resume, overwrite=args.overwrite,
                              progress=not args.no_progress)
     print(f"stopped at step {result['step']} after {result['elapsed'] / 60:.1f} min; run folder: {out}")

@@ -1,0 +1,96 @@
+"""Exact resume: a pre-training process killed with SIGKILL continues with the same losses."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import TINY_MODEL
+from ember.train.logging import MetricsLogger
+
+STEPS = 240
+
+
+def pretrain_cmd(prepared: Path, run: Path, *extra: str) -> list[str]:
+    sets = TINY_MODEL + ["train.save_every=20", "train.log_every=1", "train.eval_every=0",
+                         "train.batch_size=8", "train.lr=1e-3"]
+    cmd = [sys.executable, "-m", "ember", "pretrain", "--recipe", "bert-mini", "--data", str(prepared),
+           "--out", str(run), "--max-steps", str(STEPS), "--no-progress"]
+    for s in sets:
+        cmd += ["--set", s]
+    return cmd + list(extra)
+
+
+def env() -> dict:
+    return {**os.environ, "OMP_NUM_THREADS": "1"}
+
+
+def train_losses(run: Path) -> dict[int, float]:
+    return {r["step"]: r["loss"] for r in MetricsLogger.read(run / "metrics.jsonl") if r["split"] == "train"}
+
+
+def kill_after_checkpoint(cmd: list[str], run: Path, step: int) -> None:
+    """Start training, wait until the checkpoint of ``step`` exists, then SIGKILL it."""
+    proc = subprocess.Popen(cmd, env=env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    target = run / "checkpoints" / f"step-{step:08d}"
+    deadline = time.time() + 120
+    while not target.exists():
+        if proc.poll() is not None:
+            pytest.fail(f"training ended before step {step}: {proc.stderr.read().decode()[-2000:]}")
+        if time.time() > deadline:
+            proc.kill()
+            pytest.fail("training too slow to reach the checkpoint")
+        time.sleep(0.005)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert proc.returncode == -signal.SIGKILL
+    assert not (run / "model.safetensors").exists()  # really killed mid-run
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(wiki_prepared, tmp_path_factory):
+    run = tmp_path_factory.mktemp("uninterrupted") / "run"
+    subprocess.run(pretrain_cmd(wiki_prepared, run), env=env(), check=True, capture_output=True)
+    losses = train_losses(run)
+    assert sorted(losses) == list(range(1, STEPS + 1))
+    return losses
+
+
+def test_resume_after_kill_matches_uninterrupted_losses(wiki_prepared, uninterrupted, tmp_path):
+    run = tmp_path / "run"
+    kill_after_checkpoint(pretrain_cmd(wiki_prepared, run), run, step=60)
+    done = subprocess.run(pretrain_cmd(wiki_prepared, run, "--resume"), env=env(), capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "resumed from" in done.stdout
+    resumed = train_losses(run)
+    assert sorted(resumed) == list(range(1, STEPS + 1))  # no duplicated or missing steps
+    assert resumed == uninterrupted  # bit-for-bit the same losses
+
+
+def test_resume_skips_a_corrupt_checkpoint_and_still_matches(wiki_prepared, uninterrupted, tmp_path):
+    run = tmp_path / "run"
+    kill_after_checkpoint(pretrain_cmd(wiki_prepared, run), run, step=80)
+    newest = sorted((run / "checkpoints").glob("step-*"))[-1]
+    weights = newest / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])  # a torn write
+    (run / "checkpoints" / ".step-00000100.abc.tmp").mkdir()  # a half-written checkpoint folder
+    done = subprocess.run(pretrain_cmd(wiki_prepared, run, "--resume"), env=env(), capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert f"checkpoint {newest} is damaged" in done.stderr
+    assert train_losses(run) == uninterrupted
+
+
+def test_resume_with_only_damaged_checkpoints_is_a_clear_error(wiki_prepared, tmp_path):
+    run = tmp_path / "run"
+    kill_after_checkpoint(pretrain_cmd(wiki_prepared, run), run, step=20)
+    for manifest in (run / "checkpoints").glob("step-*/manifest.json"):
+        manifest.unlink()
+    done = subprocess.run(pretrain_cmd(wiki_prepared, run, "--resume"), env=env(), capture_output=True, text=True)
+    assert done.returncode == 1
+    assert "no intact checkpoint" in done.stderr and "Traceback" not in done.stderr
