@@ -1,0 +1,125 @@
+"""Fine-tuning: GLUE classification and regression on real data, evaluate/predict, HF export."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import real_data
+from ember.config import ModelConfig, RunConfig, TaskConfig, TrainConfig
+from ember.errors import EmberError
+from ember.train.finetune import evaluate_run, run_finetuning
+
+TINY = ModelConfig(vocab_size=2000, hidden_size=64, num_layers=2, num_heads=2, intermediate_size=128,
+                   max_position=128)
+
+
+def finetune_cfg(task: str, epochs: float = 2.0, lr: float = 1e-3, **train) -> RunConfig:
+    return RunConfig(kind="finetune", model=TINY,
+                     task=TaskConfig(name=task, max_length=64, epochs=epochs, init="random"),
+                     train=TrainConfig(lr=lr, batch_size=32, warmup_ratio=0.1, eval_every=0,
+                                       save_every=0, log_every=10, **train))
+
+
+@pytest.fixture(scope="module")
+def sst2_run(wiki_prepared, tmp_path_factory):
+    real_data("glue", "SST-2")
+    run = tmp_path_factory.mktemp("sst2") / "run"
+    result = run_finetuning(finetune_cfg("sst2"), run, None, wiki_prepared / "tokenizer.json",
+                            train_limit=3000, progress=False)
+    return run, result
+
+
+def test_finetune_sst2_from_random_init_learns_on_real_data(sst2_run):
+    run, result = sst2_run
+    # 3,000 real training sentences, 2 epochs of a random 2-layer model: clearly above chance
+    assert result["metrics"]["accuracy"] > 0.6
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    evals = [r for r in records if r["split"] == "eval"]
+    assert len(evals) == 2  # one dev evaluation per epoch
+    assert result["best_step"] in [r["step"] for r in evals]
+    assert result["metrics"]["accuracy"] == pytest.approx(max(r["accuracy"] for r in evals))
+
+
+def test_evaluate_reloads_best_checkpoint_with_same_metrics(sst2_run):
+    run, result = sst2_run
+    again = evaluate_run(run)
+    assert again["metrics"] == pytest.approx(result["metrics"])
+
+
+def test_predict_writes_one_prediction_per_row(sst2_run, tmp_path):
+    run, _ = sst2_run
+    source = tmp_path / "in.tsv"
+    source.write_text("sentence\nan utterly charming film\na dull , lifeless mess\n")
+    out = tmp_path / "pred.jsonl"
+    done = subprocess.run([sys.executable, "-m", "ember", "predict", str(run), "--input", str(source),
+                           "--out", str(out)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(rows) == 2 and all(r["prediction"] in ("negative", "positive", "0", "1") for r in rows)
+    assert all(abs(sum(r["probabilities"].values()) - 1) < 1e-4 for r in rows)
+
+
+def test_finetune_stsb_regression_reports_pearson_and_spearman(wiki_prepared, tmp_path):
+    real_data("glue", "STS-B")
+    result = run_finetuning(finetune_cfg("stsb", epochs=1.0), tmp_path / "run", None,
+                            wiki_prepared / "tokenizer.json", train_limit=600, progress=False)
+    metrics = result["metrics"]
+    assert {"pearson", "spearman"} <= set(metrics)
+    assert all(np.isfinite(metrics[k]) for k in ("pearson", "spearman"))
+
+
+def test_finetuned_classifier_exports_to_transformers_with_same_logits(sst2_run, tmp_path):
+    transformers = pytest.importorskip("transformers")
+    from ember.interop.convert import export_hf
+    from ember.tasks.glue import get_task
+    from ember.tokenizers import load_tokenizer
+    from ember.train.finetune import load_classifier
+    from ember.train.rundir import load_run_config
+
+    run, _ = sst2_run
+    out = export_hf(run, tmp_path / "hf")
+    hf = transformers.BertForSequenceClassification.from_pretrained(out).eval()
+    cfg = load_run_config(run)
+    ours = load_classifier(run, cfg, get_task("sst2"), 0)
+    tok = load_tokenizer(run / "tokenizer.json")
+    enc = tok.encode("a gripping , beautifully acted story")
+    ids = torch.tensor([enc.ids])
+    batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "token_type_ids": torch.zeros_like(ids)}
+    with torch.no_grad():
+        torch.testing.assert_close(ours.logits(batch), hf(**batch).logits, atol=1e-5, rtol=0)
+    assert hf.config.id2label[0] in ("negative", "0")
+
+
+def test_init_from_a_run_of_another_family_is_a_clear_error(tmp_path):
+    from ember.train.init import load_init
+
+    run = tmp_path / "gpt"
+    run.mkdir()
+    (run / "config.yaml").write_text("kind: pretrain\nobjective: clm\nmodel:\n  family: gpt2\n")
+    with pytest.raises(EmberError, match="holds a 'gpt2' model"):
+        load_init(str(run))
+
+
+def test_finetune_from_a_pretraining_run_uses_its_weights(wiki_prepared, tmp_path):
+    from ember.config import apply_overrides, load_yaml, run_config_from_dict
+    from ember.commands.common import recipe_path
+    from ember.train.init import load_init
+    from ember.train.pretrain import run_pretraining
+    from conftest import TINY_MODEL
+
+    cfg = run_config_from_dict(apply_overrides(load_yaml(recipe_path("bert-mini")), TINY_MODEL + [
+        f"data.prepared={wiki_prepared}", "train.max_steps=3", "train.eval_every=0", "train.save_every=0"]))
+    run_pretraining(cfg, tmp_path / "pre", progress=False)
+    model_cfg, state, tokenizer = load_init(str(tmp_path / "pre"))
+    assert model_cfg.hidden_size == 32 and tokenizer.name == "tokenizer.json"
+    from ember.train.checkpoint import load_weights
+
+    saved = load_weights(tmp_path / "pre" / "model.safetensors")
+    torch.testing.assert_close(state["embeddings.word.weight"], saved["backbone.embeddings.word.weight"])
+    assert not any(k.startswith(("mlm.", "nsp.")) for k in state)
