@@ -1,0 +1,68 @@
+"""The command line: every verb has help, and bad input gives one clear message, no traceback."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from ember.cli import COMMAND_MODULES, build_parser, main
+
+
+def ember(*args: str, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "ember", *args], capture_output=True, text=True, **kw)
+
+
+def test_every_verb_is_registered_and_has_help(capsys):
+    parser = build_parser()
+    verbs = set(parser._subparsers._group_actions[0].choices)
+    assert {m.replace("_", "-") for m in COMMAND_MODULES} <= verbs | {"tokenizer"}
+    for verb in sorted(verbs):
+        args = [verb, "train", "--help"] if verb == "tokenizer" else [verb, "--help"]
+        with pytest.raises(SystemExit) as exit_info:
+            main(args)
+        assert exit_info.value.code == 0
+        assert len(capsys.readouterr().out) > 200  # a real description, not a stub
+
+
+def test_unknown_task_is_one_clear_line(tmp_path):
+    done = ember("finetune", "--task", "nosuchtask", "--init", "random", "--model", "bert-tiny",
+                 "--tokenizer", str(tmp_path / "missing.json"), "--out", str(tmp_path / "run"))
+    assert done.returncode == 1
+    assert "Traceback" not in done.stderr
+    assert "ember finetune: error:" in done.stderr
+
+
+def test_pretrain_without_prepared_data_says_what_to_do(tmp_path):
+    done = ember("pretrain", "--data", str(tmp_path / "nowhere"), "--out", str(tmp_path / "run"))
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert str(tmp_path / "nowhere") in done.stderr
+
+
+def test_unknown_recipe_lists_the_known_ones(tmp_path):
+    done = ember("pretrain", "--recipe", "bert-huge", "--out", str(tmp_path / "run"))
+    assert done.returncode == 1 and "bert-mini" in done.stderr
+
+
+def test_bad_override_names_the_setting(tmp_path):
+    done = ember("pretrain", "--set", "train.lrr=1", "--out", str(tmp_path / "run"))
+    assert done.returncode == 1 and "lrr" in done.stderr and "valid" in done.stderr
+
+
+def test_evaluate_on_a_folder_that_is_not_a_run(tmp_path):
+    done = ember("evaluate", str(tmp_path))
+    assert done.returncode == 1 and "not an ember run folder" in done.stderr
+
+
+def test_fill_mask_without_mask_token_explains(wiki_prepared, tmp_path):
+    from conftest import TINY_MODEL
+
+    sets = [a for s in TINY_MODEL + ["train.eval_every=0", "train.save_every=0"] for a in ("--set", s)]
+    done = ember("pretrain", "--data", str(wiki_prepared), "--out", str(tmp_path / "run"), "--max-steps", "2",
+                 "--no-progress", *sets)
+    assert done.returncode == 0, done.stderr
+    done = ember("fill-mask", str(tmp_path / "run"), "paris is nice")
+    assert done.returncode == 1 and "[MASK]" in done.stderr
+    done = ember("fill-mask", str(tmp_path / "run"), "paris is [MASK] .")
+    assert done.returncode == 0 and "mask 1:" in done.stdout
