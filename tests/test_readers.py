@@ -210,6 +210,11 @@ def test_sentences_do_not_split_after_abbreviations():
         "The U.S. Army left in Jan. 1990."]
 
 
+def test_abbreviation_after_no_break_space_is_recognised():
+    assert split_sentences("It left at 7:51\u00a0a.m. Everyone cheered. Then quiet.") == [
+        "It left at 7:51\u00a0a.m. Everyone cheered.", "Then quiet."]
+
+
 def test_sentences_do_not_split_after_initials():
     assert split_sentences("It was written by J. R. R. Tolkien. He was British.") == [
         "It was written by J. R. R. Tolkien.", "He was British."]

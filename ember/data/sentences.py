@@ -37,8 +37,11 @@ ABBREVIATIONS = frozenset(
 )
 
 # Punctuation run, optional closing quotes/brackets, then whitespace. Group 1 = the
-# punctuation, group 2 = what follows it up to the whitespace.
-_CANDIDATE = re.compile(r"([.!?…]+)([\"'”’»)\]]*)\s+")
+# punctuation, group 2 = what follows it up to the whitespace. The lookahead rejects the
+# common lower-case ASCII follower inside the regex engine (cheap); the full
+# ``_starts_sentence`` test in Python handles the rest.
+_CANDIDATE = re.compile(r"([.!?…]+)([\"'”’»)\]]*)\s+(?=[^a-z\s])")
+_WORD_STOP = "(\"'“‘«["
 _OPENERS = "\"'“‘«([¿¡"
 
 
@@ -49,8 +52,9 @@ def _starts_sentence(ch: str) -> bool:
 
 def _is_abbreviation(text: str, dot: int) -> bool:
     """True if the ``.`` at index ``dot`` closes an abbreviation or an initial."""
+    # The word before the dot: back to whitespace (incl. no-break space) or an opener.
     start = dot
-    while start > 0 and not text[start - 1].isspace() and text[start - 1] not in "(\"'“‘«[":
+    while start > 0 and not text[start - 1].isspace() and text[start - 1] not in _WORD_STOP:
         start -= 1
     word = text[start:dot]
     if not word:
