@@ -138,19 +138,79 @@ def test_meta_records_tokenizer_hash_dtype_and_special_ids(wiki_prepared, wiki_t
     assert isinstance(corpus._tokens[0], np.memmap)  # opened lazily, not read into RAM
 
 
+def _reference_encoding(tok, text):
+    """Each sentence encoded on its own: what encode_documents must reproduce."""
+    parts = [e.ids for e in tok.encode_batch(split_sentences(text), add_special_tokens=False)]
+    parts = [p for p in parts if p]
+    return [i for p in parts for i in p], np.cumsum([len(p) for p in parts]).tolist()
+
+
 @needs_wiki
 @pytest.mark.parametrize("kind", ["wordpiece", "bpe", "unigram"])
 def test_joined_encoding_equals_encoding_each_sentence(kind):
-    docs = [d.text for _, d in zip(range(20), iter_documents(WIKI_FILES[:1]))]
+    docs = [d.text for _, d in zip(range(20), iter_documents(WIKI_FILES[:1]))] + ["", " \n "]
     tok = train_tokenizer(WIKI_FILES[:1], kind=kind, vocab_size=800,
                           max_documents=3 if kind == "unigram" else 20, progress=False)
-    docs.append("A text with a literal [SEP] and </s> in it. Second sentence.")
     sep_id = special_token_ids(tok)["sep"]
-    for text, (ids, ends) in zip(docs, encode_documents(tok, docs, tok.id_to_token(sep_id), sep_id)):
-        parts = [e.ids for e in tok.encode_batch(split_sentences(text), add_special_tokens=False)]
-        parts = [p for p in parts if p]
-        assert ids.tolist() == [i for p in parts for i in p]
-        assert ends.tolist() == np.cumsum([len(p) for p in parts]).tolist()
+    sep = tok.id_to_token(sep_id)
+    # The second call has a document containing the sep token itself: the fallback path.
+    literal = ["A text with a literal [SEP] and </s> in it. Second sentence."]
+    for texts in (docs, docs + literal):
+        enc = encode_documents(tok, texts, sep, sep_id)
+        assert len(enc.doc_sentences) == len(texts)
+        for d, text in enumerate(texts):
+            ids, ends = enc.document(d)
+            assert (ids.tolist(), ends.tolist()) == _reference_encoding(tok, text)
+
+
+def test_long_documents_are_encoded_in_pieces_with_the_same_result(synthetic_tokenizer, tmp_path,
+                                                                   monkeypatch):
+    corpus = tmp_path / "c.jsonl"
+    _synthetic_jsonl(corpus, 6, sentences=40)
+    texts = [d.text for d in iter_documents([corpus])] + ["", "One. Two."]
+    tok = load_tokenizer(synthetic_tokenizer)
+    sep_id = special_token_ids(tok)["sep"]
+    whole = encode_documents(tok, texts, "[SEP]", sep_id)
+    monkeypatch.setattr(prepare_mod, "MAX_PIECE_CHARS", 300)  # ~3 sentences per piece
+    monkeypatch.setattr(prepare_mod, "BATCH_CHARS", 1000)  # several encode calls per doc
+    pieces = encode_documents(tok, texts, "[SEP]", sep_id)
+    assert whole.tokens.tolist() == pieces.tokens.tolist()
+    assert whole.sentence_lengths.tolist() == pieces.sentence_lengths.tolist()
+    assert whole.doc_sentences.tolist() == pieces.doc_sentences.tolist() == [40] * 6 + [0, 2]
+
+
+def test_shard_writer_rotates_at_document_boundaries_and_can_take_back_the_last(tmp_path):
+    from ember.data.shards import ShardWriter
+
+    w = ShardWriter(tmp_path / "train", np.uint16, shard_tokens=10)
+    # documents of 7, 5, 6 and 20 tokens (the last larger than a shard)
+    w.add_documents(np.arange(38), np.array([3, 4, 5, 2, 2, 2, 20]), np.array([2, 1, 3, 1]))
+    assert [s["num_tokens"] for s in w.shards] == [7, 5, 6]  # no document crosses a shard
+    ids, ends = w.pop_last_document()
+    assert ids.tolist() == list(range(18, 38)) and ends.tolist() == [20]
+    w.add_document(np.array([1, 2, 3]), np.array([1, 3]))
+    info = w.close()
+    assert (info["num_docs"], info["num_sentences"], info["num_tokens"]) == (4, 8, 21)
+    assert [s["num_tokens"] for s in info["shards"]] == [7, 5, 6, 3]
+    assert sorted(p.name for p in (tmp_path / "train").iterdir())[-3:] == [
+        "shard_00003.docs.bin", "shard_00003.sentences.bin", "shard_00003.tokens.bin"]
+    assert (tmp_path / "train" / "shard_00003.tokens.bin").read_bytes() == \
+        np.array([1, 2, 3], dtype="<u2").tobytes()
+    lone = ShardWriter(tmp_path / "lone", np.uint16, shard_tokens=10)
+    lone.add_document(np.array([5, 6]), np.array([2]))
+    lone.pop_last_document()
+    assert lone.close()["shards"] == [] and not any((tmp_path / "lone").iterdir())
+
+
+def test_holdout_hash_is_fixed_and_close_to_the_fraction():
+    from ember.data.prepare import holdout_mask
+
+    mask = holdout_mask(np.arange(100_000), 0.01, seed=0)
+    assert 900 < mask.sum() < 1100
+    assert mask.tolist() == holdout_mask(np.arange(100_000), 0.01, seed=0).tolist()
+    assert mask.tolist() != holdout_mask(np.arange(100_000), 0.01, seed=1).tolist()
+    assert [is_valid_doc(i, 0.01, 0) for i in range(2000)] == mask[:2000].tolist()
+    assert not holdout_mask(np.arange(10), 0.0, seed=0).any()
 
 
 def test_existing_output_is_not_overwritten_without_permission(synthetic_tokenizer, tmp_path):
@@ -188,7 +248,7 @@ def test_interrupt_midway_removes_the_temporary_directory(synthetic_tokenizer, t
     corpus = tmp_path / "c.jsonl"
     _synthetic_jsonl(corpus, 30)
     calls = []
-    real = prepare_mod.encode_split
+    real = prepare_mod.encode_documents
 
     def flaky(*args):
         calls.append(1)
@@ -196,7 +256,7 @@ def test_interrupt_midway_removes_the_temporary_directory(synthetic_tokenizer, t
             raise KeyboardInterrupt
         return real(*args)
 
-    monkeypatch.setattr(prepare_mod, "encode_split", flaky)
+    monkeypatch.setattr(prepare_mod, "encode_documents", flaky)
     with pytest.raises(KeyboardInterrupt):
         prepare_corpus([corpus], synthetic_tokenizer, tmp_path / "out", batch_docs=5, progress=False)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["c.jsonl"]

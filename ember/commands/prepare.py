@@ -48,6 +48,8 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
+    import sys
+
     from ember.data.prepare import format_summary, prepare_corpus
 
     stats = prepare_corpus(
@@ -56,5 +58,7 @@ def run(args) -> int:
         max_docs=args.max_docs, seed=args.seed, progress=not args.no_progress,
         overwrite=args.overwrite,
     )
+    for warning in stats["warnings"]:
+        print(f"ember prepare: warning: {warning}", file=sys.stderr)
     print(format_summary(stats))
     return 0

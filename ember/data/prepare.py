@@ -30,6 +30,8 @@ import json
 import shutil
 import tempfile
 import time
+from dataclasses import dataclass
+from itertools import chain
 from pathlib import Path
 from typing import Iterator
 
@@ -41,51 +43,144 @@ from ember.data.shards import FORMAT_NAME, FORMAT_VERSION, ShardWriter, token_dt
 from ember.errors import EmberError
 
 BATCH_CHARS = 2_000_000  # ~2 MB of text per encode call: enough work for both cores
+# A whole novel is ~20k sentences; far more usually means a one-item-per-line file read
+# with --format text, which makes the whole file a single document.
+HUGE_DOC_SENTENCES = 200_000
+MAX_PIECE_CHARS = 100_000  # longest single string handed to the encoder
+
+
+def holdout_mask(ordinals: np.ndarray, valid_fraction: float, seed: int) -> np.ndarray:
+    """Deterministic holdout: bool (D,), True for documents that go to the valid split.
+
+    splitmix64 of (seed, document ordinal) mapped to [0, 1): a fixed, platform-independent
+    hash, vectorized so it costs nothing per document.
+    """
+    if valid_fraction <= 0:
+        return np.zeros(len(ordinals), dtype=bool)
+    x = np.asarray(ordinals, dtype=np.uint64) + np.uint64(seed % 2**32) * np.uint64(2**32)
+    with np.errstate(over="ignore"):
+        z = x + np.uint64(0x9E3779B97F4A7C15)
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        z = z ^ (z >> np.uint64(31))
+    return (z >> np.uint64(11)).astype(np.float64) / 2.0**53 < valid_fraction
 
 
 def is_valid_doc(ordinal: int, valid_fraction: float, seed: int) -> bool:
-    """Deterministic holdout: hash (seed, document ordinal) to a number in [0, 1)."""
-    if valid_fraction <= 0:
-        return False
-    digest = hashlib.blake2b(f"{seed}:{ordinal}".encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "little") / 2**64 < valid_fraction
+    """Scalar form of ``holdout_mask``."""
+    return bool(holdout_mask(np.array([ordinal]), valid_fraction, seed)[0])
 
 
-def split_documents(texts: list[str], sep: str) -> tuple[list[list[str]], list[str]]:
-    """Sentences of each text, and each text's sentences joined by ``sep`` for encoding."""
-    sentences = [split_sentences(t) for t in texts]
-    return sentences, [sep.join(s) for s in sentences]
+def _pieces(sentences: list[str], sep: str) -> Iterator[tuple[list[str], int]]:
+    """Group a document's sentences into pieces of at most MAX_PIECE_CHARS characters.
 
-
-def encode_split(tok, sentences: list[list[str]], joined: list[str], sep_id: int):
-    """Encode documents split by ``split_documents``; see ``encode_documents``."""
-    encodings = tok.encode_batch_fast(joined, add_special_tokens=False)
-    out = []
-    for sents, enc in zip(sentences, encodings):
-        ids = np.array(enc.ids, dtype=np.int64)  # (n + S - 1,) with seps between sentences
-        sep_pos = np.flatnonzero(ids == sep_id)
-        if len(sep_pos) == max(len(sents) - 1, 0):
-            ids = np.delete(ids, sep_pos)  # (n,)
-            ends = np.append(sep_pos - np.arange(len(sep_pos)), len(ids)).astype(np.int64)
-        else:  # the text contains the sep token itself: encode sentences separately
-            parts = [e.ids for e in tok.encode_batch_fast(sents, add_special_tokens=False)]
-            ids = np.array([i for p in parts for i in p], dtype=np.int64)
-            ends = np.cumsum([len(p) for p in parts], dtype=np.int64)
-        if len(ends):
-            lengths = np.diff(ends, prepend=0)
-            ends = ends[lengths > 0]  # sentences of only whitespace/control chars
-        out.append((ids, ends))
-    return out
-
-
-def encode_documents(tok, texts: list[str], sep: str, sep_id: int):
-    """Tokenize documents sentence by sentence.
-
-    Returns one ``(ids, sentence_ends)`` per text: ids (n,) int64 without special tokens,
-    sentence_ends (S,) int64 exclusive ends, empty sentences (0 tokens) dropped.
+    Yields (sentences, characters). A longer sentence is a piece of its own.
     """
-    sentences, joined = split_documents(texts, sep)
-    return encode_split(tok, sentences, joined, sep_id)
+    group: list[str] = []
+    size = 0
+    for sent in sentences:
+        if group and size + len(sent) > MAX_PIECE_CHARS:
+            yield group, size
+            group, size = [], 0
+        group.append(sent)
+        size += len(sent) + len(sep)
+    if group:
+        yield group, size
+
+
+@dataclass
+class EncodedBatch:
+    """Tokenized documents in ragged form (no per-document arrays, so no per-document cost).
+
+    tokens: (N,) int64 ids without special tokens, all documents concatenated.
+    sentence_lengths: (S,) int64 tokens per sentence, all > 0 (empty sentences dropped).
+    doc_sentences: (D,) int64 sentences per input document; 0 for a document with no tokens.
+    """
+
+    tokens: np.ndarray
+    sentence_lengths: np.ndarray
+    doc_sentences: np.ndarray
+
+    def document(self, d: int) -> tuple[np.ndarray, np.ndarray]:
+        """(ids (n,), sentence_ends (S,)) of document ``d``, for tests and inspection."""
+        sent_ends = np.cumsum(self.sentence_lengths)
+        s0, s1 = int(self.doc_sentences[:d].sum()), int(self.doc_sentences[: d + 1].sum())
+        t0 = int(sent_ends[s0 - 1]) if s0 else 0
+        return self.tokens[t0:int(sent_ends[s1 - 1]) if s1 else t0], sent_ends[s0:s1] - t0
+
+
+def _encode_pieces_separately(tok, pieces: list[list[str]]):
+    """Slow path, for pieces whose text contains the sep token itself: per-sentence ids."""
+    ids: list[int] = []
+    lengths: list[int] = []
+    for piece in pieces:
+        for enc in tok.encode_batch_fast(piece, add_special_tokens=False):
+            ids.extend(enc.ids)
+            lengths.append(len(enc.ids))
+    return np.array(ids, dtype=np.int64), np.array(lengths, dtype=np.int64)
+
+
+def _encode_joined(tok, pieces: list[list[str]], sep: str, sep_id: int):
+    """Encode sep-joined pieces; return (tokens (N,), sentence lengths (S,) incl. zeros)."""
+    encodings = tok.encode_batch_fast([sep.join(p) for p in pieces], add_special_tokens=False)
+    id_lists = [e.ids for e in encodings]
+    piece_len = np.fromiter(map(len, id_lists), dtype=np.int64, count=len(id_lists))
+    flat = np.fromiter(chain.from_iterable(id_lists), dtype=np.int64, count=int(piece_len.sum()))
+    piece_end = np.cumsum(piece_len)  # (P,) exclusive end of each piece in ``flat``
+    sep_pos = np.flatnonzero(flat == sep_id)
+    seps_per_piece = np.bincount(np.searchsorted(piece_end, sep_pos, side="right"),
+                                 minlength=len(pieces))
+    if not np.array_equal(seps_per_piece, [len(p) - 1 for p in pieces]):
+        return _encode_pieces_separately(tok, pieces)
+    # Sentence ends are the seps and the piece ends, in order (a piece end sorts before a
+    # sep at the same position: that sep starts the next piece). A sentence after a sep
+    # starts one past it; after a piece end, at it.
+    positions = np.concatenate([piece_end, sep_pos])
+    is_sep = np.concatenate([np.zeros(len(piece_end), bool), np.ones(len(sep_pos), bool)])
+    order = np.lexsort((is_sep, positions))
+    ends, is_sep = positions[order], is_sep[order]
+    starts = np.concatenate([[0], ends[:-1] + is_sep[:-1]])
+    return np.delete(flat, sep_pos), ends - starts
+
+
+def encode_documents(tok, texts: list[str], sep: str, sep_id: int) -> EncodedBatch:
+    """Split ``texts`` into sentences and tokenize them without special tokens.
+
+    Each document is encoded once with its sentences joined by the sep special token, then
+    cut at the seps (see the module docstring). Long documents are cut into pieces of at
+    most MAX_PIECE_CHARS and pieces are encoded in groups of about BATCH_CHARS: the Rust
+    side keeps ~100 bytes of alignment data per input character, so a whole file read as
+    one document (45 MB of reviews) would otherwise take 4 GB, on one core.
+    """
+    pieces: list[list[str]] = []
+    sizes: list[int] = []
+    piece_doc: list[int] = []  # document of each piece; a document's pieces are consecutive
+    for d, text in enumerate(texts):
+        for group, size in _pieces(split_sentences(text), sep):
+            pieces.append(group)
+            sizes.append(size)
+            piece_doc.append(d)
+    tokens, lengths = [], []
+    start = 0
+    while start < len(pieces):
+        stop, chars = start, 0
+        while stop < len(pieces) and (stop == start or chars + sizes[stop] <= BATCH_CHARS):
+            chars += sizes[stop]
+            stop += 1
+        t, n = _encode_joined(tok, pieces[start:stop], sep, sep_id)
+        tokens.append(t)
+        lengths.append(n)
+        start = stop
+    empty = np.zeros(0, dtype=np.int64)
+    lengths_all = np.concatenate(lengths) if lengths else empty  # (S incl. empty,)
+    sentence_doc = np.repeat(np.array(piece_doc, dtype=np.int64),
+                             [len(p) for p in pieces])  # (S incl. empty,)
+    keep = lengths_all > 0
+    return EncodedBatch(
+        tokens=np.concatenate(tokens) if tokens else empty,
+        sentence_lengths=lengths_all[keep],
+        doc_sentences=np.bincount(sentence_doc[keep], minlength=len(texts)).astype(np.int64),
+    )
 
 
 def _batches(reader: DocumentReader, max_docs: int | None,
@@ -144,7 +239,7 @@ def prepare_corpus(
     text_field: str = "text",
     valid_fraction: float = 0.01,
     shard_tokens: int = 50_000_000,
-    batch_docs: int = 1024,
+    batch_docs: int = 8192,
     max_docs: int | None = None,
     seed: int = 0,
     progress: bool = True,
@@ -187,35 +282,40 @@ def prepare_corpus(
                    disable=not progress, dynamic_ncols=True,
                    bar_format="{l_bar}{bar}| {n:.1f}/{total:.1f} MB on disk [{elapsed}<{remaining}{postfix}]")
         start = time.perf_counter()
-        ordinal = 0
-        pending = None  # last train document, held back in case valid ends up empty
+        ordinal = 0  # documents with tokens so far: the holdout hash input
         total_tokens = 0
         no_tokens = 0
+        warnings: list[str] = []
         for batch in _batches(reader, max_docs, batch_docs):
-            sentences, joined = split_documents([d.text for d in batch], sep)
-            encoded = encode_split(tok, sentences, joined, specials["sep"])
-            for ids, ends in encoded:
-                if len(ends) == 0:  # only whitespace/control characters
-                    no_tokens += 1
-                    continue
-                total_tokens += len(ids)
-                if is_valid_doc(ordinal, valid_fraction, seed):
-                    writers["valid"].add_document(ids, ends)
-                else:
-                    if pending is not None:
-                        writers["train"].add_document(*pending)
-                    pending = (ids, ends)
-                ordinal += 1
+            enc = encode_documents(tok, [d.text for d in batch], sep, specials["sep"])
+            for d in np.flatnonzero(enc.doc_sentences > HUGE_DOC_SENTENCES)[:5 - len(warnings)]:
+                warnings.append(
+                    f"{batch[d].source}:{batch[d].line}: one document of "
+                    f"{enc.doc_sentences[d]:,} sentences; if each line is its own document "
+                    "(e.g. reviews), use --format lines"
+                )
+            has_text = enc.doc_sentences > 0
+            no_tokens += int((~has_text).sum())
+            doc_sents = enc.doc_sentences[has_text]  # (D',) documents with tokens
+            valid = holdout_mask(np.arange(ordinal, ordinal + len(doc_sents)), valid_fraction, seed)
+            ordinal += len(doc_sents)
+            total_tokens += len(enc.tokens)
+            # Route documents by expanding the per-document mask to sentences and tokens.
+            sent_valid = np.repeat(valid, doc_sents)  # (S,)
+            tok_valid = np.repeat(sent_valid, enc.sentence_lengths)  # (N,)
+            for split, doc_m, sent_m, tok_m in (("train", ~valid, ~sent_valid, ~tok_valid),
+                                                ("valid", valid, sent_valid, tok_valid)):
+                if doc_m.any():
+                    writers[split].add_documents(enc.tokens[tok_m], enc.sentence_lengths[sent_m],
+                                                 doc_sents[doc_m])
             if progress:
                 rate = total_tokens / max(time.perf_counter() - start, 1e-9)
                 bar.set_postfix(text=f"{reader.text_bytes / 1e6:.0f}MB", docs=ordinal,
                                 tok_per_s=f"{rate / 1e3:.0f}k", refresh=False)
                 bar.update(round(reader.disk_bytes / 1e6, 2) - bar.n)
-        if pending is not None:
-            if writers["valid"].num_docs == 0 and valid_fraction > 0 and ordinal >= 2:
-                writers["valid"].add_document(*pending)
-            else:
-                writers["train"].add_document(*pending)
+        if writers["valid"].num_docs == 0 and valid_fraction > 0 and ordinal >= 2:
+            # Nothing was drawn for valid (tiny corpus): move the last train document there.
+            writers["valid"].add_document(*writers["train"].pop_last_document())
         splits = {s: w.close() for s, w in writers.items()}
         if progress:
             bar.update(bar.total - bar.n)
@@ -272,6 +372,7 @@ def prepare_corpus(
         "text_mb": reader.text_bytes / 1e6,
         "seconds": seconds,
         "mb_per_s": reader.text_bytes / 1e6 / max(seconds, 1e-9),
+        "warnings": warnings,
     }
 
 

@@ -46,8 +46,8 @@ def shard_files(index: int) -> dict[str, str]:
 class ShardWriter:
     """Append documents to the shards of one split, rotating at ``shard_tokens``.
 
-    Each document goes straight to buffered files, so the writer holds at most one
-    document plus the OS file buffers, never the corpus.
+    Batches of documents go straight to buffered files (one write per file per batch), so
+    the writer holds no corpus data beyond the OS file buffers.
     """
 
     def __init__(self, directory: str | Path, dtype: np.dtype, shard_tokens: int):
@@ -61,14 +61,13 @@ class ShardWriter:
         self.num_docs = self.num_sentences = self.num_tokens = 0
         self._files: dict | None = None
         self._tokens = self._sentences = self._docs = 0  # counts in the open shard
+        self._last_doc: tuple[int, int] | None = None  # (tokens, sentences) of the last doc
 
     def _open_shard(self) -> None:
-        names = shard_files(len(self.shards))
-        self._names = names
-        self._files = {
-            key: open(self.directory / name, "wb", buffering=_FILE_BUFFER)
-            for key, name in names.items()
-        }
+        self._names = shard_files(len(self.shards))
+        # w+b so that pop_last_document can read back and truncate.
+        self._files = {key: open(self.directory / name, "w+b", buffering=_FILE_BUFFER)
+                       for key, name in self._names.items()}
         self._tokens = self._sentences = self._docs = 0
 
     def _close_shard(self) -> None:
@@ -76,39 +75,86 @@ class ShardWriter:
             return
         for f in self._files.values():
             f.close()
-        self.shards.append({
-            "files": self._names,
-            "num_docs": self._docs,
-            "num_sentences": self._sentences,
-            "num_tokens": self._tokens,
-        })
+        if self._docs == 0:  # emptied by pop_last_document
+            for name in self._names.values():
+                (self.directory / name).unlink()
+        else:
+            self.shards.append({"files": self._names, "num_docs": self._docs,
+                                "num_sentences": self._sentences, "num_tokens": self._tokens})
         self._files = None
 
-    def add_document(self, ids: np.ndarray, sentence_ends: np.ndarray) -> None:
-        """Write one document.
+    def add_documents(self, tokens: np.ndarray, sentence_lengths: np.ndarray,
+                      doc_sentences: np.ndarray) -> None:
+        """Write a batch of documents.
 
-        ids: (n,) token ids of all its sentences, concatenated.
-        sentence_ends: (S,) int64, exclusive end of each sentence within ``ids``;
-        increasing, last == n. Sentences must be non-empty.
+        tokens: (N,) ids of all documents, concatenated.
+        sentence_lengths: (S,) int64 tokens per sentence, all > 0, summing to N.
+        doc_sentences: (D,) int64 sentences per document, all > 0, summing to S.
         """
-        n = int(ids.shape[0])
-        if sentence_ends.shape[0] == 0 or n == 0:
+        if len(doc_sentences) == 0:
             return
-        if self._files is not None and self._tokens > 0 and self._tokens + n > self.shard_tokens:
-            self._close_shard()
-        if self._files is None:
-            self._open_shard()
-        f = self._files
-        f["tokens"].write(np.ascontiguousarray(ids, dtype=self.dtype).tobytes())
-        ends = np.asarray(sentence_ends, dtype=np.int64) + self._tokens
-        f["sentences"].write(ends.astype("<i8", copy=False).tobytes())
-        self._tokens += n
-        self._sentences += int(sentence_ends.shape[0])
-        self._docs += 1
-        f["docs"].write(np.array([self._sentences], dtype="<i8").tobytes())
-        self.num_docs += 1
-        self.num_sentences += int(sentence_ends.shape[0])
-        self.num_tokens += n
+        sent_ends = np.cumsum(sentence_lengths, dtype=np.int64)  # (S,) batch-local
+        doc_sent_ends = np.cumsum(doc_sentences, dtype=np.int64)  # (D,)
+        doc_tok_ends = sent_ends[doc_sent_ends - 1]  # (D,)
+        d0 = 0
+        while d0 < len(doc_sentences):
+            tok0 = int(doc_tok_ends[d0 - 1]) if d0 else 0
+            sent0 = int(doc_sent_ends[d0 - 1]) if d0 else 0
+            first_doc = int(doc_tok_ends[d0]) - tok0
+            if self._files is not None and self._tokens and self._tokens + first_doc > self.shard_tokens:
+                self._close_shard()
+            if self._files is None:
+                self._open_shard()
+            # Documents d0..d1-1 fit in the open shard (at least one: a document longer than
+            # shard_tokens gets a shard of its own; documents never cross shards).
+            room = self.shard_tokens - self._tokens
+            d1 = max(d0 + 1, int(np.searchsorted(doc_tok_ends, tok0 + room, side="right")))
+            tok1, sent1 = int(doc_tok_ends[d1 - 1]), int(doc_sent_ends[d1 - 1])
+            f = self._files
+            f["tokens"].write(np.ascontiguousarray(tokens[tok0:tok1], dtype=self.dtype).tobytes())
+            ends = sent_ends[sent0:sent1] - tok0 + self._tokens
+            f["sentences"].write(ends.astype("<i8", copy=False).tobytes())
+            docs = doc_sent_ends[d0:d1] - sent0 + self._sentences
+            f["docs"].write(docs.astype("<i8", copy=False).tobytes())
+            self._tokens += tok1 - tok0
+            self._sentences += sent1 - sent0
+            self._docs += d1 - d0
+            self.num_tokens += tok1 - tok0
+            self.num_sentences += sent1 - sent0
+            self.num_docs += d1 - d0
+            last_tok0 = int(doc_tok_ends[d1 - 2]) if d1 >= 2 else 0
+            last_sent0 = int(doc_sent_ends[d1 - 2]) if d1 >= 2 else 0
+            self._last_doc = (tok1 - last_tok0, sent1 - last_sent0)
+            d0 = d1
+
+    def add_document(self, ids: np.ndarray, sentence_ends: np.ndarray) -> None:
+        """Write one document: ids (n,), sentence_ends (S,) exclusive ends within ids."""
+        lengths = np.diff(np.asarray(sentence_ends, dtype=np.int64), prepend=0)
+        if len(lengths):
+            self.add_documents(ids, lengths, np.array([len(lengths)], dtype=np.int64))
+
+    def pop_last_document(self) -> tuple[np.ndarray, np.ndarray]:
+        """Remove the most recently written document; return its (ids, sentence_ends)."""
+        if self._files is None or self._last_doc is None or self._docs == 0:
+            raise EmberError("no document to take back from the open shard")
+        n_tok, n_sent = self._last_doc
+        out = {}
+        for key, count, dtype in (("tokens", n_tok, self.dtype), ("sentences", n_sent, "<i8"),
+                                  ("docs", 1, "<i8")):
+            f, nbytes = self._files[key], count * np.dtype(dtype).itemsize
+            f.flush()
+            f.seek(-nbytes, 2)
+            out[key] = np.frombuffer(f.read(nbytes), dtype=dtype)
+            f.seek(-nbytes, 2)
+            f.truncate()
+        self._tokens -= n_tok
+        self._sentences -= n_sent
+        self._docs -= 1
+        self.num_tokens -= n_tok
+        self.num_sentences -= n_sent
+        self.num_docs -= 1
+        self._last_doc = None  # only one step back is supported
+        return out["tokens"].astype(np.int64), out["sentences"] - self._tokens
 
     def close(self) -> dict:
         """Finish the last shard; return this split's meta entry."""
