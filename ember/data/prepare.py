@@ -13,6 +13,10 @@ token the count does not match and we fall back to encoding its sentences one by
 Measured on 10 MB of wiki-en (CPU seconds, all threads): whole documents 3.19, sep-joined
 documents 3.28, separate sentences 3.97.
 
+Everything after encoding is vectorized per batch (``EncodedBatch`` is ragged: no per-
+document arrays, one write per shard file per batch): with one-line documents (512k Korean
+reviews) per-document numpy calls and writes had cost as much as the encoding itself.
+
 Reading and splitting stay in the main thread. Encoding already keeps both cores busy (Rust,
 GIL released), and a background reader/splitter thread measured no faster on 2 cores
 (+5% CPU from GIL hand-offs), so the simpler serial loop is kept; Python-side work is
