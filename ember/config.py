@@ -123,6 +123,8 @@ class TaskConfig:
     init: str = ""  # a pre-training run folder, an HF checkpoint folder, or "random"
     epochs: float = 3.0
     eval_batch_size: int = 64
+    train_split: str = "train"  # SNLI here has only dev/test: train on dev, evaluate on test
+    eval_split: str = "dev"
 
 
 @dataclass(frozen=True)

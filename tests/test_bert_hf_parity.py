@@ -101,3 +101,21 @@ def test_bert_hf_import_rejects_other_families(tmp_path):
 
     with pytest.raises(EmberError, match="model_type"):
         hf_bert.config_from_hf({"model_type": "gpt2"})
+
+
+def test_bert_hf_import_reads_pytorch_model_bin(tmp_path, tiny_tokenizer_path):
+    """Older checkpoints ship pytorch_model.bin (read with weights_only=True)."""
+    hf = tiny_hf_bert(seed=7)
+    hf_dir = tmp_path / "hf"
+    hf.save_pretrained(hf_dir, safe_serialization=False)
+    if not (hf_dir / "pytorch_model.bin").is_file():  # newer transformers may always write safetensors
+        (hf_dir / "model.safetensors").unlink(missing_ok=True)
+        torch.save(hf.state_dict(), hf_dir / "pytorch_model.bin")
+    assert not (hf_dir / "model.safetensors").exists()
+    (hf_dir / "tokenizer.json").write_bytes(tiny_tokenizer_path.read_bytes())
+    from ember.train.init import load_init
+
+    cfg, state, _ = load_init(str(hf_dir))
+    torch.testing.assert_close(state["embeddings.word.weight"], hf.bert.embeddings.word_embeddings.weight)
+    torch.testing.assert_close(state["layers.0.attention.qkv.weight"][:32],
+                               hf.bert.encoder.layer[0].attention.self.query.weight)

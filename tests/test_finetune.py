@@ -123,3 +123,17 @@ def test_finetune_from_a_pretraining_run_uses_its_weights(wiki_prepared, tmp_pat
     saved = load_weights(tmp_path / "pre" / "model.safetensors")
     torch.testing.assert_close(state["embeddings.word.weight"], saved["backbone.embeddings.word.weight"])
     assert not any(k.startswith(("mlm.", "nsp.")) for k in state)
+
+
+def test_snli_trains_on_dev_and_reports_test_when_asked(wiki_prepared, tmp_path):
+    real_data("snli")
+    cfg = finetune_cfg("snli", epochs=1.0)
+    import dataclasses
+
+    cfg = dataclasses.replace(cfg, task=dataclasses.replace(cfg.task, train_split="dev", eval_split="test"))
+    result = run_finetuning(cfg, tmp_path / "run", None, wiki_prepared / "tokenizer.json",
+                            train_limit=300, progress=False)
+    assert result["split"] == "test" and 0.0 <= result["metrics"]["accuracy"] <= 1.0
+    same = dataclasses.replace(cfg, task=dataclasses.replace(cfg.task, eval_split="dev"))
+    with pytest.raises(EmberError, match="same split"):
+        run_finetuning(same, tmp_path / "run2", None, wiki_prepared / "tokenizer.json", progress=False)

@@ -10,7 +10,7 @@ def register(sub) -> None:
                        description="Score a fine-tuned run folder with the task's official metric "
                        "(accuracy; MCC for CoLA; F1+accuracy for MRPC; Pearson/Spearman for STS-B).")
     p.add_argument("run_dir", help="fine-tuned run folder")
-    p.add_argument("--split", default="dev", help="split of the task's data (default dev)")
+    p.add_argument("--split", default="", help="split of the task's data (default: the run's eval split)")
     p.add_argument("--file", help="a labelled TSV in the task's layout instead of a split")
     p.add_argument("--task", default="", help="task name (default: the one the run was trained on)")
     p.set_defaults(run=run)

@@ -30,6 +30,8 @@ def register(sub) -> None:
     p.add_argument("--warmup-ratio", type=float, help="fraction of steps for LR warm-up (default 0.1)")
     p.add_argument("--seeds", default="", help="comma-separated seeds, e.g. 1,2,3: one run each, "
                    "mean and std reported (overrides --seed)")
+    p.add_argument("--train-split", help="split to train on (default train; SNLI here: dev)")
+    p.add_argument("--eval-split", help="split to select and report on (default dev; SNLI here: test)")
     p.add_argument("--train-limit", type=int, help="use only the first N training examples (quick runs)")
     add_train_options(p)
     p.set_defaults(run=run)
@@ -46,7 +48,8 @@ def finetune_config(args, seed: int | None):
                            weight_decay=0.01, eval_every=0, save_every=0, log_every=20, adam_eps=1e-8)
     values["task"].update(name=spec.name, max_length=hp.max_length, epochs=hp.epochs, init=args.init)
     for flag, key in (("lr", "train.lr"), ("batch_size", "train.batch_size"), ("epochs", "task.epochs"),
-                      ("max_length", "task.max_length"), ("warmup_ratio", "train.warmup_ratio")):
+                      ("max_length", "task.max_length"), ("warmup_ratio", "train.warmup_ratio"),
+                      ("train_split", "task.train_split"), ("eval_split", "task.eval_split")):
         if getattr(args, flag) is not None:
             values = apply_overrides(values, [f"{key}={getattr(args, flag)}"])
     values = apply_overrides(values, train_overrides(args) + ([f"train.seed={seed}"] if seed is not None else []))
@@ -71,12 +74,12 @@ def run(args) -> int:
                                 overwrite=args.overwrite, resume=args.resume, progress=not args.no_progress)
         results.append(result)
         metrics = "  ".join(f"{k}={v:.4f}" for k, v in result["metrics"].items())
-        print(f"{result['task']} dev (seed {cfg.train.seed}): {metrics}")
+        print(f"{result['task']} {result['split']} (seed {cfg.train.seed}): {metrics}")
     if len(results) > 1:
         summary = {"task": results[0]["task"], "seeds": seeds, "metrics": summarize_seeds(results)}
         out.mkdir(parents=True, exist_ok=True)
         (out / "summary.json").write_text(json.dumps(summary, indent=2))
         for name, s in summary["metrics"].items():
-            print(f"{summary['task']} dev {name}: mean {s['mean']:.4f} ± {s['std']:.4f} "
+            print(f"{summary['task']} {results[0]['split']} {name}: mean {s['mean']:.4f} ± {s['std']:.4f} "
                   f"(median {s['median']:.4f}, {len(seeds)} seeds)")
     return 0

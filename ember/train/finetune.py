@@ -81,8 +81,12 @@ def run_finetuning(cfg: RunConfig, run_dir: Path, state: dict | None, tokenizer_
     if cfg.task.max_length > cfg.model.max_position:
         raise EmberError(f"--max-length {cfg.task.max_length} exceeds the model's "
                          f"{cfg.model.max_position} positions")
-    _, train_features = featurize_split(spec, "train", tokenizer, cfg.task.max_length, limit=train_limit)
-    _, dev_features = featurize_split(spec, "dev", tokenizer, cfg.task.max_length)
+    if cfg.task.train_split == cfg.task.eval_split:
+        raise EmberError(f"training and evaluating on the same split ({cfg.task.train_split}) would "
+                         "report training accuracy; choose different --train-split/--eval-split")
+    _, train_features = featurize_split(spec, cfg.task.train_split, tokenizer, cfg.task.max_length,
+                                        limit=train_limit)
+    _, dev_features = featurize_split(spec, cfg.task.eval_split, tokenizer, cfg.task.max_length)
     steps_per_epoch = math.ceil(len(train_features) / cfg.train.batch_size)
     train_cfg = dataclasses.replace(
         cfg.train,
@@ -107,7 +111,7 @@ def run_finetuning(cfg: RunConfig, run_dir: Path, state: dict | None, tokenizer_
     trainer.train(resume=resume)
     module.load_state_dict(load_weights(run_dir / "model.safetensors"))
     final = score(module, spec, dev_features, batch, device)
-    results = {"task": spec.display_name, "split": "dev", "metrics": final,
+    results = {"task": spec.display_name, "split": cfg.task.eval_split, "metrics": final,
                "best_step": trainer.best["step"], "steps": trainer.step, "seed": cfg.train.seed,
                "train_examples": len(train_features), "init": cfg.task.init or "random"}
     atomic_write_text(run_dir / "results.json", json.dumps(results, indent=2))
@@ -124,13 +128,14 @@ def summarize_seeds(results: list[dict]) -> dict:
     return summary
 
 
-def evaluate_run(run_dir: Path, split: str = "dev", path: str | None = None, task: str = "") -> dict:
+def evaluate_run(run_dir: Path, split: str = "", path: str | None = None, task: str = "") -> dict:
     """Score a fine-tuned run folder on a labelled split (or file) with the task's metric."""
     from ember.tasks.glue import get_task
     from ember.tokenizers import load_tokenizer, special_token_ids
 
     cfg = load_run_config(run_dir, expect_kind="finetune")
     spec = get_task(task or cfg.task.name)
+    split = split or cfg.task.eval_split
     tokenizer = load_tokenizer(Path(run_dir) / "tokenizer.json")
     module = load_classifier(run_dir, cfg, spec, special_token_ids(tokenizer)["pad"])
     _, features = featurize_split(spec, split, tokenizer, cfg.task.max_length, path=path)
