@@ -27,7 +27,8 @@ def banner(text: str) -> None:
 
 
 def run_quickstart(out: Path, pretrain_steps: int = 300, pretrain_time: float = 360.0,
-                   max_docs: int = 1500, finetune_epochs: float = 1.0, progress: bool = True) -> dict:
+                   max_docs: int = 1500, finetune_epochs: float = 1.0, finetune_limit: int | None = 20000,
+                   progress: bool = True) -> dict:
     from ember.commands.common import recipe_path
     from ember.config import apply_overrides, load_yaml, run_config_from_dict
     from ember.data.prepare import prepare_corpus
@@ -80,7 +81,7 @@ def run_quickstart(out: Path, pretrain_steps: int = 300, pretrain_time: float = 
         shown = ", ".join(f"{t} ({p:.2f})" for t, p in fill(text, 5)[0])
         print(f"  {text}  ->  {shown}")
 
-    banner("5/5 fine-tuning on SST-2")
+    banner(f"5/5 fine-tuning on SST-2 ({finetune_limit or 'all'} training sentences)")
     previous = os.environ.get("EMBER_DATA")
     os.environ["EMBER_DATA"] = str(sst2_root)
     try:
@@ -93,7 +94,7 @@ def run_quickstart(out: Path, pretrain_steps: int = 300, pretrain_time: float = 
         ft_cfg = dataclasses.replace(run_config_from_dict(ft_values), model=pre_cfg.model)
         state = backbone_weights(load_weights(out / "pretrain" / "model.safetensors"))
         result = run_finetuning(ft_cfg, out / "sst2", state, out / "pretrain" / "tokenizer.json",
-                                progress=progress)
+                                train_limit=finetune_limit, progress=progress)
     finally:
         if previous is None:
             os.environ.pop("EMBER_DATA", None)

@@ -21,6 +21,8 @@ def register(sub) -> None:
                    help="pre-training wall-clock cap (default 6m)")
     p.add_argument("--max-docs", type=int, default=1500, help="documents to use from the corpus")
     p.add_argument("--finetune-epochs", type=float, default=1.0, help="SST-2 epochs (default 1)")
+    p.add_argument("--finetune-limit", type=int, default=20000,
+                   help="SST-2 training sentences to use (default 20000; 0 = all 67,349)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.set_defaults(run=run)
 
@@ -29,5 +31,5 @@ def run(args) -> int:
     from ember.quickstart import run_quickstart
 
     run_quickstart(Path(args.out), args.pretrain_steps, args.pretrain_time, args.max_docs,
-                   args.finetune_epochs, progress=not args.no_progress)
+                   args.finetune_epochs, args.finetune_limit or None, progress=not args.no_progress)
     return 0
