@@ -29,7 +29,6 @@ interrupted or failed run never leaves a partial directory or destroys an earlie
 from __future__ import annotations
 
 import datetime
-import hashlib
 import json
 import shutil
 import tempfile
@@ -45,6 +44,7 @@ from ember.data.readers import Document, DocumentReader
 from ember.data.sentences import split_sentences
 from ember.data.shards import FORMAT_NAME, FORMAT_VERSION, ShardWriter, token_dtype
 from ember.errors import EmberError
+from ember.fileio import sha256_file
 
 BATCH_CHARS = 2_000_000  # ~2 MB of text per encode call: enough work for both cores
 # A whole novel is ~20k sentences; far more usually means a one-item-per-line file read
@@ -214,14 +214,6 @@ def _check_out_dir(out_dir: Path, overwrite: bool) -> None:
         )
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def _move_into_place(tmp: Path, out_dir: Path, overwrite: bool) -> None:
     """Rename the finished tmp dir to out_dir; an old out_dir is removed only afterwards."""
     _check_out_dir(out_dir, overwrite)  # another process may have written it meanwhile
@@ -338,7 +330,7 @@ def prepare_corpus(
             "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "tokenizer": {
                 "file": "tokenizer.json",
-                "sha256": _sha256(tmp / "tokenizer.json"),
+                "sha256": sha256_file(tmp / "tokenizer.json"),
                 "kind": tokenizer_kind(tok),
                 "vocab_size": vocab_size,
                 "source": str(tokenizer_path),

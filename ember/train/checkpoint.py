@@ -10,7 +10,6 @@ skipped, and the newest good checkpoint is used.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -22,39 +21,12 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from ember.errors import EmberError
+from ember.fileio import atomic_write_bytes, atomic_write_text, fsync_dir, sha256_file
+
+__all__ = ["atomic_write_bytes", "atomic_write_text", "save_weights", "load_weights", "save_checkpoint",
+           "load_latest_checkpoint", "list_checkpoints", "verify_checkpoint"]
 
 CHECKPOINT_DIR = "checkpoints"
-
-
-def _fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    _fsync_dir(path.parent)
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    atomic_write_bytes(path, text.encode("utf-8"))
 
 
 def save_weights(state: dict[str, torch.Tensor], path: Path, metadata: dict | None = None) -> None:
@@ -67,7 +39,7 @@ def save_weights(state: dict[str, torch.Tensor], path: Path, metadata: dict | No
     with open(tmp, "rb+") as fh:
         os.fsync(fh.fileno())
     os.replace(tmp, path)
-    _fsync_dir(path.parent)
+    fsync_dir(path.parent)
 
 
 def load_weights(path: Path) -> dict[str, torch.Tensor]:
@@ -78,14 +50,6 @@ def load_weights(path: Path) -> dict[str, torch.Tensor]:
         return load_file(str(path))
     except Exception as exc:  # safetensors raises its own error types for truncated files
         raise EmberError(f"{path}: cannot read weights ({exc}); the file is damaged or partial") from None
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 22), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def save_checkpoint(run_dir: Path, step: int, model_state: dict, optimizer_state: dict,
@@ -102,14 +66,14 @@ def save_checkpoint(run_dir: Path, step: int, model_state: dict, optimizer_state
             os.fsync(fh.fileno())
         atomic_write_text(tmp / "trainer_state.json", json.dumps(trainer_state, indent=1))
         manifest = {
-            name: {"bytes": (tmp / name).stat().st_size, "sha256": _sha256(tmp / name)}
+            name: {"bytes": (tmp / name).stat().st_size, "sha256": sha256_file(tmp / name)}
             for name in ("model.safetensors", "optimizer.pt", "trainer_state.json")
         }
         atomic_write_text(tmp / "manifest.json", json.dumps(manifest, indent=1))
         if final.exists():
             shutil.rmtree(final)
         os.replace(tmp, final)
-        _fsync_dir(root)
+        fsync_dir(root)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -141,7 +105,7 @@ def verify_checkpoint(path: Path) -> str | None:
             return f"{name} is missing"
         if file.stat().st_size != expected["bytes"]:
             return f"{name} has {file.stat().st_size} bytes, the manifest says {expected['bytes']}"
-        if _sha256(file) != expected["sha256"]:
+        if sha256_file(file) != expected["sha256"]:
             return f"{name} does not match its SHA-256 in the manifest"
     return None
 

@@ -13,7 +13,6 @@ global micro-batch). So a run resumed from the checkpoint of step s replays step
 
 from __future__ import annotations
 
-import json
 import math
 import signal
 import time

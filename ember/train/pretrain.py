@@ -83,9 +83,11 @@ def run_pretraining(cfg: RunConfig, run_dir: Path, resume: bool = False, overwri
         except EmberError as exc:
             print(f"warning: no held-out evaluation ({exc})")
         else:
-            def evaluate(m):
+            def held_out(m):
                 return evaluate_pretraining(m, valid_data, cfg.data.eval_examples, 32,
                                             cfg.train.seed, cfg.train.device)
+
+            evaluate = held_out
         trainer = Trainer(module, train_data, cfg.train, run_dir, dist_info, evaluate, progress=progress)
         if dist_info.is_main:
             params = sum(p.numel() for p in module.backbone.parameters())
