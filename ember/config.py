@@ -8,7 +8,7 @@ are YAML files with those three sections; ``--set train.lr=1e-4`` overrides any 
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -227,10 +227,7 @@ def apply_overrides(values: dict, overrides: list[str]) -> dict:
 
 
 def save_yaml(cfg: Any, path: str | Path) -> None:
-    from ember.train.checkpoint import atomic_write_text
+    from ember.fileio import atomic_write_text
 
     atomic_write_text(Path(path), yaml.safe_dump(to_dict(cfg), sort_keys=False))
 
-
-def with_model(cfg: RunConfig, **changes: Any) -> RunConfig:
-    return replace(cfg, model=replace(cfg.model, **changes))

@@ -85,13 +85,12 @@ def run_quickstart(out: Path, pretrain_steps: int = 300, pretrain_time: float = 
     previous = os.environ.get("EMBER_DATA")
     os.environ["EMBER_DATA"] = str(sst2_root)
     try:
-        pre_cfg = cfg
         ft_values = apply_overrides({"kind": "finetune"}, [
             "task.name=sst2", f"task.epochs={finetune_epochs}", "task.max_length=66",
             f"task.init={out / 'pretrain'}", "train.lr=1e-4", "train.batch_size=32",
             "train.warmup_ratio=0.1", "train.eval_every=0", "train.save_every=0", "train.log_every=50",
         ])
-        ft_cfg = dataclasses.replace(run_config_from_dict(ft_values), model=pre_cfg.model)
+        ft_cfg = dataclasses.replace(run_config_from_dict(ft_values), model=cfg.model)
         state = backbone_weights(load_weights(out / "pretrain" / "model.safetensors"))
         result = run_finetuning(ft_cfg, out / "sst2", state, out / "pretrain" / "tokenizer.json",
                                 train_limit=finetune_limit, progress=progress)

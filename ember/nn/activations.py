@@ -1,6 +1,5 @@
 """Activation functions by name, as configs spell them."""
 
-import torch.nn.functional as F
 from torch import nn
 
 from ember.errors import EmberError
@@ -20,5 +19,3 @@ def activation(name: str) -> nn.Module:
     except KeyError:
         raise EmberError(f"unknown activation {name!r}; choose one of {sorted(_ACTIVATIONS)}") from None
 
-
-__all__ = ["activation", "F"]

@@ -6,6 +6,7 @@ and the tokenizer that goes with them.
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 from ember.config import ModelConfig, model_preset
@@ -28,8 +29,6 @@ def load_init(init: str, preset: str = "", tokenizer: str = "") -> tuple[ModelCo
         from ember.tokenizers import load_tokenizer, special_token_ids
 
         tok = load_tokenizer(tokenizer)
-        import dataclasses
-
         cfg = dataclasses.replace(model_preset(preset), vocab_size=tok.get_vocab_size(),
                                   pad_token_id=special_token_ids(tok)["pad"])
         return cfg, None, Path(tokenizer)

@@ -13,7 +13,7 @@ from ember.errors import EmberError
 from ember.models import build_backbone
 from ember.train.checkpoint import save_weights
 from ember.train.distributed import init_distributed, shutdown
-from ember.train.loop import Trainer, autocast_context
+from ember.train.loop import Trainer
 from ember.train.rundir import prepare_run_dir, write_run_files
 
 
@@ -105,5 +105,3 @@ def run_pretraining(cfg: RunConfig, run_dir: Path, resume: bool = False, overwri
     finally:
         shutdown(dist_info)
 
-
-__all__ = ["run_pretraining", "build_objective", "evaluate_pretraining", "autocast_context"]
