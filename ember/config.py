@@ -17,6 +17,12 @@ import yaml
 from ember.errors import EmberError
 
 
+SHARE_MODES = ("none", "all", "attention", "ffn")
+# Every family below is the same Encoder with different options; the family name decides
+# how checkpoints are named when exchanged with Hugging Face (ember.interop).
+ENCODER_FAMILIES = ("bert", "roberta", "albert", "electra", "distilbert")
+
+
 @dataclass(frozen=True)
 class ModelConfig:
     """Shape of a Transformer encoder (BERT, Devlin et al. 2019, Table/§3 and App. A)."""
@@ -37,8 +43,12 @@ class ModelConfig:
     pad_token_id: int = 0
     pre_layer_norm: bool = False  # BERT is post-LN; GPT-2 style pre-LN is an option
     pooler: bool = True  # [CLS] dense+tanh pooler used by NSP and classification
+    embedding_size: int = 0  # E; 0 = hidden_size. E < H factorizes embeddings (ALBERT, ELECTRA)
+    share_layers: str = "none"  # ALBERT cross-layer sharing: none | all | attention | ffn
 
     def __post_init__(self) -> None:
+        if self.share_layers not in SHARE_MODES:
+            raise EmberError(f"model.share_layers={self.share_layers!r}; choose one of {', '.join(SHARE_MODES)}")
         if self.hidden_size % self.num_heads:
             raise EmberError(
                 f"model.hidden_size={self.hidden_size} is not divisible by "
@@ -55,6 +65,20 @@ def _bert(layers: int, hidden: int) -> ModelConfig:
     )
 
 
+def _albert(layers: int, hidden: int, embedding: int = 128) -> ModelConfig:
+    # ALBERT (Lan et al. 2020, Table 1): E = 128, all layers shared, heads = H/64, FFN = 4H,
+    # GELU (tanh form in the released models), no dropout in the released v2 models - we
+    # keep BERT's 0.1 as the paper's v1 did, since small corpora overfit.
+    return dataclasses.replace(_bert(layers, hidden), family="albert", embedding_size=embedding,
+                               share_layers="all", hidden_act="gelu_new")
+
+
+def _electra(layers: int, hidden: int, embedding: int, heads: int) -> ModelConfig:
+    # ELECTRA (Clark et al. 2020, App. C Table 6): small = 12 layers, H 256, E 128, 4 heads.
+    return dataclasses.replace(_bert(layers, hidden), family="electra", embedding_size=embedding,
+                               num_heads=heads, pooler=False)
+
+
 MODEL_PRESETS: dict[str, ModelConfig] = {
     "bert-tiny": _bert(2, 128),
     "bert-mini": _bert(4, 256),
@@ -62,6 +86,22 @@ MODEL_PRESETS: dict[str, ModelConfig] = {
     "bert-medium": _bert(8, 512),
     "bert-base": _bert(12, 768),
     "bert-large": _bert(24, 1024),
+    # RoBERTa (Liu et al. 2019): BERT shapes, one (unused) segment embedding, LN eps 1e-5.
+    "roberta-mini": dataclasses.replace(_bert(4, 256), family="roberta", type_vocab_size=1, layer_norm_eps=1e-5),
+    "roberta-base": dataclasses.replace(_bert(12, 768), family="roberta", type_vocab_size=1, layer_norm_eps=1e-5),
+    "roberta-large": dataclasses.replace(_bert(24, 1024), family="roberta", type_vocab_size=1, layer_norm_eps=1e-5),
+    "albert-mini": _albert(4, 256),
+    "albert-base": _albert(12, 768),
+    "albert-large": _albert(24, 1024),
+    "albert-xlarge": _albert(24, 2048),
+    "albert-xxlarge": dataclasses.replace(_albert(12, 4096), intermediate_size=16384),
+    "electra-mini": _electra(4, 256, 128, 4),
+    "electra-small": _electra(12, 256, 128, 4),
+    "electra-base": _electra(12, 768, 768, 12),
+    "electra-large": _electra(24, 1024, 1024, 16),
+    # DistilBERT (Sanh et al. 2019, §3): BERT-base with half the layers, no token-type
+    # embeddings and no pooler.
+    "distilbert": dataclasses.replace(_bert(6, 768), family="distilbert", type_vocab_size=0, pooler=False),
 }
 
 
@@ -85,6 +125,27 @@ class DataConfig:
     max_predictions: int = 20  # BERT's max_predictions_per_seq for length 128
     nsp: bool = True
     eval_examples: int = 512  # held-out sequences scored at each evaluation
+    # Which units are masked together (ember.objectives.masking): "token" (BERT),
+    # "whole_word" (all pieces of a word), "phrase" (ERNIE: corpus/phrase-detector spans
+    # stored by `ember prepare`, else whole words), "span" (SpanBERT geometric spans).
+    masking: str = "token"
+    span_p: float = 0.2  # SpanBERT: span length in words ~ Geometric(p), clipped at max_span
+    max_span: int = 10
+    # How sequences are packed: "segments" (BERT chunks split into A/B for NSP/SOP, or one
+    # segment without), "full_sentences" (RoBERTa: contiguous sentences, may cross
+    # documents, separated by [SEP]) or "doc_sentences" (RoBERTa: never cross a document).
+    packing: str = "segments"
+    static_masks: int = 0  # 0 = dynamic masking; N = each sequence has N fixed masks (RoBERTa §4.1)
+
+
+@dataclass(frozen=True)
+class ElectraConfig:
+    """ELECTRA's generator/discriminator settings (Clark et al. 2020, §3.2 and App. C)."""
+
+    generator_size: float = 0.25  # generator hidden size (and heads, FFN) as a fraction of the discriminator's
+    generator_layers: float = 1.0  # fraction of the discriminator's layers
+    discriminator_weight: float = 50.0  # lambda in L = L_MLM + lambda * L_Disc
+    temperature: float = 1.0  # sampling temperature for the replacements
 
 
 @dataclass(frozen=True)
@@ -134,6 +195,7 @@ class RunConfig:
     train: TrainConfig = field(default_factory=TrainConfig)
     kind: str = "pretrain"  # "pretrain" or "finetune": what the run folder holds
     objective: str = "bert"  # which pre-training objective (see ember.objectives)
+    electra: ElectraConfig = field(default_factory=ElectraConfig)
     task: TaskConfig = field(default_factory=lambda: TaskConfig())
 
 

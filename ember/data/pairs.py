@@ -29,6 +29,7 @@ class SegmentPair:
     tokens_a: np.ndarray  # (La,) token ids, no special tokens
     tokens_b: np.ndarray | None  # (Lb,) or None when the objective uses single segments
     label: int  # NSP: 0 = B follows A, 1 = B is random (the HF convention); SOP: 1 = swapped
+    mask_key: tuple[int, int] = (0, 0)  # (index, epoch) this example was drawn for; static masking keys on it
 
 
 def build_chunks(corpus, max_tokens: int, short_seq_prob: float, seed: int) -> np.ndarray:
@@ -80,7 +81,7 @@ class SegmentPairDataset:
         doc, first, end = (int(v) for v in self.chunks[index])
         n = end - first
         if self.pair_mode == "none":
-            return SegmentPair(self._tokens(first, end)[: self.max_tokens], None, 0)
+            return SegmentPair(self._tokens(first, end)[: self.max_tokens], None, 0, (index, epoch))
         a_end = first + (int(rng.integers(1, n)) if n >= 2 else 1)
         tokens_a = self._tokens(first, a_end)
         if self.pair_mode == "sop":
@@ -99,7 +100,7 @@ class SegmentPairDataset:
             tokens_b = self._random_segment(rng, doc, self.max_tokens - len(tokens_a)) if label \
                 else self._tokens(a_end, end)
         tokens_a, tokens_b = truncate_pair(tokens_a, tokens_b, self.max_tokens, rng)
-        return SegmentPair(tokens_a, tokens_b, label)
+        return SegmentPair(tokens_a, tokens_b, label, (index, epoch))
 
     def _random_segment(self, rng: np.random.Generator, avoid_doc: int, target: int) -> np.ndarray:
         offsets = self.corpus.doc_offsets

@@ -1,8 +1,17 @@
-"""Bidirectional Transformer encoder (BERT, Devlin et al. 2019).
+"""Bidirectional Transformer encoder: BERT (Devlin et al. 2019) and its variants.
 
 forward(input_ids, attention_mask, token_type_ids) -> EncoderOutput with
 last_hidden_state (B, T, H), pooled (B, H) when the config has a pooler, and on request
 every layer's hidden states (num_layers + 1 tensors, embeddings first) and attentions.
+
+Options used by the variants, all from ModelConfig:
+- ``embedding_size`` E < H: factorized embeddings, a V x E table then an E -> H projection
+  (ALBERT, Lan et al. 2020 §3.1; ELECTRA-small, Clark et al. 2020 App. C).
+- ``share_layers``: ALBERT's cross-layer parameter sharing - "all" (one layer applied
+  num_layers times), "attention" or "ffn" (only that sub-layer shared), "none".
+- ``embeddings=False`` builds an encoder without its own embedding tables; it is fed
+  ``inputs_embeds`` from another model's embeddings (ELECTRA's generator shares the
+  discriminator's, Clark et al. 2020 §3.2).
 """
 
 from __future__ import annotations
@@ -47,28 +56,50 @@ def init_weights(module: nn.Module, std: float) -> None:
         nn.init.zeros_(module.bias)
 
 
+def _build_layers(cfg: ModelConfig) -> nn.ModuleList:
+    """The stored layers. Sharing "all" stores one; "attention"/"ffn" store num_layers layers
+    of which only layer 0 owns the shared sub-layer (the others borrow it at call time)."""
+    def layer(own_attention: bool = True, own_ffn: bool = True) -> TransformerLayer:
+        return TransformerLayer(
+            cfg.hidden_size, cfg.num_heads, cfg.intermediate_size, cfg.hidden_act,
+            cfg.dropout, cfg.attention_dropout, cfg.layer_norm_eps, cfg.pre_layer_norm,
+            own_attention, own_ffn,
+        )
+
+    if cfg.share_layers == "all":
+        return nn.ModuleList([layer()])
+    if cfg.share_layers == "attention":
+        return nn.ModuleList([layer()] + [layer(own_attention=False) for _ in range(cfg.num_layers - 1)])
+    if cfg.share_layers == "ffn":
+        return nn.ModuleList([layer()] + [layer(own_ffn=False) for _ in range(cfg.num_layers - 1)])
+    return nn.ModuleList(layer() for _ in range(cfg.num_layers))
+
+
 class Encoder(nn.Module):
-    def __init__(self, cfg: ModelConfig) -> None:
+    def __init__(self, cfg: ModelConfig, embeddings: bool = True) -> None:
         super().__init__()
         self.config = cfg
+        e = cfg.embedding_size or cfg.hidden_size
         self.embeddings = InputEmbeddings(
-            cfg.vocab_size, cfg.hidden_size, cfg.max_position, cfg.type_vocab_size,
+            cfg.vocab_size, e, cfg.max_position, cfg.type_vocab_size,
             cfg.dropout, cfg.layer_norm_eps, cfg.pad_token_id,
-        )
-        self.layers = nn.ModuleList(
-            TransformerLayer(
-                cfg.hidden_size, cfg.num_heads, cfg.intermediate_size, cfg.hidden_act,
-                cfg.dropout, cfg.attention_dropout, cfg.layer_norm_eps, cfg.pre_layer_norm,
-            )
-            for _ in range(cfg.num_layers)
-        )
+        ) if embeddings else None
+        self.embed_project = nn.Linear(e, cfg.hidden_size) if e != cfg.hidden_size else None
+        self.layers = _build_layers(cfg)
         self.final_norm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps) if cfg.pre_layer_norm else None
         self.pooler = Pooler(cfg.hidden_size) if cfg.pooler else None
         self.apply(lambda m: init_weights(m, cfg.initializer_range))
 
     @property
-    def word_embeddings(self) -> torch.Tensor:  # (V, H), tied to the MLM decoder
+    def word_embeddings(self) -> torch.Tensor:  # (V, E), tied to the MLM decoder
         return self.embeddings.word.weight
+
+    def layer_sequence(self):
+        """(layer, donor) for each of the num_layers applications, in order."""
+        first = self.layers[0]
+        if self.config.share_layers == "all":
+            return [(first, None)] * self.config.num_layers
+        return [(layer, first) for layer in self.layers]
 
     def forward(
         self,
@@ -78,13 +109,16 @@ class Encoder(nn.Module):
         position_ids: torch.Tensor | None = None,
         output_hidden_states: bool = False,
         output_attentions: bool = False,
+        inputs_embeds: torch.Tensor | None = None,  # (B, T, E) from an embeddings module
     ) -> EncoderOutput:
-        x = self.embeddings(input_ids, token_type_ids, position_ids)
+        x = inputs_embeds if inputs_embeds is not None else self.embeddings(input_ids, token_type_ids, position_ids)
+        if self.embed_project is not None:
+            x = self.embed_project(x)  # (B, T, E) -> (B, T, H)
         mask = attention_mask_4d(attention_mask)
         hidden_states = [x] if output_hidden_states else None
         attentions = [] if output_attentions else None
-        for layer in self.layers:
-            x, probs = layer(x, mask, need_weights=output_attentions)
+        for layer, donor in self.layer_sequence():
+            x, probs = layer(x, mask, need_weights=output_attentions, donor=donor)
             if hidden_states is not None:
                 hidden_states.append(x)
             if attentions is not None:

@@ -4,6 +4,8 @@
 word embeddings plus a bias). It is applied only to the positions that need predicting: the
 caller gathers masked positions first, so a batch of 32x128 with 15% masking computes
 ~600 vocabulary rows instead of 4096 (same loss and gradients as the full head).
+With factorized embeddings (ALBERT, ELECTRA) the transform maps H -> E, the embedding size,
+so the tied decoder (V, E) applies.
 """
 
 from __future__ import annotations
@@ -16,15 +18,17 @@ from ember.nn.activations import activation
 
 
 class MaskedLMHead(nn.Module):
-    def __init__(self, hidden_size: int, vocab_size: int, act: str, layer_norm_eps: float) -> None:
+    def __init__(self, hidden_size: int, vocab_size: int, act: str, layer_norm_eps: float,
+                 embedding_size: int | None = None) -> None:
         super().__init__()
-        self.dense = nn.Linear(hidden_size, hidden_size)
+        out = embedding_size or hidden_size
+        self.dense = nn.Linear(hidden_size, out)
         self.act = activation(act)
-        self.norm = nn.LayerNorm(hidden_size, eps=layer_norm_eps)
+        self.norm = nn.LayerNorm(out, eps=layer_norm_eps)
         self.bias = nn.Parameter(torch.zeros(vocab_size))
 
     def forward(self, hidden: torch.Tensor, word_embeddings: torch.Tensor) -> torch.Tensor:
-        """hidden (N, H), word_embeddings (V, H) -> logits (N, V)."""
+        """hidden (N, H), word_embeddings (V, E) -> logits (N, V)."""
         return F.linear(self.norm(self.act(self.dense(hidden))), word_embeddings, self.bias)
 
 

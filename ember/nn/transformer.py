@@ -2,6 +2,11 @@
 
 post-LN:  x = LN(x + Drop(Attn(x)));  x = LN(x + Drop(FFN(x)))
 pre-LN:   x = x + Drop(Attn(LN(x)));  x = x + Drop(FFN(LN(x)))
+
+ALBERT's cross-layer sharing (Lan et al. 2020, §3.1) builds some layers without their own
+attention or feed-forward sub-layer (``own_attention`` / ``own_ffn`` False); such a layer
+borrows the missing sub-layer, with its LayerNorm, from a ``donor`` layer at call time. That
+keeps each shared tensor stored once in the state dict.
 """
 
 from __future__ import annotations
@@ -24,24 +29,32 @@ class TransformerLayer(nn.Module):
         attention_dropout: float,
         layer_norm_eps: float,
         pre_layer_norm: bool = False,
+        own_attention: bool = True,
+        own_ffn: bool = True,
     ) -> None:
         super().__init__()
-        self.attention = SelfAttention(hidden_size, num_heads, attention_dropout)
-        self.attention_norm = nn.LayerNorm(hidden_size, eps=layer_norm_eps)
-        self.ffn = FeedForward(hidden_size, intermediate_size, act)
-        self.ffn_norm = nn.LayerNorm(hidden_size, eps=layer_norm_eps)
+        if own_attention:
+            self.attention = SelfAttention(hidden_size, num_heads, attention_dropout)
+            self.attention_norm = nn.LayerNorm(hidden_size, eps=layer_norm_eps)
+        if own_ffn:
+            self.ffn = FeedForward(hidden_size, intermediate_size, act)
+            self.ffn_norm = nn.LayerNorm(hidden_size, eps=layer_norm_eps)
+        self.own_attention, self.own_ffn = own_attention, own_ffn
         self.dropout = nn.Dropout(dropout)
         self.pre_layer_norm = pre_layer_norm
 
     def forward(
-        self, x: torch.Tensor, mask: torch.Tensor | None = None, need_weights: bool = False
+        self, x: torch.Tensor, mask: torch.Tensor | None = None, need_weights: bool = False,
+        donor: "TransformerLayer | None" = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        a = self if self.own_attention else donor  # where the attention sub-layer lives
+        f = self if self.own_ffn else donor  # where the feed-forward sub-layer lives
         if self.pre_layer_norm:
-            attn, probs = self.attention(self.attention_norm(x), mask, need_weights)
+            attn, probs = a.attention(a.attention_norm(x), mask, need_weights)
             x = x + self.dropout(attn)
-            x = x + self.dropout(self.ffn(self.ffn_norm(x)))
+            x = x + self.dropout(f.ffn(f.ffn_norm(x)))
         else:
-            attn, probs = self.attention(x, mask, need_weights)
-            x = self.attention_norm(x + self.dropout(attn))
-            x = self.ffn_norm(x + self.dropout(self.ffn(x)))
+            attn, probs = a.attention(x, mask, need_weights)
+            x = a.attention_norm(x + self.dropout(attn))
+            x = f.ffn_norm(x + self.dropout(f.ffn(x)))
         return x, probs

@@ -1,8 +1,10 @@
-"""BERT pre-training: masked LM + next-sentence prediction (Devlin et al. 2019, §3.1).
+"""BERT pre-training: masked LM + a sentence-pair task (Devlin et al. 2019, §3.1).
 
 Input: [CLS] A [SEP] B [SEP] with segment ids 0 for [CLS] A [SEP] and 1 for B [SEP].
-Loss = mean MLM cross-entropy over masked tokens + mean NSP cross-entropy over sequences.
-With ``nsp=False`` the input is [CLS] A [SEP] and only MLM is trained (RoBERTa style).
+Loss = mean MLM cross-entropy over masked tokens + mean cross-entropy of the sentence task
+on the pooled [CLS]: next-sentence prediction (BERT) or sentence-order prediction (ALBERT,
+Lan et al. 2020 §3.2: two consecutive segments of one document, swapped for negatives).
+Objective "mlm" (or ``data.nsp: false``) trains MLM alone on [CLS] A [SEP] (RoBERTa).
 """
 
 from __future__ import annotations
@@ -44,18 +46,32 @@ def pack_pairs(pairs: list[SegmentPair], cls_id: int, sep_id: int, pad_id: int):
     return ids, types, mask.astype(np.int64), maskable
 
 
+def build(cfg, special_ids: dict) -> "BertPretraining":
+    """Objectives "bert" (MLM + NSP unless data.nsp is false), "mlm" and "albert" (MLM + SOP)."""
+    from ember.models import build_backbone
+
+    sentence_task = {"bert": "nsp" if cfg.data.nsp else "none", "mlm": "none", "albert": "sop"}[cfg.objective]
+    return BertPretraining(build_backbone(cfg.model), special_ids, cfg.data, sentence_task)
+
+
 class BertPretraining(nn.Module):
-    """Backbone + MLM head (+ NSP head on the pooled [CLS])."""
+    """Backbone + MLM head (+ NSP or SOP head on the pooled [CLS])."""
 
-    pair_mode = "nsp"
-
-    def __init__(self, backbone: nn.Module, special_ids: dict, data: DataConfig) -> None:
+    def __init__(self, backbone: nn.Module, special_ids: dict, data: DataConfig,
+                 sentence_task: str | None = None) -> None:
         super().__init__()
         cfg = backbone.config
+        if sentence_task is None:
+            sentence_task = "nsp" if data.nsp else "none"
         self.backbone = backbone
-        self.mlm = MaskedLMHead(cfg.hidden_size, cfg.vocab_size, cfg.hidden_act, cfg.layer_norm_eps)
-        self.nsp = nn.Linear(cfg.hidden_size, 2) if data.nsp else None
-        for module in (self.mlm, self.nsp):
+        self.mlm = MaskedLMHead(cfg.hidden_size, cfg.vocab_size, cfg.hidden_act, cfg.layer_norm_eps,
+                                cfg.embedding_size or None)
+        # One head either way; the attribute name says which task it was trained for
+        # (and keeps checkpoint names distinct: "nsp.*" vs "sop.*").
+        self.nsp = nn.Linear(cfg.hidden_size, 2) if sentence_task == "nsp" else None
+        self.sop = nn.Linear(cfg.hidden_size, 2) if sentence_task == "sop" else None
+        self.pair_mode = sentence_task  # what the segment-pair sampler must produce
+        for module in (self.mlm, self.nsp, self.sop):
             if module is not None:
                 for sub in module.modules():
                     if isinstance(sub, nn.Linear):
@@ -63,8 +79,10 @@ class BertPretraining(nn.Module):
                         nn.init.zeros_(sub.bias)
         self.special_ids = dict(special_ids)
         self.data = data
-        if not data.nsp:
-            self.pair_mode = "none"
+
+    @property
+    def sentence_head(self) -> nn.Linear | None:
+        return self.nsp if self.nsp is not None else self.sop
 
     def make_batch(self, pairs: list[SegmentPair], rng: np.random.Generator) -> dict[str, torch.Tensor]:
         ids, types, attention, maskable = pack_pairs(
@@ -80,30 +98,31 @@ class BertPretraining(nn.Module):
             "attention_mask": torch.from_numpy(attention),
             "labels": torch.from_numpy(labels),
         }
-        if self.nsp is not None:
-            batch["next_sentence_label"] = torch.tensor([p.label for p in pairs], dtype=torch.long)
+        if self.sentence_head is not None:
+            batch["sentence_label"] = torch.tensor([p.label for p in pairs], dtype=torch.long)
         return batch
 
     def logits(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Full-vocabulary MLM logits (B, T, V) and NSP logits (B, 2): for inference and parity."""
+        """Full-vocabulary MLM logits (B, T, V) and NSP/SOP logits (B, 2): for inference and parity."""
         out = self.backbone(batch["input_ids"], batch.get("attention_mask"), batch.get("token_type_ids"))
         mlm = self.mlm(out.last_hidden_state, self.backbone.word_embeddings)
-        nsp = self.nsp(out.pooled) if self.nsp is not None else None
-        return mlm, nsp
+        head = self.sentence_head
+        return mlm, head(out.pooled) if head is not None else None
 
     def forward(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict]:
         out = self.backbone(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
         loss, metrics = masked_lm_loss(
             self.mlm, out.last_hidden_state, self.backbone.word_embeddings, batch["labels"]
         )
-        if self.nsp is not None:
-            labels = batch["next_sentence_label"]
-            logits = self.nsp(out.pooled)  # (B, 2)
-            nsp_loss = F.cross_entropy(logits.float(), labels)
-            loss = loss + nsp_loss
+        if self.sentence_head is not None:
+            labels = batch["sentence_label"]
+            logits = self.sentence_head(out.pooled)  # (B, 2)
+            sentence_loss = F.cross_entropy(logits.float(), labels)
+            loss = loss + sentence_loss
             n = int(labels.numel())
-            metrics["nsp_loss"] = (nsp_loss.item() * n, n)
-            metrics["nsp_acc"] = ((logits.argmax(-1) == labels).sum().item(), n)
+            name = self.pair_mode  # "nsp" or "sop"
+            metrics[f"{name}_loss"] = (sentence_loss.item() * n, n)
+            metrics[f"{name}_acc"] = ((logits.argmax(-1) == labels).sum().item(), n)
         n = int(batch["input_ids"].shape[0])
         metrics["loss"] = (loss.item() * n, n)
         return loss, metrics

@@ -10,20 +10,11 @@ import torch
 
 from ember.config import RunConfig
 from ember.errors import EmberError
-from ember.models import build_backbone
+from ember.objectives import build_objective
 from ember.train.checkpoint import save_weights
 from ember.train.distributed import init_distributed, shutdown
 from ember.train.loop import Trainer
 from ember.train.rundir import prepare_run_dir, write_run_files
-
-
-def build_objective(cfg: RunConfig, special_ids: dict):
-    from ember.objectives.bert import BertPretraining
-
-    if cfg.objective in ("bert", "mlm"):
-        data = cfg.data if cfg.objective == "bert" else dataclasses.replace(cfg.data, nsp=False)
-        return BertPretraining(build_backbone(cfg.model), special_ids, data)
-    raise EmberError(f"unknown objective {cfg.objective!r}; known: bert, mlm")
 
 
 def evaluate_pretraining(module, dataset, n_examples: int, batch_size: int, seed: int, device: str) -> dict:
