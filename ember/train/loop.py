@@ -87,12 +87,13 @@ class Trainer:
         self.order = DataOrder(len(data), cfg.seed)
         self.step = 0
         self.elapsed = 0.0  # training seconds over all sessions of this run
+        self.tokens = 0  # non-padding tokens trained on, over all sessions and ranks
         self.best = {"value": None, "step": None}
         self.stop_requested = False
 
     # -- state ----------------------------------------------------------------------------
     def trainer_state(self) -> dict:
-        return {"step": self.step, "elapsed": self.elapsed, "best": self.best,
+        return {"step": self.step, "elapsed": self.elapsed, "tokens": self.tokens, "best": self.best,
                 "world_size": self.dist.world_size, "seed": self.cfg.seed}
 
     def save(self) -> None:
@@ -113,6 +114,7 @@ class Trainer:
                              f"(missing {missing[:3]}, unexpected {unexpected[:3]})")
         self.optimizer.load_state_dict(optimizer_state)
         self.step, self.elapsed, self.best = state["step"], state["elapsed"], state["best"]
+        self.tokens = state.get("tokens", 0)  # absent in checkpoints written before it was counted
         MetricsLogger.truncate(self.run_dir / "metrics.jsonl", self.step)
         if self.dist.is_main:
             print(f"resumed from {path} (step {self.step})")
@@ -199,6 +201,7 @@ class Trainer:
                 seconds = time.perf_counter() - started
                 self.elapsed += seconds
                 self.step += 1
+                self.tokens += tokens
                 metrics["tokens_per_s"] = tokens / max(seconds, 1e-9)
                 last_metrics = metrics
                 if bar is not None:
@@ -221,7 +224,8 @@ class Trainer:
             if bar is not None:
                 bar.close()
             logger.close()
-        return {"step": self.step, "elapsed": self.elapsed, "best": self.best, "train": last_metrics}
+        return {"step": self.step, "elapsed": self.elapsed, "tokens": self.tokens, "best": self.best,
+                "train": last_metrics}
 
     def run_evaluation(self, logger: MetricsLogger) -> dict:
         metrics = {}
