@@ -34,7 +34,7 @@ def evaluate_pretraining(module, dataset, n_examples: int, batch_size: int, seed
 
 def run_pretraining(cfg: RunConfig, run_dir: Path, resume: bool = False, overwrite: bool = False,
                     progress: bool = True) -> dict:
-    from ember.data.pairs import SegmentPairDataset
+    from ember.data.packing import build_pretraining_dataset
     from ember.data.shards import TokenCorpus
     from ember.tokenizers import special_token_ids, load_tokenizer
 
@@ -64,13 +64,12 @@ def run_pretraining(cfg: RunConfig, run_dir: Path, resume: bool = False, overwri
         torch.manual_seed(cfg.train.seed)  # same initial weights on every rank
         module = build_objective(cfg, special)
         pair_mode = module.pair_mode
-        train_data = SegmentPairDataset(corpus, cfg.data.max_seq_length, pair_mode,
-                                        cfg.data.short_seq_prob, cfg.train.seed)
+        train_data = build_pretraining_dataset(corpus, cfg.data, pair_mode, cfg.train.seed, special["sep"])
         evaluate = None
         try:
             valid = TokenCorpus(cfg.data.prepared, "valid")
-            valid_data = SegmentPairDataset(valid, cfg.data.max_seq_length, pair_mode,
-                                            cfg.data.short_seq_prob, cfg.train.seed + 1)
+            valid_data = build_pretraining_dataset(valid, cfg.data, pair_mode, cfg.train.seed + 1,
+                                                   special["sep"])
         except EmberError as exc:
             print(f"warning: no held-out evaluation ({exc})")
         else:

@@ -1,0 +1,185 @@
+"""RoBERTa input packing: FULL-SENTENCES and DOC-SENTENCES (Liu et al. 2019, §4.2).
+
+RoBERTa drops NSP and fills every sequence with contiguous *full* sentences up to the
+length budget:
+
+- FULL-SENTENCES: sentences are taken in corpus order and may cross document boundaries;
+  when one document ends and the next begins inside a sequence, an extra separator token
+  (the tokenizer's [SEP] / ``</s>``) goes between them.
+- DOC-SENTENCES: the same, but a sequence never crosses a document, so sequences near the
+  end of a document may be shorter. RoBERTa then grows the batch dynamically to keep the
+  token count per batch close to FULL-SENTENCES. We keep the batch size fixed: steps are
+  keyed by (seed, step, micro-batch) for exact resume and DDP shards split a fixed number
+  of sequences, and the paper found the two formats within a few tenths of a point of each
+  other (Table 2). Budget sequences with ``train.batch_size`` accordingly
+  (``PackedSentenceDataset.mean_length`` tells how full the sequences are).
+
+A sentence longer than the budget is cut into budget-sized pieces (the last one shorter);
+each piece is packed like a sentence, so no token is ever dropped: one epoch visits every
+token of the corpus exactly once. The budget is ``max_seq_length - 2``: the objective's
+``pack_pairs`` adds the outer [CLS]/<s> ... [SEP]/</s> around ``tokens_a``.
+
+Packing is greedy and deterministic, a pure function of the corpus and the budget (no
+seed), so every rank and every resumed run sees the same sequences; only their order
+(the Trainer's per-epoch permutation) and their masks change between epochs. The index is
+built in one vectorized pass over sentence lengths (numpy cumsum + searchsorted; ~2M
+sentences take well under a second) and an example is a handful of memmap slices.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ember.data.pairs import SegmentPair
+from ember.errors import EmberError
+
+PACKINGS = ("segments", "full_sentences", "doc_sentences")
+
+
+def split_long_sentences(lengths: np.ndarray, budget: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Cut sentences into units of at most ``budget`` tokens.
+
+    lengths: int64 (S,) tokens per sentence, all > 0.
+    Returns (unit_sentence, unit_offset, unit_length), each (U,) with U >= S: the global
+    sentence of each unit, where the unit starts inside that sentence and its length.
+    """
+    lengths = np.asarray(lengths, dtype=np.int64)
+    pieces = np.maximum(1, -(-lengths // budget))  # (S,) ceil(L / budget)
+    unit_sentence = np.repeat(np.arange(len(lengths), dtype=np.int64), pieces)  # (U,)
+    first_unit = np.cumsum(pieces) - pieces  # (S,) index of each sentence's first unit
+    piece = np.arange(len(unit_sentence), dtype=np.int64) - np.repeat(first_unit, pieces)  # (U,)
+    unit_offset = piece * budget
+    unit_length = np.minimum(budget, lengths[unit_sentence] - unit_offset)
+    return unit_sentence, unit_offset, unit_length
+
+
+def pack_units(unit_length: np.ndarray, unit_doc: np.ndarray, budget: int,
+               cross_documents: bool) -> np.ndarray:
+    """Greedy packing of consecutive units into sequences of at most ``budget`` tokens.
+
+    unit_length: int64 (U,), each in [1, budget]; unit_doc: int64 (U,), non-decreasing.
+    Returns int64 (N+1,) boundaries: sequence i holds units [bounds[i], bounds[i+1]).
+    With ``cross_documents`` a document change inside a sequence costs one separator token.
+    """
+    n = len(unit_length)
+    if n == 0:
+        return np.zeros(1, dtype=np.int64)
+    new_doc = np.ones(n, dtype=bool)  # (U,) unit starts a document
+    new_doc[1:] = unit_doc[1:] != unit_doc[:-1]
+    sep = (new_doc & cross_documents).astype(np.int64)  # separator owed before the unit...
+    # ... but only when it follows another unit of the same sequence; a sequence starting
+    # at unit s does not pay sep[s]. cost[u] = tokens unit u adds to a running sequence.
+    cum = np.zeros(n + 1, dtype=np.int64)  # (U+1,) cum[k] = cost of units [0, k)
+    np.cumsum(unit_length + sep, out=cum[1:])
+    # A sequence starting at s takes units [s, e) for the largest e with
+    # cum[e] - cum[s] - sep[s] <= budget; one searchsorted finds e for every s at once.
+    end = np.searchsorted(cum, cum[:-1] + sep + budget, side="right") - 1  # (U,)
+    if not cross_documents:
+        doc_first = np.flatnonzero(new_doc)  # (D,) first unit of each document
+        doc_end = np.append(doc_first[1:], n)  # (D,) one past its last unit
+        end = np.minimum(end, doc_end[np.cumsum(new_doc) - 1])
+    # Chase start -> end pointers: a Python loop over sequences (not tokens or sentences).
+    nxt = end.tolist()
+    bounds, s = [0], 0
+    while s < n:
+        s = nxt[s]
+        bounds.append(s)
+    return np.asarray(bounds, dtype=np.int64)
+
+
+class PackedSentenceDataset:
+    """Index -> ``SegmentPair(tokens_a, None, 0, (index, epoch))`` of packed full sentences.
+
+    ``corpus`` is a TokenCorpus (or anything with ``sentence_lengths``, ``doc_offsets`` and
+    ``sentences(start, stop)``). ``sep_id`` is only used when ``cross_documents`` is true.
+    """
+
+    pair_mode = "none"
+
+    def __init__(self, corpus, max_seq_length: int, cross_documents: bool, sep_id: int | None = None):
+        if max_seq_length < 3:
+            raise EmberError(f"data.max_seq_length={max_seq_length} leaves no room for tokens "
+                             "between the two special tokens; use at least 3")
+        if cross_documents and sep_id is None:
+            raise EmberError("FULL-SENTENCES packing needs the tokenizer's separator id")
+        self.corpus = corpus
+        self.max_tokens = max_seq_length - 2  # <s> ... </s> are added by the objective
+        self.cross_documents = cross_documents
+        self.sep_id = sep_id
+        self._lengths = np.asarray(corpus.sentence_lengths, dtype=np.int64)  # (S,)
+        self._doc_offsets = np.asarray(corpus.doc_offsets, dtype=np.int64)  # (D+1,)
+        sent, offset, length = split_long_sentences(self._lengths, self.max_tokens)
+        doc = np.searchsorted(self._doc_offsets, sent, side="right") - 1  # (U,)
+        self.bounds = pack_units(length, doc, self.max_tokens, cross_documents)  # (N+1,)
+        if len(self.bounds) < 2:
+            raise EmberError("the prepared corpus has no sentences to build training examples from")
+        # Per-unit arrays kept for example(); int32 where values are bounded by the budget.
+        self._unit_sentence = sent
+        self._unit_offset = offset.astype(np.int32)
+        self._unit_length = length.astype(np.int32)
+        seps = 0
+        if cross_documents:  # documents started strictly inside a sequence
+            starts = np.zeros(len(doc), dtype=bool)
+            starts[1:] = doc[1:] != doc[:-1]
+            starts[self.bounds[:-1]] = False
+            seps = int(starts.sum())
+        self.num_tokens = int(self._lengths.sum()) + seps  # total len(tokens_a) over an epoch
+
+    def __len__(self) -> int:
+        return len(self.bounds) - 1
+
+    @property
+    def mean_length(self) -> float:
+        """Mean len(tokens_a): how full the sequences are (DOC-SENTENCES < FULL-SENTENCES)."""
+        return self.num_tokens / len(self)
+
+    def documents(self, index: int) -> np.ndarray:
+        """Ids of the documents sequence ``index`` draws from, in order (int64 (k,))."""
+        s, e = int(self.bounds[index]), int(self.bounds[index + 1])
+        docs = np.searchsorted(self._doc_offsets, self._unit_sentence[s:e], side="right") - 1
+        return np.unique(docs)
+
+    def _unit_tokens(self, a: int, b: int) -> np.ndarray:
+        """Tokens of units [a, b) of one document: one contiguous memmap slice."""
+        first, last = int(self._unit_sentence[a]), int(self._unit_sentence[b - 1])
+        span = self.corpus.sentences(first, last + 1)  # whole sentences first..last
+        cut_tail = int(self._lengths[last]) - int(self._unit_offset[b - 1]) - int(self._unit_length[b - 1])
+        return span[int(self._unit_offset[a]) : len(span) - cut_tail]
+
+    def example(self, index: int, epoch: int = 0) -> SegmentPair:
+        if not 0 <= index < len(self):
+            raise IndexError(f"sequence {index} out of range [0, {len(self)})")
+        s, e = int(self.bounds[index]), int(self.bounds[index + 1])
+        docs = np.searchsorted(self._doc_offsets, self._unit_sentence[s:e], side="right") - 1  # (e-s,)
+        cuts = (s + 1 + np.flatnonzero(docs[1:] != docs[:-1])).tolist()  # first unit of each new doc
+        parts: list[np.ndarray] = []
+        for a, b in zip([s, *cuts], [*cuts, e]):
+            if parts:  # only FULL-SENTENCES sequences reach a second document
+                parts.append(np.array([self.sep_id], dtype=np.int64))
+            parts.append(self._unit_tokens(a, b).astype(np.int64))
+        tokens = parts[0] if len(parts) == 1 else np.concatenate(parts)
+        return SegmentPair(tokens, None, 0, (index, epoch))
+
+
+def build_pretraining_dataset(corpus, data_cfg, pair_mode: str, seed: int, sep_id: int):
+    """The pre-training dataset ``data_cfg.packing`` asks for.
+
+    "segments" is BERT's chunk sampler (ember.data.pairs), split into A/B for NSP/SOP;
+    the packed RoBERTa formats produce single sequences and so need an objective without
+    a sentence-pair task (``pair_mode == "none"``).
+    """
+    from ember.data.pairs import SegmentPairDataset
+
+    packing = data_cfg.packing
+    if packing not in PACKINGS:
+        raise EmberError(f"data.packing={packing!r}; choose one of {', '.join(PACKINGS)}")
+    if packing == "segments":
+        return SegmentPairDataset(corpus, data_cfg.max_seq_length, pair_mode, data_cfg.short_seq_prob, seed)
+    if pair_mode != "none":
+        raise EmberError(
+            f"data.packing={packing} builds single sequences of full sentences, but the objective "
+            f"trains a sentence-pair task ({pair_mode.upper()}); use objective mlm, spanbert or "
+            "electra (RoBERTa drops NSP), or data.packing=segments"
+        )
+    return PackedSentenceDataset(corpus, data_cfg.max_seq_length,
+                                 cross_documents=packing == "full_sentences", sep_id=sep_id)
