@@ -1,10 +1,13 @@
-"""`ember convert`: HF checkpoint folder <-> ember run folder (BERT family today).
+"""`ember convert`: HF checkpoint folder <-> ember run folder, for every encoder family.
 
-Import reads ``config.json`` + ``model.safetensors``/``pytorch_model.bin`` (+ ``tokenizer.json``
-or ``vocab.txt``) and writes an ember run folder usable by ``ember finetune --init``.
+Import reads ``config.json`` + ``model.safetensors``/``pytorch_model.bin`` + a tokenizer
+(``tokenizer.json``, WordPiece ``vocab.txt`` or byte-level BPE ``vocab.json`` +
+``merges.txt``) and writes an ember run folder usable by ``ember finetune --init`` and
+``ember fill-mask``. The family comes from ``model_type`` (ember.interop.families).
 Export writes the HF layout: ``config.json``, ``model.safetensors`` (HF names),
-``tokenizer.json``, ``vocab.txt`` (WordPiece) and ``tokenizer_config.json``, loadable with
-``transformers``' ``from_pretrained``.
+``tokenizer.json`` (+ ``vocab.txt`` for WordPiece, ``vocab.json``/``merges.txt`` for BPE)
+and ``tokenizer_config.json``, loadable with transformers' ``from_pretrained`` /
+``AutoTokenizer.from_pretrained``.
 """
 
 from __future__ import annotations
@@ -12,37 +15,32 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ember.config import RunConfig
+from ember.config import DataConfig, RunConfig
 from ember.errors import EmberError
-from ember.interop import hf_bert
 from ember.interop.common import read_hf_config, read_hf_weights
+from ember.interop.families import import_checkpoint, interop_for_family
 from ember.train.checkpoint import atomic_write_text, load_weights, save_weights
-from ember.train.rundir import check_family, load_run_config, write_run_files
+from ember.train.rundir import load_run_config, write_run_files
 
 
-def _tokenizer_from_hf(hf_dir: Path, out_path: Path) -> None:
-    if (hf_dir / "tokenizer.json").is_file():
-        out_path.write_bytes((hf_dir / "tokenizer.json").read_bytes())
-        return
-    vocab = hf_dir / "vocab.txt"
-    if not vocab.is_file():
-        raise EmberError(f"{hf_dir} has neither tokenizer.json nor vocab.txt")
-    from tokenizers.implementations import BertWordPieceTokenizer
-
-    lowercase = True
-    tok_cfg = hf_dir / "tokenizer_config.json"
-    if tok_cfg.is_file():
-        lowercase = json.loads(tok_cfg.read_text()).get("do_lower_case", True)
-    BertWordPieceTokenizer(str(vocab), lowercase=lowercase).save(str(out_path))
+def _objective(state: dict) -> str:
+    """The pre-training objective whose heads the imported weights carry."""
+    heads = {k.split(".", 1)[0] for k in state}
+    if "nsp" in heads:
+        return "bert"  # MLM + next-sentence prediction
+    if "sop" in heads:
+        return "albert"  # MLM + sentence-order prediction
+    if "rtd_head" in heads:
+        return "electra"  # replaced-token detection (discriminator only)
+    return "mlm"
 
 
 def import_hf(hf_dir: str | Path, out_dir: str | Path) -> Path:
     hf_dir, out_dir = Path(hf_dir), Path(out_dir)
-    model_cfg = hf_bert.config_from_hf(read_hf_config(hf_dir))
-    state = hf_bert.state_from_hf(read_hf_weights(hf_dir), model_cfg)
-    objective = "bert" if any(k.startswith("nsp.") for k in state) else "mlm"
+    model_cfg, state = import_checkpoint(read_hf_config(hf_dir), read_hf_weights(hf_dir))
+    objective = _objective(state)
     kind = "finetune" if any(k.startswith("classifier.") for k in state) else "pretrain"
-    cfg = RunConfig(kind=kind, objective=objective, model=model_cfg)
+    cfg = RunConfig(kind=kind, objective=objective, model=model_cfg, data=DataConfig(nsp=objective == "bert"))
     out_dir.mkdir(parents=True, exist_ok=True)
     tmp_tok = out_dir / ".imported-tokenizer.json"
     _tokenizer_from_hf(hf_dir, tmp_tok)
@@ -55,40 +53,100 @@ def import_hf(hf_dir: str | Path, out_dir: str | Path) -> Path:
 def export_hf(run_dir: str | Path, out_dir: str | Path) -> Path:
     run_dir, out_dir = Path(run_dir), Path(out_dir)
     cfg = load_run_config(run_dir)
-    check_family(run_dir, cfg, ("bert",))
+    interop = interop_for_family(cfg.model.family)
     state = load_weights(run_dir / "model.safetensors")
-    arch = hf_bert.hf_architecture(state)
-    hf_state = hf_bert.state_to_hf(state, cfg.model)
+    arch = interop.hf_architecture(state)
+    hf_state = interop.state_to_hf(state, cfg.model)
     extra = {}
-    if arch == "BertModel":
-        hf_state = {k.removeprefix("bert."): v for k, v in hf_state.items()}
-    if arch == "BertForSequenceClassification":
+    if "classifier.weight" in state:
         labels = json.loads((run_dir / "labels.json").read_text()) if (run_dir / "labels.json").is_file() else None
-        num = hf_state["classifier.weight"].shape[0]
+        num = state["classifier.weight"].shape[0]
         extra = {"num_labels": num, "problem_type": "regression" if num == 1 else "single_label_classification"}
         if labels:
             extra["id2label"] = {str(i): str(l) for i, l in enumerate(labels)}
             extra["label2id"] = {str(l): i for i, l in enumerate(labels)}
+    hf_config = interop.config_to_hf(cfg.model, [arch], extra)
+    if arch.endswith("Model"):  # a base model keeps its weights without the "roberta." etc. prefix
+        hf_state = {k.removeprefix(hf_config["model_type"] + "."): v for k, v in hf_state.items()}
     out_dir.mkdir(parents=True, exist_ok=True)
     save_weights(hf_state, out_dir / "model.safetensors", {"format": "pt"})
-    atomic_write_text(out_dir / "config.json", json.dumps(hf_bert.config_to_hf(cfg.model, [arch], extra), indent=2))
-    _export_tokenizer(run_dir / "tokenizer.json", out_dir, cfg.model.max_position)
+    atomic_write_text(out_dir / "config.json", json.dumps(hf_config, indent=2))
+    _export_tokenizer(run_dir / "tokenizer.json", out_dir, cfg.model.max_position,
+                      segments=cfg.model.type_vocab_size > 1)
     return out_dir
 
 
-def _export_tokenizer(tokenizer_path: Path, out_dir: Path, max_length: int) -> None:
-    from tokenizers import Tokenizer
+# ---- tokenizers -------------------------------------------------------------------------
 
-    tok = Tokenizer.from_file(str(tokenizer_path))
+def _tokenizer_from_hf(hf_dir: Path, out_path: Path) -> None:
+    """Write the HF folder's tokenizer as one ``tokenizer.json``."""
+    if (hf_dir / "tokenizer.json").is_file():
+        out_path.write_bytes((hf_dir / "tokenizer.json").read_bytes())
+        return
+    tok_cfg = hf_dir / "tokenizer_config.json"
+    settings = json.loads(tok_cfg.read_text()) if tok_cfg.is_file() else {}
+    if (hf_dir / "vocab.txt").is_file():
+        from tokenizers.implementations import BertWordPieceTokenizer
+
+        lowercase = settings.get("do_lower_case", True)
+        BertWordPieceTokenizer(str(hf_dir / "vocab.txt"), lowercase=lowercase).save(str(out_path))
+        return
+    if (hf_dir / "vocab.json").is_file() and (hf_dir / "merges.txt").is_file():
+        _roberta_bpe(hf_dir, settings.get("add_prefix_space", False)).save(str(out_path))
+        return
+    raise EmberError(f"{hf_dir} has no tokenizer.json, vocab.txt or vocab.json + merges.txt (a "
+                     "SentencePiece spiece.model cannot be read directly); write a tokenizer.json with "
+                     "transformers: AutoTokenizer.from_pretrained(folder).save_pretrained(folder)")
+
+
+def _roberta_bpe(hf_dir: Path, add_prefix_space: bool):
+    """RoBERTa's / GPT-2's byte-level BPE from vocab.json + merges.txt, with RoBERTa's
+    ``<s> A </s></s> B </s>`` template (Liu et al. 2019; transformers' RobertaTokenizer)."""
+    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, processors
+
+    tok = Tokenizer(models.BPE.from_file(str(hf_dir / "vocab.json"), str(hf_dir / "merges.txt")))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=add_prefix_space)
+    tok.decoder = decoders.ByteLevel()
+    specials = [t for t in ("<s>", "<pad>", "</s>", "<unk>") if tok.token_to_id(t) is not None]
+    tok.add_special_tokens(specials)
+    if tok.token_to_id("<mask>") is not None:
+        tok.add_special_tokens([AddedToken("<mask>", lstrip=True, normalized=False)])  # "a <mask>" eats the space
+    if tok.token_to_id("<s>") is None or tok.token_to_id("</s>") is None:
+        raise EmberError(f"{hf_dir / 'vocab.json'} has no <s> / </s> tokens; it is not a RoBERTa vocabulary")
+    tok.post_processor = processors.RobertaProcessing(  # (sep, cls): the binding's positional order
+        ("</s>", tok.token_to_id("</s>")), ("<s>", tok.token_to_id("<s>")),
+        trim_offsets=True, add_prefix_space=add_prefix_space)
+    return tok
+
+
+def _export_tokenizer(tokenizer_path: Path, out_dir: Path, max_length: int, segments: bool) -> None:
+    """tokenizer.json plus the files and settings ``AutoTokenizer.from_pretrained`` needs.
+
+    ``PreTrainedTokenizerFast`` runs the saved tokenizer.json as is. A BertTokenizer class
+    for WordPiece keeps older tooling happy; ``strip_accents: false`` matches ember's
+    normalizer (transformers otherwise strips accents whenever it lower-cases). Models with
+    one or no segment embedding (RoBERTa, DistilBERT) take no ``token_type_ids``.
+    """
+    from ember.tokenizers import load_tokenizer, special_token_ids, tokenizer_kind
+
+    tok = load_tokenizer(tokenizer_path)
     (out_dir / "tokenizer.json").write_bytes(tokenizer_path.read_bytes())
-    model = json.loads(tok.to_str())["model"]
-    config = {"model_max_length": max_length, "tokenizer_class": "PreTrainedTokenizerFast"}
-    if model["type"] == "WordPiece":
+    names = {role: tok.id_to_token(i) for role, i in special_token_ids(tok).items()}
+    config = {
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "model_max_length": max_length,
+        **{f"{role}_token": name for role, name in names.items()},
+        "model_input_names": ["input_ids", "token_type_ids", "attention_mask"] if segments
+        else ["input_ids", "attention_mask"],
+    }
+    kind = tokenizer_kind(tok)
+    if kind == "wordpiece":
         vocab = sorted(tok.get_vocab().items(), key=lambda kv: kv[1])
         (out_dir / "vocab.txt").write_text("".join(t + "\n" for t, _ in vocab), encoding="utf-8")
         normalizer = json.loads(tok.to_str()).get("normalizer") or {}
-        config.update({"tokenizer_class": "BertTokenizer",
-                       "do_lower_case": bool(normalizer.get("lowercase", False)),
-                       "unk_token": "[UNK]", "sep_token": "[SEP]", "pad_token": "[PAD]",
-                       "cls_token": "[CLS]", "mask_token": "[MASK]"})
+        config.update(tokenizer_class="BertTokenizer", strip_accents=False,
+                      do_lower_case=bool(normalizer.get("lowercase", False)))
+    elif kind == "bpe":
+        tok.model.save(str(out_dir))  # vocab.json + merges.txt, the files RoBERTa ships
+        config.update(bos_token=names["cls"], eos_token=names["sep"])
     atomic_write_text(out_dir / "tokenizer_config.json", json.dumps(config, indent=2))

@@ -14,6 +14,8 @@ from ember.config import ModelConfig
 from ember.errors import EmberError
 from ember.interop.common import fuse_qkv, rename, split_qkv
 
+MODEL_TYPE = "bert"  # HF config.json "model_type" (ember.interop.families dispatches on it)
+
 # HF (after stripping a leading "bert.") -> ember module names. Old TF-converted
 # checkpoints name LayerNorm parameters gamma/beta.
 _HF_TO_EMBER = [

@@ -11,7 +11,7 @@ from ember.errors import EmberError
 
 class FillMask:
     def __init__(self, run_dir: str | Path, device: str = "cpu") -> None:
-        from ember.config import DataConfig
+        from ember.config import ENCODER_FAMILIES, DataConfig
         from ember.models import build_backbone
         from ember.objectives.bert import BertPretraining
         from ember.tokenizers import load_tokenizer, special_token_ids
@@ -20,12 +20,16 @@ class FillMask:
 
         run_dir = Path(run_dir)
         cfg = load_run_config(run_dir, expect_kind="pretrain")
-        check_family(run_dir, cfg, ("bert",))
+        check_family(run_dir, cfg, ENCODER_FAMILIES)  # every encoder family, given an MLM head
         self.tokenizer = load_tokenizer(run_dir / "tokenizer.json")
         self.special = special_token_ids(self.tokenizer)
         state = load_weights(run_dir / "model.safetensors")
-        nsp = any(k.startswith("nsp.") for k in state)
-        self.model = BertPretraining(build_backbone(cfg.model), self.special, DataConfig(nsp=nsp))
+        if "mlm.dense.weight" not in state:
+            raise EmberError(f"{run_dir} has no masked-LM head (objective {cfg.objective!r}, e.g. an ELECTRA "
+                             "discriminator); fill-mask needs a model pre-trained with masked LM")
+        # The sentence head (NSP for BERT, SOP for ALBERT) is loaded for a strict fit but unused.
+        sentence_task = "nsp" if "nsp.weight" in state else "sop" if "sop.weight" in state else "none"
+        self.model = BertPretraining(build_backbone(cfg.model), self.special, DataConfig(), sentence_task)
         self.model.load_state_dict(state)
         self.model.to(device).eval()
         self.device = device

@@ -42,11 +42,16 @@ def load_init(init: str, preset: str = "", tokenizer: str = "") -> tuple[ModelCo
                              "a finished or interrupted-and-resumed run writes it at the end)")
         return run_cfg.model, backbone_weights(load_weights(weights)), path / "tokenizer.json"
     if (path / "config.json").is_file():
-        from ember.interop import hf_bert
+        # Any family with HF interop, chosen by config.json's model_type. The config keeps
+        # the family's pooler even when the checkpoint has none (XForMaskedLM): fine-tuning
+        # then initialises it fresh, as transformers' XForSequenceClassification does.
         from ember.interop.common import read_hf_config, read_hf_weights
+        from ember.interop.families import interop_for_hf_config
 
-        cfg = hf_bert.config_from_hf(read_hf_config(path))
-        state = backbone_weights(hf_bert.state_from_hf(read_hf_weights(path), cfg))
+        hf_config = read_hf_config(path)
+        interop = interop_for_hf_config(hf_config)
+        cfg = interop.config_from_hf(hf_config)
+        state = backbone_weights(interop.state_from_hf(read_hf_weights(path), cfg))
         if not (path / "tokenizer.json").is_file():
             raise EmberError(f"{path} has no tokenizer.json; import it first with `ember convert --from-hf`")
         return cfg, state, path / "tokenizer.json"
