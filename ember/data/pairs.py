@@ -11,6 +11,10 @@ trimmed to fit, one token at a time from the longer segment, at its front or bac
 Chunk boundaries are fixed once (seeded); the split, the random-next choice and the masks
 are drawn fresh every time an example is seen, from an RNG keyed by (seed, epoch, index),
 so data order and content are a pure function of the step: that is what makes resume exact.
+
+When the corpus stores phrase/entity flags (``ember prepare --phrases``), each segment
+carries them too (``joins_a``/``joins_b``: bool, aligned with the tokens and cut the same
+way by every split and trim), for ERNIE-style masking (``ember.objectives.masking``).
 """
 
 from __future__ import annotations
@@ -30,6 +34,8 @@ class SegmentPair:
     tokens_b: np.ndarray | None  # (Lb,) or None when the objective uses single segments
     label: int  # NSP: 0 = B follows A, 1 = B is random (the HF convention); SOP: 1 = swapped
     mask_key: tuple[int, int] = (0, 0)  # (index, epoch) this example was drawn for; static masking keys on it
+    joins_a: np.ndarray | None = None  # (La,) bool: token joins the previous token's phrase unit
+    joins_b: np.ndarray | None = None  # (Lb,) bool, same for B; None when the corpus has no flags
 
 
 def build_chunks(corpus, max_tokens: int, short_seq_prob: float, seed: int) -> np.ndarray:
@@ -76,33 +82,45 @@ class SegmentPairDataset:
     def _tokens(self, first: int, end: int) -> np.ndarray:
         return self.corpus.sentences(first, end).astype(np.int64)  # one contiguous memmap slice
 
+    def _joins(self, first: int, end: int) -> np.ndarray | None:
+        """Phrase flags of sentences [first, end), aligned with ``_tokens``; None if absent."""
+        joins = self.corpus.joins(first, end) if getattr(self.corpus, "has_joins", False) else None
+        return None if joins is None else joins.astype(bool)
+
     def example(self, index: int, epoch: int = 0) -> SegmentPair:
         rng = np.random.default_rng([self.seed, epoch, index])
         doc, first, end = (int(v) for v in self.chunks[index])
         n = end - first
         if self.pair_mode == "none":
-            return SegmentPair(self._tokens(first, end)[: self.max_tokens], None, 0, (index, epoch))
+            return SegmentPair(self._tokens(first, end)[: self.max_tokens], None, 0, (index, epoch),
+                               _cut(self._joins(first, end), 0, self.max_tokens))
         a_end = first + (int(rng.integers(1, n)) if n >= 2 else 1)
-        tokens_a = self._tokens(first, a_end)
+        tokens_a, joins_a = self._tokens(first, a_end), self._joins(first, a_end)
         if self.pair_mode == "sop":
             # ALBERT (Lan et al. 2020, §3.2): both segments from the same document; negatives
             # swap their order. A one-sentence chunk is split in the middle of its tokens.
             if n >= 2:
-                tokens_b = self._tokens(a_end, end)
+                tokens_b, joins_b = self._tokens(a_end, end), self._joins(a_end, end)
             else:
                 cut = max(1, len(tokens_a) // 2)
                 tokens_a, tokens_b = tokens_a[:cut], tokens_a[cut:]
+                joins_a, joins_b = _cut(joins_a, 0, cut), _cut(joins_a, cut, None)
             label = int(rng.random() < 0.5)
             if label:
                 tokens_a, tokens_b = tokens_b, tokens_a
+                joins_a, joins_b = joins_b, joins_a
         else:
             label = int(n == 1 or rng.random() < 0.5)
-            tokens_b = self._random_segment(rng, doc, self.max_tokens - len(tokens_a)) if label \
-                else self._tokens(a_end, end)
-        tokens_a, tokens_b = truncate_pair(tokens_a, tokens_b, self.max_tokens, rng)
-        return SegmentPair(tokens_a, tokens_b, label, (index, epoch))
+            if label:
+                tokens_b, joins_b = self._random_segment(rng, doc, self.max_tokens - len(tokens_a))
+            else:
+                tokens_b, joins_b = self._tokens(a_end, end), self._joins(a_end, end)
+        a_lo, a_hi, b_lo, b_hi = trim_bounds(len(tokens_a), len(tokens_b), self.max_tokens, rng)
+        return SegmentPair(tokens_a[a_lo:a_hi], tokens_b[b_lo:b_hi], label, (index, epoch),
+                           _cut(joins_a, a_lo, a_hi), _cut(joins_b, b_lo, b_hi))
 
-    def _random_segment(self, rng: np.random.Generator, avoid_doc: int, target: int) -> np.ndarray:
+    def _random_segment(self, rng: np.random.Generator, avoid_doc: int,
+                        target: int) -> tuple[np.ndarray, np.ndarray | None]:
         offsets = self.corpus.doc_offsets
         num_docs = len(offsets) - 1
         doc = avoid_doc
@@ -111,19 +129,29 @@ class SegmentPairDataset:
             if doc != avoid_doc or num_docs == 1:
                 break
         start, end = int(offsets[doc]), int(offsets[doc + 1])
-        s = int(rng.integers(start, end))
-        pieces, total = [], 0
+        s = first = int(rng.integers(start, end))
+        total = 0
         while s < end and total < max(target, 1):
-            piece = self.corpus.sentence(s)
-            pieces.append(piece)
-            total += len(piece)
+            total += len(self.corpus.sentence(s))
             s += 1
-        return np.concatenate(pieces).astype(np.int64)
+        return self._tokens(first, s), self._joins(first, s)
+
+
+def _cut(joins: np.ndarray | None, lo: int, hi: int | None) -> np.ndarray | None:
+    return None if joins is None else joins[lo:hi]
 
 
 def truncate_pair(a: np.ndarray, b: np.ndarray, max_tokens: int, rng: np.random.Generator):
     """Trim the longer segment until len(a) + len(b) <= max_tokens, at a random end each time."""
-    a_lo, a_hi, b_lo, b_hi = 0, len(a), 0, len(b)
+    a_lo, a_hi, b_lo, b_hi = trim_bounds(len(a), len(b), max_tokens, rng)
+    return a[a_lo:a_hi], b[b_lo:b_hi]
+
+
+def trim_bounds(len_a: int, len_b: int, max_tokens: int,
+                rng: np.random.Generator) -> tuple[int, int, int, int]:
+    """The (a_lo, a_hi, b_lo, b_hi) kept by ``truncate_pair``, so aligned arrays (phrase
+    flags) can be cut the same way."""
+    a_lo, a_hi, b_lo, b_hi = 0, len_a, 0, len_b
     while (a_hi - a_lo) + (b_hi - b_lo) > max_tokens:
         if (a_hi - a_lo) > (b_hi - b_lo):
             if rng.random() < 0.5:
@@ -135,4 +163,4 @@ def truncate_pair(a: np.ndarray, b: np.ndarray, max_tokens: int, rng: np.random.
                 b_lo += 1
             else:
                 b_hi -= 1
-    return a[a_lo:a_hi], b[b_lo:b_hi]
+    return a_lo, a_hi, b_lo, b_hi

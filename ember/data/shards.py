@@ -8,6 +8,9 @@ A prepared directory holds::
       shard_00000.tokens.bin     token ids, raw little-endian uint16 (uint32 if vocab > 65535)
       shard_00000.sentences.bin  int64 (S,): end offset (exclusive) of each sentence in tokens
       shard_00000.docs.bin       int64 (D,): end index (exclusive) of each doc in sentences
+      shard_00000.joins.bin      optional, uint8 (N,) aligned with tokens: 1 = this token joins
+                                 the previous token's phrase/entity unit (written by
+                                 ``ember prepare --phrases``; meta.json "phrases" says how)
 
 Offsets are local to the shard. Documents never cross shards, so a document's tokens are
 one contiguous slice of one memmap. Raw ``.bin`` files (not ``.npy``) so the writer can
@@ -34,29 +37,34 @@ def token_dtype(vocab_size: int) -> np.dtype:
     return np.dtype(np.uint16) if vocab_size <= 65535 else np.dtype(np.uint32)
 
 
-def shard_files(index: int) -> dict[str, str]:
+def shard_files(index: int, joins: bool = False) -> dict[str, str]:
     stem = f"shard_{index:05d}"
-    return {
+    files = {
         "tokens": f"{stem}.tokens.bin",
         "sentences": f"{stem}.sentences.bin",
         "docs": f"{stem}.docs.bin",
     }
+    if joins:
+        files["joins"] = f"{stem}.joins.bin"
+    return files
 
 
 class ShardWriter:
     """Append documents to the shards of one split, rotating at ``shard_tokens``.
 
     Batches of documents go straight to buffered files (one write per file per batch), so
-    the writer holds no corpus data beyond the OS file buffers.
+    the writer holds no corpus data beyond the OS file buffers. With ``joins=True`` every
+    batch also carries per-token phrase flags, written to ``*.joins.bin``.
     """
 
-    def __init__(self, directory: str | Path, dtype: np.dtype, shard_tokens: int):
+    def __init__(self, directory: str | Path, dtype: np.dtype, shard_tokens: int, joins: bool = False):
         if shard_tokens <= 0:
             raise EmberError("shard_tokens must be positive")
         self.directory = Path(directory)
         self.directory.mkdir(parents=True, exist_ok=True)
         self.dtype = np.dtype(dtype)
         self.shard_tokens = shard_tokens
+        self.joins = joins
         self.shards: list[dict] = []  # finished shards' meta entries
         self.num_docs = self.num_sentences = self.num_tokens = 0
         self._files: dict | None = None
@@ -64,7 +72,7 @@ class ShardWriter:
         self._last_doc: tuple[int, int] | None = None  # (tokens, sentences) of the last doc
 
     def _open_shard(self) -> None:
-        self._names = shard_files(len(self.shards))
+        self._names = shard_files(len(self.shards), self.joins)
         # w+b so that pop_last_document can read back and truncate.
         self._files = {key: open(self.directory / name, "w+b", buffering=_FILE_BUFFER)
                        for key, name in self._names.items()}
@@ -84,13 +92,16 @@ class ShardWriter:
         self._files = None
 
     def add_documents(self, tokens: np.ndarray, sentence_lengths: np.ndarray,
-                      doc_sentences: np.ndarray) -> None:
+                      doc_sentences: np.ndarray, joins: np.ndarray | None = None) -> None:
         """Write a batch of documents.
 
         tokens: (N,) ids of all documents, concatenated.
         sentence_lengths: (S,) int64 tokens per sentence, all > 0, summing to N.
         doc_sentences: (D,) int64 sentences per document, all > 0, summing to S.
+        joins: (N,) phrase flags, given exactly when the writer was made with ``joins=True``.
         """
+        if (joins is not None) != self.joins:
+            raise ValueError("phrase flags must be given exactly when the writer stores them")
         if len(doc_sentences) == 0:
             return
         sent_ends = np.cumsum(sentence_lengths, dtype=np.int64)  # (S,) batch-local
@@ -116,6 +127,8 @@ class ShardWriter:
             f["sentences"].write(ends.astype("<i8", copy=False).tobytes())
             docs = doc_sent_ends[d0:d1] - sent0 + self._sentences
             f["docs"].write(docs.astype("<i8", copy=False).tobytes())
+            if joins is not None:
+                f["joins"].write(np.ascontiguousarray(joins[tok0:tok1], dtype=np.uint8).tobytes())
             self._tokens += tok1 - tok0
             self._sentences += sent1 - sent0
             self._docs += d1 - d0
@@ -127,20 +140,24 @@ class ShardWriter:
             self._last_doc = (tok1 - last_tok0, sent1 - last_sent0)
             d0 = d1
 
-    def add_document(self, ids: np.ndarray, sentence_ends: np.ndarray) -> None:
+    def add_document(self, ids: np.ndarray, sentence_ends: np.ndarray,
+                     joins: np.ndarray | None = None) -> None:
         """Write one document: ids (n,), sentence_ends (S,) exclusive ends within ids."""
         lengths = np.diff(np.asarray(sentence_ends, dtype=np.int64), prepend=0)
         if len(lengths):
-            self.add_documents(ids, lengths, np.array([len(lengths)], dtype=np.int64))
+            self.add_documents(ids, lengths, np.array([len(lengths)], dtype=np.int64), joins)
 
-    def pop_last_document(self) -> tuple[np.ndarray, np.ndarray]:
-        """Remove the most recently written document; return its (ids, sentence_ends)."""
+    def pop_last_document(self, with_joins: bool = False) -> tuple[np.ndarray, ...]:
+        """Remove the most recently written document; return its (ids, sentence_ends), plus
+        its phrase flags (or None) when ``with_joins``."""
         if self._files is None or self._last_doc is None or self._docs == 0:
             raise EmberError("no document to take back from the open shard")
         n_tok, n_sent = self._last_doc
         out = {}
-        for key, count, dtype in (("tokens", n_tok, self.dtype), ("sentences", n_sent, "<i8"),
-                                  ("docs", 1, "<i8")):
+        parts = [("tokens", n_tok, self.dtype), ("sentences", n_sent, "<i8"), ("docs", 1, "<i8")]
+        if self.joins:
+            parts.append(("joins", n_tok, np.uint8))
+        for key, count, dtype in parts:
             f, nbytes = self._files[key], count * np.dtype(dtype).itemsize
             f.flush()
             f.seek(-nbytes, 2)
@@ -154,7 +171,8 @@ class ShardWriter:
         self.num_sentences -= n_sent
         self.num_docs -= 1
         self._last_doc = None  # only one step back is supported
-        return out["tokens"].astype(np.int64), out["sentences"] - self._tokens
+        doc = (out["tokens"].astype(np.int64), out["sentences"] - self._tokens)
+        return doc + (out.get("joins"),) if with_joins else doc
 
     def close(self) -> dict:
         """Finish the last shard; return this split's meta entry."""
@@ -228,6 +246,7 @@ class TokenCorpus:
         info = splits[split]
         directory = self.prepared_dir / split
         self._tokens: list[np.ndarray] = []
+        self._joins: list[np.ndarray] = []  # per shard, uint8 (N_k,) phrase flags, if stored
         self._sent_ends: list[np.ndarray] = []  # per shard, int64 (S_k,)
         doc_parts = [np.zeros(1, dtype=np.int64)]
         sentence_starts = [0]  # global id of each shard's first sentence
@@ -235,6 +254,8 @@ class TokenCorpus:
         for shard in info["shards"]:
             files = shard["files"]
             self._tokens.append(_memmap(directory / files["tokens"], self.dtype, shard["num_tokens"]))
+            if "joins" in files:
+                self._joins.append(_memmap(directory / files["joins"], np.dtype(np.uint8), shard["num_tokens"]))
             self._sent_ends.append(_memmap(directory / files["sentences"], i64, shard["num_sentences"]))
             docs = _memmap(directory / files["docs"], i64, shard["num_docs"])
             doc_parts.append(np.asarray(docs, dtype=np.int64) + sentence_starts[-1])
@@ -247,7 +268,20 @@ class TokenCorpus:
         if self.doc_offsets.shape[0] != self.num_docs + 1 or sentence_starts[-1] != self.num_sentences:
             raise EmberError(f"{self.prepared_dir}/meta.json: split {split!r} counts do not "
                              "match its shards; re-run `ember prepare`")
+        if self._joins and len(self._joins) != len(self._tokens):
+            raise EmberError(f"{self.prepared_dir}/meta.json: split {split!r} has phrase flags for "
+                             "only some shards; re-run `ember prepare`")
         self._lengths: np.ndarray | None = None
+
+    @property
+    def has_joins(self) -> bool:
+        """True when the corpus stores phrase/entity flags (``ember prepare --phrases``)."""
+        return bool(self._joins)
+
+    @property
+    def phrases(self) -> dict:
+        """How the phrase flags were made (meta.json "phrases"); {"source": "none"} without."""
+        return dict(self.meta.get("phrases") or {"source": "none"})
 
     @property
     def special_token_ids(self) -> dict[str, int]:
@@ -271,11 +305,11 @@ class TokenCorpus:
         k = int(np.searchsorted(self._shard_starts, s, side="right")) - 1
         return k, s - int(self._shard_starts[k])
 
-    def _span(self, k: int, first: int, last: int) -> np.ndarray:
-        """Tokens of local sentences [first, last] (inclusive) of shard k."""
+    def _span(self, k: int, first: int, last: int, arrays: list[np.ndarray] | None = None) -> np.ndarray:
+        """Tokens (or another per-token array) of local sentences [first, last] (inclusive) of shard k."""
         ends = self._sent_ends[k]
         begin = int(ends[first - 1]) if first > 0 else 0
-        return self._tokens[k][begin:int(ends[last])]
+        return (self._tokens if arrays is None else arrays)[k][begin:int(ends[last])]
 
     def sentence(self, s: int) -> np.ndarray:
         """Token ids (stored dtype, a view of the memmap) of global sentence ``s``."""
@@ -284,13 +318,20 @@ class TokenCorpus:
 
     def sentences(self, start: int, stop: int) -> np.ndarray:
         """Concatenated token ids of global sentences [start, stop) of one document."""
+        return self._sentences(start, stop, None, self.dtype)
+
+    def joins(self, start: int, stop: int) -> np.ndarray | None:
+        """uint8 phrase flags aligned with ``sentences(start, stop)``; None if not stored."""
+        return self._sentences(start, stop, self._joins, np.uint8) if self._joins else None
+
+    def _sentences(self, start: int, stop: int, arrays, dtype) -> np.ndarray:
         if stop <= start:
-            return np.zeros(0, dtype=self.dtype)
+            return np.zeros(0, dtype=dtype)
         k, first = self._locate(start)
         k2, last = self._locate(stop - 1)
         if k2 != k:
             raise EmberError(f"sentences [{start}, {stop}) span two shards; stay within a document")
-        return self._span(k, first, last)
+        return self._span(k, first, last, arrays)
 
     def doc_sentences(self, d: int) -> range:
         if not 0 <= d < self.num_docs:

@@ -17,7 +17,8 @@ from torch import nn
 from ember.config import DataConfig
 from ember.data.pairs import SegmentPair
 from ember.nn.heads import MaskedLMHead
-from ember.objectives.mlm import mask_tokens, masked_lm_loss
+from ember.objectives.masking import Masker, MaskedBatch, build_masker
+from ember.objectives.mlm import masked_lm_loss
 
 
 def pack_pairs(pairs: list[SegmentPair], cls_id: int, sep_id: int, pad_id: int):
@@ -46,19 +47,35 @@ def pack_pairs(pairs: list[SegmentPair], cls_id: int, sep_id: int, pad_id: int):
     return ids, types, mask.astype(np.int64), maskable
 
 
+def pack_joins(pairs: list[SegmentPair], t: int) -> np.ndarray | None:
+    """The pairs' phrase flags (``joins_a``/``joins_b``) in ``pack_pairs``' layout: bool (B, T),
+    False at special tokens and padding; None when no example carries flags."""
+    if all(p.joins_a is None and p.joins_b is None for p in pairs):
+        return None
+    joins = np.zeros((len(pairs), t), dtype=bool)
+    for i, p in enumerate(pairs):
+        la = len(p.tokens_a)
+        if p.joins_a is not None:
+            joins[i, 1 : 1 + la] = p.joins_a
+        if p.tokens_b is not None and p.joins_b is not None:
+            joins[i, 2 + la : 2 + la + len(p.tokens_b)] = p.joins_b
+    return joins
+
+
 def build(cfg, special_ids: dict) -> "BertPretraining":
     """Objectives "bert" (MLM + NSP unless data.nsp is false), "mlm" and "albert" (MLM + SOP)."""
     from ember.models import build_backbone
 
     sentence_task = {"bert": "nsp" if cfg.data.nsp else "none", "mlm": "none", "albert": "sop"}[cfg.objective]
-    return BertPretraining(build_backbone(cfg.model), special_ids, cfg.data, sentence_task)
+    masker = build_masker(cfg.data, special_ids, cfg.model.vocab_size, cfg.train.seed)
+    return BertPretraining(build_backbone(cfg.model), special_ids, cfg.data, sentence_task, masker)
 
 
 class BertPretraining(nn.Module):
     """Backbone + MLM head (+ NSP or SOP head on the pooled [CLS])."""
 
     def __init__(self, backbone: nn.Module, special_ids: dict, data: DataConfig,
-                 sentence_task: str | None = None) -> None:
+                 sentence_task: str | None = None, masker: Masker | None = None) -> None:
         super().__init__()
         cfg = backbone.config
         if sentence_task is None:
@@ -79,25 +96,31 @@ class BertPretraining(nn.Module):
                         nn.init.zeros_(sub.bias)
         self.special_ids = dict(special_ids)
         self.data = data
+        # data.masking decides the units masked together (ember.objectives.masking).
+        self.masker = masker or build_masker(data, special_ids, cfg.vocab_size)
 
     @property
     def sentence_head(self) -> nn.Linear | None:
         return self.nsp if self.nsp is not None else self.sop
 
-    def make_batch(self, pairs: list[SegmentPair], rng: np.random.Generator) -> dict[str, torch.Tensor]:
+    def masked_inputs(self, pairs: list[SegmentPair],
+                      rng: np.random.Generator) -> tuple[dict[str, torch.Tensor], MaskedBatch]:
+        """Packed, corrupted MLM inputs and the masking result (its units feed SpanBERT's SBO)."""
         ids, types, attention, maskable = pack_pairs(
             pairs, self.special_ids["cls"], self.special_ids["sep"], self.special_ids["pad"]
         )
-        ids, labels = mask_tokens(
-            ids, maskable, rng, self.special_ids["mask"], self.backbone.config.vocab_size,
-            self.data.mask_prob, self.data.max_predictions,
-        )
+        masked = self.masker(ids, maskable, rng, joins=pack_joins(pairs, ids.shape[1]),
+                             keys=[p.mask_key for p in pairs])
         batch = {
-            "input_ids": torch.from_numpy(ids),
+            "input_ids": torch.from_numpy(masked.input_ids),
             "token_type_ids": torch.from_numpy(types),
             "attention_mask": torch.from_numpy(attention),
-            "labels": torch.from_numpy(labels),
+            "labels": torch.from_numpy(masked.labels),
         }
+        return batch, masked
+
+    def make_batch(self, pairs: list[SegmentPair], rng: np.random.Generator) -> dict[str, torch.Tensor]:
+        batch, _ = self.masked_inputs(pairs, rng)
         if self.sentence_head is not None:
             batch["sentence_label"] = torch.tensor([p.label for p in pairs], dtype=torch.long)
         return batch

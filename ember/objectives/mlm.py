@@ -4,6 +4,9 @@ Per sequence, 15% of the maskable tokens (not [CLS]/[SEP]/padding) are chosen - 
 round(15% of n), at least 1, at most ``max_predictions`` as in BERT's data generator.
 Of the chosen: 80% become [MASK], 10% a random token, 10% stay unchanged. Labels hold the
 original ids at chosen positions and -100 elsewhere.
+
+This is the ``data.masking: token`` scheme; ``ember.objectives.masking`` groups tokens into
+larger units (whole words, phrases, SpanBERT spans) with the same budget.
 """
 
 from __future__ import annotations
@@ -11,6 +14,17 @@ from __future__ import annotations
 import numpy as np
 import torch
 import torch.nn.functional as F
+
+
+def prediction_budget(n_maskable: np.ndarray, mask_prob: float,
+                      max_predictions: int | None = None) -> np.ndarray:
+    """Tokens to predict per sequence: round(mask_prob * n), at least 1, at most
+    ``max_predictions`` (0/None = no cap) and at most n. n_maskable (B,) -> (B,) int64."""
+    n_maskable = np.asarray(n_maskable, dtype=np.int64)
+    budget = np.maximum(1, np.rint(n_maskable * mask_prob)).astype(np.int64)
+    if max_predictions:
+        budget = np.minimum(budget, max_predictions)
+    return np.minimum(budget, n_maskable)
 
 
 def mask_tokens(
@@ -23,11 +37,7 @@ def mask_tokens(
     max_predictions: int | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Returns (corrupted input_ids, labels), both (B, T) int64."""
-    n_maskable = maskable.sum(axis=1)  # (B,)
-    n_pick = np.maximum(1, np.rint(n_maskable * mask_prob)).astype(np.int64)
-    if max_predictions:
-        n_pick = np.minimum(n_pick, max_predictions)
-    n_pick = np.minimum(n_pick, n_maskable)
+    n_pick = prediction_budget(maskable.sum(axis=1), mask_prob, max_predictions)  # (B,)
     # A random rank for every maskable position; the n_pick lowest ranks are chosen.
     scores = np.where(maskable, rng.random(input_ids.shape), np.inf)
     ranks = scores.argsort(axis=1).argsort(axis=1)
@@ -41,6 +51,16 @@ def mask_tokens(
     return corrupted, labels
 
 
+def token_prediction_loss(logits: torch.Tensor, targets: torch.Tensor,
+                          name: str) -> tuple[torch.Tensor, dict]:
+    """Mean cross-entropy of logits (N, V) against targets (N,), with ``{name}_loss`` and
+    ``{name}_acc`` metrics as (sum, count). Shared by the MLM and SpanBERT's SBO heads."""
+    loss = F.cross_entropy(logits.float(), targets)
+    n = int(targets.numel())
+    correct = (logits.argmax(-1) == targets).sum().item()
+    return loss, {f"{name}_loss": (loss.item() * n, n), f"{name}_acc": (correct, n)}
+
+
 def masked_lm_loss(head, hidden: torch.Tensor, word_embeddings: torch.Tensor,
                    labels: torch.Tensor) -> tuple[torch.Tensor, dict]:
     """Cross-entropy at masked positions only (sparse head; same loss as the full head).
@@ -48,9 +68,5 @@ def masked_lm_loss(head, hidden: torch.Tensor, word_embeddings: torch.Tensor,
     hidden (B, T, H), labels (B, T) with -100 where nothing is predicted.
     """
     where = labels != -100
-    targets = labels[where]  # (N,)
     logits = head(hidden[where], word_embeddings)  # (N, V)
-    loss = F.cross_entropy(logits.float(), targets)
-    n = int(targets.numel())
-    correct = (logits.argmax(-1) == targets).sum().item()
-    return loss, {"mlm_loss": (loss.item() * n, n), "mlm_acc": (correct, n)}
+    return token_prediction_loss(logits, labels[where], "mlm")

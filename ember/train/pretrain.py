@@ -56,13 +56,17 @@ def run_pretraining(cfg: RunConfig, run_dir: Path, resume: bool = False, overwri
         if cfg.data.max_seq_length > cfg.model.max_position:
             raise EmberError(f"data.max_seq_length={cfg.data.max_seq_length} exceeds model.max_position="
                              f"{cfg.model.max_position}")
+        if cfg.data.masking == "phrase" and not corpus.has_joins:
+            raise EmberError(f"data.masking=phrase needs phrase units stored in {cfg.data.prepared}; "
+                             "re-run `ember prepare` with --phrases spans or --phrases detect")
         special = special_token_ids(tokenizer)
         cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, pad_token_id=special["pad"]))
         if dist_info.is_main:
             prepare_run_dir(run_dir, resume, overwrite)
             write_run_files(run_dir, cfg, corpus.tokenizer_path)
         torch.manual_seed(cfg.train.seed)  # same initial weights on every rank
-        module = build_objective(cfg, special)
+        # Masking schemes beyond single tokens read word boundaries from the tokenizer.
+        module = build_objective(cfg, {**special, "tokenizer_path": str(corpus.tokenizer_path)})
         pair_mode = module.pair_mode
         train_data = build_pretraining_dataset(corpus, cfg.data, pair_mode, cfg.train.seed, special["sep"])
         evaluate = None
