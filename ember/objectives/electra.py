@@ -1,0 +1,229 @@
+"""ELECTRA pre-training: replaced-token detection (Clark et al. 2020, §2-3).
+
+A small masked-LM *generator* G fills the masked positions of x with samples
+x̂_t ~ p_G(x_t | x_masked); the *discriminator* D (the model that is kept) reads the
+corrupted sequence and predicts, for every token, whether it is original or replaced:
+
+    L = L_MLM(x, θ_G) + λ · L_Disc(x, θ_D),  λ = 50          (§2, Eq. on p. 3; App. C)
+
+- Sampling is not differentiated through (§2: "we do not back-propagate the discriminator
+  loss through the generator"); here it runs under ``no_grad`` on detached logits.
+- A sample that happens to equal the original token counts as "original" (label 0), as in
+  the reference ``_get_fake_data``: ``labels = masked * (1 - equal(updated, original))``
+  (google-research/electra run_pretraining.py).
+- The discriminator loss averages sigmoid cross-entropy over every real token - including
+  [CLS]/[SEP], excluding padding - with ``input_mask`` as weights
+  (``_get_discriminator_output`` in the same file).
+- Generator and discriminator share the whole embedding block: token, position and segment
+  tables and their LayerNorm (§3.2 "Weight Sharing"; the reference builds both under the
+  "electra/embeddings" variable scope). The generator is narrower (App. C Table 6: 1/4 of
+  the hidden size, FFN and heads for ELECTRA-small), so it has its own E -> H_G projection,
+  and its MLM decoder is tied to the shared (V, E) word embeddings.
+- Only ``backbone.*`` (the discriminator) is kept for fine-tuning and export; the loader in
+  ember.train.init strips that prefix and ignores ``generator*`` and ``rtd_head.*``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ember.config import DataConfig, ElectraConfig, ModelConfig
+from ember.data.pairs import SegmentPair
+from ember.errors import EmberError
+from ember.models.encoder import Encoder, init_weights
+from ember.nn.heads import MaskedLMHead
+from ember.nn.rtd import ReplacedTokenHead
+from ember.objectives.bert import pack_pairs
+from ember.objectives.mlm import mask_tokens
+
+# Of the positions chosen for masking, the reference replaces 85% with [MASK] and leaves 15%
+# unchanged - no random tokens, unlike BERT's 80/10/10 (pretrain_helpers.mask in
+# google-research/electra). The generator then resamples all chosen positions anyway.
+MASK_FRACTION = 0.85
+
+
+def generator_config(model: ModelConfig, electra: ElectraConfig) -> ModelConfig:
+    """The generator's shape: hidden size, heads and FFN scaled by ``generator_size`` and
+    layers by ``generator_layers`` (Clark et al. 2020, App. C Table 6 "Generator Size
+    (multiplier for hidden-size, FFN-size, and num-attention-heads)"). It reads the
+    discriminator's embeddings, so its embedding size E is the discriminator's."""
+    if not 0.0 < electra.generator_size <= 1.0:
+        raise EmberError(f"electra.generator_size={electra.generator_size}; use a fraction in (0, 1] "
+                         "of the discriminator's hidden size (the paper uses 1/4 for small, 1/3 for base)")
+    if not 0.0 < electra.generator_layers <= 1.0:
+        raise EmberError(f"electra.generator_layers={electra.generator_layers}; use a fraction in (0, 1] "
+                         "of the discriminator's layers")
+    hidden = int(round(model.hidden_size * electra.generator_size))
+    if hidden < 1:
+        raise EmberError(f"electra.generator_size={electra.generator_size} leaves the generator no hidden "
+                         f"units (discriminator hidden size {model.hidden_size}); raise it")
+    heads = max(1, int(round(model.num_heads * electra.generator_size)))
+    while hidden % heads:  # keep hidden/heads whole (e.g. H 32, 2 heads, 1/4 -> 8 units, 1 head)
+        heads -= 1
+    return dataclasses.replace(
+        model,
+        hidden_size=hidden,
+        num_heads=heads,
+        intermediate_size=max(1, int(round(model.intermediate_size * electra.generator_size))),
+        num_layers=max(1, int(round(model.num_layers * electra.generator_layers))),
+        embedding_size=model.embedding_size or model.hidden_size,
+        pooler=False,
+    )
+
+
+def sample_replacements(logits: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
+    """One token per row of ``logits`` (N, V) from softmax(logits / temperature): Gumbel-max
+    with ``torch.rand`` noise, as the reference ``sample_from_softmax``. Draws from torch's
+    global RNG, which the Trainer seeds per micro-batch, so runs and resumes repeat exactly."""
+    if temperature <= 0:
+        raise EmberError(f"electra.temperature={temperature}; use a positive sampling temperature")
+    with torch.no_grad():
+        u = torch.rand(logits.shape, device=logits.device)
+        gumbel = -torch.log(-torch.log(u + 1e-9) + 1e-9)
+        return (logits.detach().float() / temperature + gumbel).argmax(-1)  # (N,)
+
+
+def replace_tokens(original: torch.Tensor, where: torch.Tensor, sampled: torch.Tensor):
+    """Discriminator input and labels.
+
+    original (B, T) ids, where (B, T) bool masked positions, sampled (N,) ids for them.
+    Returns (ids (B, T) with the samples written in, labels (B, T) float: 1 = replaced).
+    A sample equal to the original token is not a replacement (label 0).
+    """
+    ids = original.clone()
+    ids[where] = sampled
+    return ids, (ids != original).float()
+
+
+def standalone_generator(state: dict[str, torch.Tensor], model: ModelConfig,
+                         electra: ElectraConfig) -> tuple[ModelConfig, dict[str, torch.Tensor]]:
+    """An ELECTRA run's generator as an ember masked-LM model (``backbone.*`` + ``mlm.*``) with
+    its own copy of the shared embeddings: the layout of the released "-generator"
+    checkpoints (HF ElectraForMaskedLM), exportable with ember.interop.hf_electra."""
+    out = {k: v.clone() for k, v in state.items() if k.startswith("backbone.embeddings.")}
+    for key, value in state.items():
+        if key.startswith("generator."):
+            out["backbone." + key.removeprefix("generator.")] = value
+        elif key.startswith("generator_head."):
+            out["mlm." + key.removeprefix("generator_head.")] = value
+    return generator_config(model, electra), out
+
+
+@dataclass
+class ElectraStep:
+    """Everything one ELECTRA forward pass computes (tests and analysis read the parts)."""
+
+    mlm_loss: torch.Tensor  # scalar, mean over masked positions
+    rtd_loss: torch.Tensor  # scalar, mean over real tokens
+    mlm_logits: torch.Tensor  # (N, V) generator logits at the masked positions
+    targets: torch.Tensor  # (N,) original ids there
+    sampled: torch.Tensor  # (N,) generator samples
+    disc_ids: torch.Tensor  # (B, T) discriminator input
+    rtd_labels: torch.Tensor  # (B, T) 1 = replaced
+    rtd_logits: torch.Tensor  # (B, T)
+    real: torch.Tensor  # (B, T) bool, attention_mask == 1
+
+
+def build(cfg, special_ids: dict) -> "ElectraPretraining":
+    return ElectraPretraining(cfg.model, cfg.electra, special_ids, cfg.data)
+
+
+class ElectraPretraining(nn.Module):
+    """Discriminator ``backbone`` + ``rtd_head``; generator ``generator`` + ``generator_head``."""
+
+    def __init__(self, model: ModelConfig, electra: ElectraConfig, special_ids: dict,
+                 data: DataConfig) -> None:
+        super().__init__()
+        from ember.models import build_backbone
+
+        self.backbone = build_backbone(model)
+        if self.backbone.embeddings is None:
+            raise EmberError("the ELECTRA discriminator needs its own embeddings")
+        gen = generator_config(model, electra)
+        self.generator = Encoder(gen, embeddings=False)  # fed the discriminator's embeddings
+        self.generator_head = MaskedLMHead(gen.hidden_size, model.vocab_size, model.hidden_act,
+                                           model.layer_norm_eps, gen.embedding_size)
+        self.rtd_head = ReplacedTokenHead(model.hidden_size, model.hidden_act)
+        for head in (self.generator_head, self.rtd_head):
+            head.apply(lambda m: init_weights(m, model.initializer_range))
+        self.electra = electra
+        self.special_ids = dict(special_ids)
+        self.data = data
+        self.pair_mode = "none"  # single segments, no sentence-level task (Clark et al. 2020, §3.1)
+
+    # -- data -----------------------------------------------------------------------------
+    def make_batch(self, pairs: list[SegmentPair], rng: np.random.Generator) -> dict[str, torch.Tensor]:
+        """[CLS] A [SEP] with 15% of the tokens chosen; input_ids hold the generator's input
+        (85% of the chosen as [MASK], the rest unchanged), labels the original ids there."""
+        ids, types, attention, maskable = pack_pairs(
+            pairs, self.special_ids["cls"], self.special_ids["sep"], self.special_ids["pad"]
+        )
+        _, labels = mask_tokens(ids, maskable, rng, self.special_ids["mask"], self.backbone.config.vocab_size,
+                                self.data.mask_prob, self.data.max_predictions)
+        chosen = labels != -100
+        to_mask = chosen & (rng.random(ids.shape) < MASK_FRACTION)
+        ids = np.where(to_mask, self.special_ids["mask"], ids)
+        return {
+            "input_ids": torch.from_numpy(ids),
+            "token_type_ids": torch.from_numpy(types),
+            "attention_mask": torch.from_numpy(attention),
+            "labels": torch.from_numpy(labels),
+        }
+
+    # -- model ----------------------------------------------------------------------------
+    def step(self, batch: dict[str, torch.Tensor]) -> ElectraStep:
+        ids, types, attention = batch["input_ids"], batch.get("token_type_ids"), batch["attention_mask"]
+        labels = batch["labels"]
+        where = labels != -100  # (B, T) positions the generator predicts
+        targets = labels[where]  # (N,)
+        # Generator: shared embeddings (B, T, E) -> own E->H_G projection -> layers (B, T, H_G).
+        gen = self.generator(ids, attention, types, inputs_embeds=self.backbone.embeddings(ids, types))
+        mlm_logits = self.generator_head(gen.last_hidden_state[where], self.backbone.word_embeddings)  # (N, V)
+        mlm_loss = F.cross_entropy(mlm_logits.float(), targets)
+        # Replacements: no gradient flows from the discriminator into the generator.
+        sampled = sample_replacements(mlm_logits, self.electra.temperature)
+        original = torch.where(where, labels, ids)
+        disc_ids, rtd_labels = replace_tokens(original, where, sampled)
+        disc = self.backbone(disc_ids, attention, types)
+        rtd_logits = self.rtd_head(disc.last_hidden_state).float()  # (B, T)
+        real = attention.bool()
+        rtd_loss = F.binary_cross_entropy_with_logits(rtd_logits[real], rtd_labels[real])
+        return ElectraStep(mlm_loss, rtd_loss, mlm_logits, targets, sampled, disc_ids, rtd_labels,
+                           rtd_logits, real)
+
+    def forward(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict]:
+        s = self.step(batch)
+        loss = s.mlm_loss + self.electra.discriminator_weight * s.rtd_loss
+        return loss, self.metrics(s, loss)
+
+    @staticmethod
+    def metrics(s: ElectraStep, loss: torch.Tensor) -> dict:
+        """name -> (sum, count), as the reference's eval metrics (run_pretraining.metric_fn)."""
+        n_masked = int(s.targets.numel())
+        labels = s.rtd_labels[s.real].bool()
+        preds = s.rtd_logits[s.real] > 0
+        n_real = int(labels.numel())
+        hits = (preds == labels)
+        b = int(s.real.shape[0])
+        return {
+            "loss": (loss.item() * b, b),
+            "mlm_loss": (s.mlm_loss.item() * n_masked, n_masked),
+            "mlm_acc": ((s.mlm_logits.argmax(-1) == s.targets).sum().item(), n_masked),
+            # share of masked positions whose sample differs from the original
+            "replaced_frac": ((s.sampled != s.targets).sum().item(), n_masked),
+            "rtd_loss": (s.rtd_loss.item() * n_real, n_real),
+            "rtd_acc": (hits.sum().item(), n_real),
+            "rtd_precision": ((hits & preds).sum().item(), int(preds.sum().item())),
+            "rtd_recall": ((hits & labels).sum().item(), int(labels.sum().item())),
+        }
+
+    def logits(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """Discriminator logits (B, T) for ``input_ids`` as given (> 0: "replaced")."""
+        out = self.backbone(batch["input_ids"], batch.get("attention_mask"), batch.get("token_type_ids"))
+        return self.rtd_head(out.last_hidden_state)
