@@ -37,6 +37,13 @@ def assert_close_where(a: torch.Tensor, b: torch.Tensor, mask: torch.Tensor) -> 
     torch.testing.assert_close(a[keep], b[keep], atol=ATOL, rtol=0)
 
 
+def load_all_but_pooler(module, state: dict):
+    """Load ``state``; only a pooler may be missing (XForMaskedLM checkpoints have none)."""
+    missing, unexpected = module.load_state_dict(state, strict=False)
+    assert not unexpected and all(k.startswith("backbone.pooler.") for k in missing), (missing, unexpected)
+    return module
+
+
 def write_hf_folder(state: dict, config: dict, folder: Path) -> Path:
     """An HF checkpoint folder from a state dict and config dict (what export_hf writes)."""
     from safetensors.torch import save_file

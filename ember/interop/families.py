@@ -16,7 +16,6 @@ Modules are imported lazily so a family still being written cannot break the oth
 
 from __future__ import annotations
 
-import dataclasses
 import importlib
 import re
 from types import ModuleType
@@ -66,18 +65,16 @@ def interop_for_hf_config(hf: dict) -> ModuleType:
 
 
 def import_checkpoint(hf_config: dict, hf_state: dict[str, torch.Tensor]) -> tuple[ModelConfig, dict]:
-    """HF config + weights -> (ModelConfig, ember state dict) describing exactly those weights.
+    """HF config + weights -> (ModelConfig, ember state dict), the family chosen by model_type.
 
-    The config follows the weights: an ``XForMaskedLM`` checkpoint carries no pooler
-    (transformers builds those models with ``add_pooling_layer=False``), so the imported
-    model has none either and loads strictly. (Fine-tuning straight from an HF folder keeps
-    the pooler and initialises it fresh, as transformers' ``XForSequenceClassification`` does.)
+    The config keeps the family's pooler even when the checkpoint has none (transformers
+    builds ``XForMaskedLM`` with ``add_pooling_layer=False``): fine-tuning then starts the
+    pooler fresh, as transformers' ``XForSequenceClassification`` does from such a
+    checkpoint, and masked-LM inference never reads it.
     """
     interop = interop_for_hf_config(hf_config)
     cfg = interop.config_from_hf(hf_config)
-    state = interop.state_from_hf(hf_state, cfg)
-    pooler = any(k.startswith("backbone.pooler.") for k in state)
-    return dataclasses.replace(cfg, pooler=pooler), state
+    return cfg, interop.state_from_hf(hf_state, cfg)
 
 
 # ---- helpers shared by the family modules -------------------------------------------------

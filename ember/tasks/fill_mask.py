@@ -30,7 +30,11 @@ class FillMask:
         # The sentence head (NSP for BERT, SOP for ALBERT) is loaded for a strict fit but unused.
         sentence_task = "nsp" if "nsp.weight" in state else "sop" if "sop.weight" in state else "none"
         self.model = BertPretraining(build_backbone(cfg.model), self.special, DataConfig(), sentence_task)
-        self.model.load_state_dict(state)
+        # A run imported from an XForMaskedLM checkpoint has no pooler weights; MLM never uses it.
+        missing, unexpected = self.model.load_state_dict(state, strict=False)
+        if unexpected or [k for k in missing if not k.startswith("backbone.pooler.")]:
+            raise EmberError(f"{run_dir}/model.safetensors does not fit its config.yaml "
+                             f"(missing {missing[:3]}, unexpected {unexpected[:3]})")
         self.model.to(device).eval()
         self.device = device
         self.mask_token = self.tokenizer.id_to_token(self.special["mask"])
