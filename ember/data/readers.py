@@ -6,7 +6,10 @@ patterns; each file may be plain, ``.gz`` or ``.bz2``. Three formats are underst
 - ``text``:  documents separated by blank lines; lines inside a document are kept as "\\n".
 - ``lines``: one document per line (review corpora such as NSMC's unlabeled text, where a
   blank-line convention would turn a whole file into a single giant document).
-- ``jsonl``: one JSON object per line, the text in ``text_field``.
+- ``jsonl``: one JSON object per line, the text in ``text_field``. An optional ``spans``
+  field (phrase/entity character spans for ``ember prepare --phrases spans``, see
+  ``ember.data.phrases``) is passed through unchecked, with the text left unstripped so
+  the offsets still point into it.
 - ``wiki``:  WikiExtractor output, ``<doc id=.. url=.. title=..>`` … ``</doc>``; the first line
   inside a doc repeats the title and is dropped; paragraphs become lines joined by "\\n".
 
@@ -38,6 +41,7 @@ class Document:
     text: str
     source: str
     line: int
+    spans: object = None  # JSONL "spans" value as read (validated by ember.data.phrases)
 
 
 def _is_hidden(path: Path, root: Path) -> bool:
@@ -176,7 +180,7 @@ def _read_lines(src: _LineSource) -> Iterator[tuple[int, str]]:
         yield number, line.strip()
 
 
-def _read_jsonl(src: _LineSource, text_field: str) -> Iterator[tuple[int, str]]:
+def _read_jsonl(src: _LineSource, text_field: str) -> Iterator[tuple[int, str, object]]:
     for number, line in src.lines():
         if not line.strip():
             continue
@@ -197,7 +201,8 @@ def _read_jsonl(src: _LineSource, text_field: str) -> Iterator[tuple[int, str]]:
             text = ""
         if not isinstance(text, str):
             raise EmberError(f"{src.path}:{number}: field {text_field!r} is not a string")
-        yield number, text.strip()
+        spans = obj.get("spans")
+        yield number, (text if spans is not None else text.strip()), spans
 
 
 def _read_wiki(src: _LineSource) -> Iterator[tuple[int, str]]:
@@ -271,14 +276,14 @@ class DocumentReader:
                     docs = _read_lines(src)
                 else:
                     docs = _read_text(src)
-                for line, text in docs:
+                for line, text, *spans in docs:  # JSONL also yields its "spans" value
                     self.text_bytes = done_text + src.text_bytes
                     self.disk_bytes = done_disk + src.disk_pos
                     if not text.strip():
                         self.empty_skipped += 1
                         continue
                     self.documents += 1
-                    yield Document(text, str(path), line)
+                    yield Document(text, str(path), line, spans[0] if spans else None)
                 done_text += src.text_bytes
                 done_disk += path.stat().st_size
                 self.text_bytes, self.disk_bytes = done_text, done_disk
