@@ -245,3 +245,54 @@ def test_electra_finetune_from_pretraining_run_on_sst2(electra_run, tmp_path):
                     train=TrainConfig(lr=1e-3, batch_size=32, eval_every=0, save_every=0, log_every=10))
     result = run_finetuning(cfg, tmp_path / "ft", state, tokenizer, train_limit=128, progress=False)
     assert 0.0 <= result["metrics"]["accuracy"] <= 1.0 and result["steps"] == 4
+
+
+def test_electra_static_masks_repeat_per_example_and_use_the_masking_scheme():
+    """data.static_masks=N (RoBERTa §4.1) fixes each sequence's masks - positions and the
+    [MASK]-or-keep choice - by (index, epoch mod N), whatever the batch RNG."""
+    torch.manual_seed(0)
+    module = ElectraPretraining(TINY, ElectraConfig(), SPECIAL, DataConfig(nsp=False, static_masks=2))
+    tokens = np.arange(5, 65)
+    first = module.make_batch([SegmentPair(tokens, None, 0, (7, 0))], np.random.default_rng(1))
+    again = module.make_batch([SegmentPair(tokens, None, 0, (7, 2))], np.random.default_rng(2))
+    other = module.make_batch([SegmentPair(tokens, None, 0, (7, 1))], np.random.default_rng(1))
+    assert torch.equal(first["input_ids"], again["input_ids"]) and torch.equal(first["labels"], again["labels"])
+    assert not torch.equal(first["labels"], other["labels"])
+
+
+def test_electra_whole_word_masking_chooses_whole_words(tmp_path):
+    from conftest import make_wordpiece
+    from ember.config import RunConfig
+
+    path = tmp_path / "tokenizer.json"
+    make_wordpiece(["un", "##believ", "##able", "the", "cat", "##s"]).save(str(path))
+    cfg = RunConfig(objective="electra", model=dataclasses.replace(TINY, vocab_size=11),
+                    data=DataConfig(nsp=False, masking="whole_word", mask_prob=0.3))
+    module = build_objective(cfg, {**SPECIAL, "tokenizer_path": str(path)})
+    word = [5, 6, 7, 8, 9, 10]  # un ##believ ##able the cat ##s
+    chosen = module.make_batch([SegmentPair(np.array(word * 5), None, 0)] * 50,
+                               np.random.default_rng(0))["labels"].numpy()[:, 1:-1] != -100
+    pieces = chosen.reshape(50, 5, 6)
+    # "un ##believ ##able" and "cat ##s" are masked together or not at all
+    assert (pieces[..., 0] == pieces[..., 1]).all() and (pieces[..., 1] == pieces[..., 2]).all()
+    assert (pieces[..., 4] == pieces[..., 5]).all() and chosen.any()
+
+
+def test_electra_run_exports_its_discriminator_to_hf(electra_run, tmp_path):
+    """`ember convert` of an ELECTRA run: ElectraForPreTraining with the discriminator's outputs."""
+    transformers = pytest.importorskip("transformers")
+    from hf_interop_helpers import assert_close_where, load_hf, padded_batch
+
+    from ember.interop.convert import export_hf
+    from ember.train.checkpoint import load_weights
+    from ember.train.rundir import load_run_config
+
+    out = export_hf(electra_run, tmp_path / "hf")
+    hf = load_hf(transformers.ElectraForPreTraining, out)
+    cfg = load_run_config(electra_run)
+    module = ElectraPretraining(cfg.model, cfg.electra, SPECIAL, cfg.data).eval()
+    module.load_state_dict(load_weights(electra_run / "model.safetensors"), strict=True)
+    ids, mask = padded_batch(2000, 0, length=40)
+    with torch.no_grad():
+        assert_close_where(module.logits({"input_ids": ids, "attention_mask": mask}),
+                           hf(input_ids=ids, attention_mask=mask).logits, mask)

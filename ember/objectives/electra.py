@@ -39,13 +39,15 @@ from ember.errors import EmberError
 from ember.models.encoder import Encoder, init_weights
 from ember.nn.heads import MaskedLMHead
 from ember.nn.rtd import ReplacedTokenHead
-from ember.objectives.bert import pack_pairs
-from ember.objectives.mlm import mask_tokens
+from ember.objectives.bert import pack_joins, pack_pairs
+from ember.objectives.masking import Masker, build_masker
+from ember.objectives.mlm import token_prediction_loss
 
 # Of the positions chosen for masking, the reference replaces 85% with [MASK] and leaves 15%
 # unchanged - no random tokens, unlike BERT's 80/10/10 (pretrain_helpers.mask in
 # google-research/electra). The generator then resamples all chosen positions anyway.
 MASK_FRACTION = 0.85
+_STATIC_TAG = 0xE1EC7A  # keeps the static [MASK]-or-keep draws apart from the masker's own stream
 
 
 def generator_config(model: ModelConfig, electra: ElectraConfig) -> ModelConfig:
@@ -121,6 +123,7 @@ class ElectraStep:
 
     mlm_loss: torch.Tensor  # scalar, mean over masked positions
     rtd_loss: torch.Tensor  # scalar, mean over real tokens
+    mlm_metrics: dict  # mlm_loss / mlm_acc as (sum, count)
     mlm_logits: torch.Tensor  # (N, V) generator logits at the masked positions
     targets: torch.Tensor  # (N,) original ids there
     sampled: torch.Tensor  # (N,) generator samples
@@ -131,14 +134,15 @@ class ElectraStep:
 
 
 def build(cfg, special_ids: dict) -> "ElectraPretraining":
-    return ElectraPretraining(cfg.model, cfg.electra, special_ids, cfg.data)
+    masker = build_masker(cfg.data, special_ids, cfg.model.vocab_size, cfg.train.seed)
+    return ElectraPretraining(cfg.model, cfg.electra, special_ids, cfg.data, masker)
 
 
 class ElectraPretraining(nn.Module):
     """Discriminator ``backbone`` + ``rtd_head``; generator ``generator`` + ``generator_head``."""
 
     def __init__(self, model: ModelConfig, electra: ElectraConfig, special_ids: dict,
-                 data: DataConfig) -> None:
+                 data: DataConfig, masker: Masker | None = None) -> None:
         super().__init__()
         from ember.models import build_backbone
 
@@ -155,26 +159,36 @@ class ElectraPretraining(nn.Module):
         self.electra = electra
         self.special_ids = dict(special_ids)
         self.data = data
+        # data.masking picks the positions (tokens, whole words, spans: ember.objectives.masking)
+        self.masker = masker or build_masker(data, special_ids, model.vocab_size)
         self.pair_mode = "none"  # single segments, no sentence-level task (Clark et al. 2020, §3.1)
 
     # -- data -----------------------------------------------------------------------------
     def make_batch(self, pairs: list[SegmentPair], rng: np.random.Generator) -> dict[str, torch.Tensor]:
-        """[CLS] A [SEP] with 15% of the tokens chosen; input_ids hold the generator's input
-        (85% of the chosen as [MASK], the rest unchanged), labels the original ids there."""
+        """[CLS] A [SEP]; ``data.masking`` chooses ~15% of the tokens (labels: their original
+        ids); input_ids hold the generator's input: 85% of the chosen as [MASK], the rest kept."""
         ids, types, attention, maskable = pack_pairs(
             pairs, self.special_ids["cls"], self.special_ids["sep"], self.special_ids["pad"]
         )
-        _, labels = mask_tokens(ids, maskable, rng, self.special_ids["mask"], self.backbone.config.vocab_size,
-                                self.data.mask_prob, self.data.max_predictions)
-        chosen = labels != -100
-        to_mask = chosen & (rng.random(ids.shape) < MASK_FRACTION)
-        ids = np.where(to_mask, self.special_ids["mask"], ids)
+        keys = [p.mask_key for p in pairs]
+        # Only the masker's choice of positions is used; its 80/10/10 corruption is redrawn.
+        labels = self.masker(ids, maskable, rng, joins=pack_joins(pairs, ids.shape[1]), keys=keys).labels
+        to_mask = (labels != -100) & (self._mask_draws(ids.shape, keys, rng) < MASK_FRACTION)
         return {
-            "input_ids": torch.from_numpy(ids),
+            "input_ids": torch.from_numpy(np.where(to_mask, self.special_ids["mask"], ids)),
             "token_type_ids": torch.from_numpy(types),
             "attention_mask": torch.from_numpy(attention),
             "labels": torch.from_numpy(labels),
         }
+
+    def _mask_draws(self, shape: tuple[int, int], keys: list, rng: np.random.Generator) -> np.ndarray:
+        """Uniform draws (B, T) for the [MASK]-or-keep choice: from the batch RNG, or keyed by
+        each example's (index, epoch mod N) with static masks, so a sequence's N masks are fixed."""
+        m = self.masker
+        if not m.static_masks:
+            return rng.random(shape)
+        rows = [np.random.default_rng([m.seed, int(i), int(e) % m.static_masks, _STATIC_TAG]) for i, e in keys]
+        return np.stack([r.random(shape[1]) for r in rows])
 
     # -- model ----------------------------------------------------------------------------
     def step(self, batch: dict[str, torch.Tensor]) -> ElectraStep:
@@ -185,7 +199,7 @@ class ElectraPretraining(nn.Module):
         # Generator: shared embeddings (B, T, E) -> own E->H_G projection -> layers (B, T, H_G).
         gen = self.generator(ids, attention, types, inputs_embeds=self.backbone.embeddings(ids, types))
         mlm_logits = self.generator_head(gen.last_hidden_state[where], self.backbone.word_embeddings)  # (N, V)
-        mlm_loss = F.cross_entropy(mlm_logits.float(), targets)
+        mlm_loss, mlm_metrics = token_prediction_loss(mlm_logits, targets, "mlm")
         # Replacements: no gradient flows from the discriminator into the generator.
         sampled = sample_replacements(mlm_logits, self.electra.temperature)
         original = torch.where(where, labels, ids)
@@ -194,8 +208,8 @@ class ElectraPretraining(nn.Module):
         rtd_logits = self.rtd_head(disc.last_hidden_state).float()  # (B, T)
         real = attention.bool()
         rtd_loss = F.binary_cross_entropy_with_logits(rtd_logits[real], rtd_labels[real])
-        return ElectraStep(mlm_loss, rtd_loss, mlm_logits, targets, sampled, disc_ids, rtd_labels,
-                           rtd_logits, real)
+        return ElectraStep(mlm_loss, rtd_loss, mlm_metrics, mlm_logits, targets, sampled, disc_ids,
+                           rtd_labels, rtd_logits, real)
 
     def forward(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict]:
         s = self.step(batch)
@@ -213,8 +227,7 @@ class ElectraPretraining(nn.Module):
         b = int(s.real.shape[0])
         return {
             "loss": (loss.item() * b, b),
-            "mlm_loss": (s.mlm_loss.item() * n_masked, n_masked),
-            "mlm_acc": ((s.mlm_logits.argmax(-1) == s.targets).sum().item(), n_masked),
+            **s.mlm_metrics,
             # share of masked positions whose sample differs from the original
             "replaced_frac": ((s.sampled != s.targets).sum().item(), n_masked),
             "rtd_loss": (s.rtd_loss.item() * n_real, n_real),
