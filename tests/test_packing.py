@@ -159,6 +159,22 @@ def test_packing_indexes_two_million_sentences_quickly():
         assert last.tokens_a[-1] == corpus.first_token + lengths.sum() - 1
 
 
+def test_phrase_flags_travel_with_the_packed_tokens():
+    class FlaggedCorpus(ArrayCorpus):
+        has_joins = True
+
+        def joins(self, start, stop):  # a made-up flag per token: "token id divisible by 3"
+            return (self.sentences(start, stop) % 3 == 0).astype(np.uint8)
+
+    corpus = FlaggedCorpus([2, 1, 1, 3, 7], [2, 1, 2])  # the golden corpus above
+    data = PackedSentenceDataset(corpus, 7, cross_documents=True, sep_id=SEP)
+    for i in range(len(data)):
+        pair = data.example(i)
+        expected = (pair.tokens_a % 3 == 0) & (pair.tokens_a != SEP)  # a separator joins nothing
+        np.testing.assert_array_equal(pair.joins_a, expected)
+    assert data.example(0).joins_a.tolist() == [False, False, True, False, False]  # 100 101 102 SEP 103
+
+
 def test_pretraining_dataset_factory_and_objective_check(wiki):
     corpus, sep = wiki
     seg = build_pretraining_dataset(corpus, DataConfig(max_seq_length=64), "sop", 0, sep)

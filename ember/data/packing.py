@@ -139,10 +139,11 @@ class PackedSentenceDataset:
         docs = np.searchsorted(self._doc_offsets, self._unit_sentence[s:e], side="right") - 1
         return np.unique(docs)
 
-    def _unit_tokens(self, a: int, b: int) -> np.ndarray:
-        """Tokens of units [a, b) of one document: one contiguous memmap slice."""
+    def _unit_slice(self, a: int, b: int, fetch) -> np.ndarray:
+        """Units [a, b) of one document from ``fetch(start, stop)`` (corpus.sentences or
+        corpus.joins, both laid out like the tokens): one contiguous memmap slice."""
         first, last = int(self._unit_sentence[a]), int(self._unit_sentence[b - 1])
-        span = self.corpus.sentences(first, last + 1)  # whole sentences first..last
+        span = fetch(first, last + 1)  # whole sentences first..last
         cut_tail = int(self._lengths[last]) - int(self._unit_offset[b - 1]) - int(self._unit_length[b - 1])
         return span[int(self._unit_offset[a]) : len(span) - cut_tail]
 
@@ -152,13 +153,20 @@ class PackedSentenceDataset:
         s, e = int(self.bounds[index]), int(self.bounds[index + 1])
         docs = np.searchsorted(self._doc_offsets, self._unit_sentence[s:e], side="right") - 1  # (e-s,)
         cuts = (s + 1 + np.flatnonzero(docs[1:] != docs[:-1])).tolist()  # first unit of each new doc
-        parts: list[np.ndarray] = []
+        # Phrase/entity flags (ERNIE masking) travel with the tokens when the corpus has them;
+        # a separator never joins a phrase.
+        with_joins = getattr(self.corpus, "has_joins", False)
+        tokens: list[np.ndarray] = []
+        joins: list[np.ndarray] = []
         for a, b in zip([s, *cuts], [*cuts, e]):
-            if parts:  # only FULL-SENTENCES sequences reach a second document
-                parts.append(np.array([self.sep_id], dtype=np.int64))
-            parts.append(self._unit_tokens(a, b).astype(np.int64))
-        tokens = parts[0] if len(parts) == 1 else np.concatenate(parts)
-        return SegmentPair(tokens, None, 0, (index, epoch))
+            if tokens:  # only FULL-SENTENCES sequences reach a second document
+                tokens.append(np.array([self.sep_id], dtype=np.int64))
+                joins.append(np.zeros(1, dtype=bool))
+            tokens.append(self._unit_slice(a, b, self.corpus.sentences).astype(np.int64))
+            if with_joins:
+                joins.append(self._unit_slice(a, b, self.corpus.joins).astype(bool))
+        extra = {"joins_a": np.concatenate(joins)} if with_joins else {}
+        return SegmentPair(np.concatenate(tokens), None, 0, (index, epoch), **extra)
 
 
 def build_pretraining_dataset(corpus, data_cfg, pair_mode: str, seed: int, sep_id: int):
