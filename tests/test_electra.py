@@ -296,3 +296,19 @@ def test_electra_run_exports_its_discriminator_to_hf(electra_run, tmp_path):
     with torch.no_grad():
         assert_close_where(module.logits({"input_ids": ids, "attention_mask": mask}),
                            hf(input_ids=ids, attention_mask=mask).logits, mask)
+
+
+def test_electra_eval_mode_samples_are_reproducible_whatever_the_global_rng():
+    module = tiny_electra().eval()
+    batch = forced_batch(module, 50)
+    torch.manual_seed(1)
+    a = module.step(batch)
+    torch.manual_seed(2)
+    b = module.step(batch)
+    assert torch.equal(a.sampled, b.sampled) and torch.equal(a.rtd_labels, b.rtd_labels)
+    module.train()
+    torch.manual_seed(1)
+    c = module.step(batch)
+    torch.manual_seed(2)
+    d = module.step(batch)
+    assert not torch.equal(c.sampled, d.sampled)  # training draws follow the (per-step seeded) global RNG

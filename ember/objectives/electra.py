@@ -4,10 +4,10 @@ A small masked-LM *generator* G fills the masked positions of x with samples
 x̂_t ~ p_G(x_t | x_masked); the *discriminator* D (the model that is kept) reads the
 corrupted sequence and predicts, for every token, whether it is original or replaced:
 
-    L = L_MLM(x, θ_G) + λ · L_Disc(x, θ_D),  λ = 50          (§2, Eq. on p. 3; App. C)
+    L = L_MLM(x, θ_G) + λ · L_Disc(x, θ_D),  λ = 50                  (§2; App. C)
 
-- Sampling is not differentiated through (§2: "we do not back-propagate the discriminator
-  loss through the generator"); here it runs under ``no_grad`` on detached logits.
+- The discriminator loss is not back-propagated through the generator (§2: it cannot be,
+  sampling is not differentiable); sampling runs under ``no_grad`` on detached logits.
 - A sample that happens to equal the original token counts as "original" (label 0), as in
   the reference ``_get_fake_data``: ``labels = masked * (1 - equal(updated, original))``
   (google-research/electra run_pretraining.py).
@@ -15,7 +15,7 @@ corrupted sequence and predicts, for every token, whether it is original or repl
   [CLS]/[SEP], excluding padding - with ``input_mask`` as weights
   (``_get_discriminator_output`` in the same file).
 - Generator and discriminator share the whole embedding block: token, position and segment
-  tables and their LayerNorm (§3.2 "Weight Sharing"; the reference builds both under the
+  tables and their LayerNorm (§3.2, weight sharing; the reference builds both under the
   "electra/embeddings" variable scope). The generator is narrower (App. C Table 6: 1/4 of
   the hidden size, FFN and heads for ELECTRA-small), so it has its own E -> H_G projection,
   and its MLM decoder is tied to the shared (V, E) word embeddings.
@@ -79,14 +79,16 @@ def generator_config(model: ModelConfig, electra: ElectraConfig) -> ModelConfig:
     )
 
 
-def sample_replacements(logits: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
+def sample_replacements(logits: torch.Tensor, temperature: float = 1.0,
+                        generator: torch.Generator | None = None) -> torch.Tensor:
     """One token per row of ``logits`` (N, V) from softmax(logits / temperature): Gumbel-max
     with ``torch.rand`` noise, as the reference ``sample_from_softmax``. Draws from torch's
-    global RNG, which the Trainer seeds per micro-batch, so runs and resumes repeat exactly."""
+    global RNG unless a ``generator`` is given; the Trainer seeds the global RNG per
+    micro-batch, so runs and resumes repeat exactly."""
     if temperature <= 0:
         raise EmberError(f"electra.temperature={temperature}; use a positive sampling temperature")
     with torch.no_grad():
-        u = torch.rand(logits.shape, device=logits.device)
+        u = torch.rand(logits.shape, device=logits.device, generator=generator)
         gumbel = -torch.log(-torch.log(u + 1e-9) + 1e-9)
         return (logits.detach().float() / temperature + gumbel).argmax(-1)  # (N,)
 
@@ -161,7 +163,10 @@ class ElectraPretraining(nn.Module):
         self.data = data
         # data.masking picks the positions (tokens, whole words, spans: ember.objectives.masking)
         self.masker = masker or build_masker(data, special_ids, model.vocab_size)
-        self.pair_mode = "none"  # single segments, no sentence-level task (Clark et al. 2020, §3.1)
+        # RTD is the only loss, so no NSP/SOP pairs: one [CLS] A [SEP] segment per sequence.
+        # (The reference's data builder splits 90% of its sequences into two contiguous
+        # segments with ids 0/1 but no pair label - build_pretraining_dataset.py.)
+        self.pair_mode = "none"
 
     # -- data -----------------------------------------------------------------------------
     def make_batch(self, pairs: list[SegmentPair], rng: np.random.Generator) -> dict[str, torch.Tensor]:
@@ -201,7 +206,10 @@ class ElectraPretraining(nn.Module):
         mlm_logits = self.generator_head(gen.last_hidden_state[where], self.backbone.word_embeddings)  # (N, V)
         mlm_loss, mlm_metrics = token_prediction_loss(mlm_logits, targets, "mlm")
         # Replacements: no gradient flows from the discriminator into the generator.
-        sampled = sample_replacements(mlm_logits, self.electra.temperature)
+        # In eval mode the noise comes from a fixed seed, so held-out metrics of successive
+        # evaluations see the same kind of draws and stay comparable.
+        fixed = None if self.training else torch.Generator(mlm_logits.device).manual_seed(0)
+        sampled = sample_replacements(mlm_logits, self.electra.temperature, fixed)
         original = torch.where(where, labels, ids)
         disc_ids, rtd_labels = replace_tokens(original, where, sampled)
         disc = self.backbone(disc_ids, attention, types)
