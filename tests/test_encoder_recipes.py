@@ -35,15 +35,29 @@ def with_sets(overrides: list[str]) -> list[str]:
     return [arg for item in overrides for arg in ("--set", item)]
 
 
+@pytest.fixture(scope="module")
+def phrase_prepared(wiki_prepared, tmp_path_factory):
+    """The wiki_prepared documents again, with ERNIE phrase/entity flags from the detector."""
+    from ember.data.prepare import prepare_corpus
+
+    out = tmp_path_factory.mktemp("phrases") / "prepared"
+    prepare_corpus([real_data("wiki-en", "AA", "wiki_00.gz")], wiki_prepared / "tokenizer.json", out,
+                   max_docs=150, valid_fraction=0.05, progress=False, phrases="detect")
+    return out
+
+
 @pytest.mark.parametrize("name", RECIPES)
-def test_every_recipe_builds_its_objective_and_data_and_takes_a_step(name, wiki_prepared):
+def test_every_recipe_builds_its_objective_and_data_and_takes_a_step(name, wiki_prepared, request):
     from ember.data.packing import build_pretraining_dataset
     from ember.data.shards import TokenCorpus
     from ember.objectives import build_objective
 
-    cfg = recipe(name, *TINY_MODEL, f"data.prepared={wiki_prepared}")
+    cfg = recipe(name)
+    # ERNIE-style phrase masking needs a corpus prepared with phrase flags.
+    prepared = request.getfixturevalue("phrase_prepared") if cfg.data.masking == "phrase" else wiki_prepared
+    cfg = recipe(name, *TINY_MODEL, f"data.prepared={prepared}")
     assert cfg.kind == "pretrain"
-    corpus = TokenCorpus(wiki_prepared, "train")
+    corpus = TokenCorpus(prepared, "train")
     special = corpus.special_token_ids
     torch.manual_seed(0)
     module = build_objective(cfg, {**special, "tokenizer_path": str(corpus.tokenizer_path)})
@@ -54,6 +68,23 @@ def test_every_recipe_builds_its_objective_and_data_and_takes_a_step(name, wiki_
     assert torch.isfinite(loss) and "loss" in metrics
     assert batch["input_ids"].shape[1] <= cfg.data.max_seq_length
     assert cfg.train.batch_size % cfg.train.grad_accum == 0
+
+
+def test_packed_sequences_carry_the_real_corpus_phrase_flags(phrase_prepared):
+    from ember.data.packing import PackedSentenceDataset
+    from ember.data.shards import TokenCorpus
+
+    corpus = TokenCorpus(phrase_prepared, "train")
+    assert corpus.has_joins
+    sep = corpus.special_token_ids["sep"]
+    data = PackedSentenceDataset(corpus, 64, cross_documents=True, sep_id=sep)
+    pairs = [data.example(i) for i in range(len(data))]
+    assert all(len(p.joins_a) == len(p.tokens_a) for p in pairs)
+    assert not any(p.joins_a[p.tokens_a == sep].any() for p in pairs)
+    packed = np.concatenate([p.joins_a[p.tokens_a != sep] for p in pairs])
+    stored = np.concatenate([corpus.joins(r.start, r.stop) for r in map(corpus.doc_sentences, range(corpus.num_docs))])
+    np.testing.assert_array_equal(packed, stored.astype(bool))
+    assert packed.any()  # the detector found phrases, so the check is not vacuous
 
 
 @pytest.mark.parametrize("name", [n for n in RECIPES if n.startswith("roberta-")])
