@@ -229,6 +229,8 @@ def test_bad_masking_settings_are_clear_errors():
         Masker("span", MASK, V, continues_word=CONT, span_p=0.0)
     with pytest.raises(EmberError, match="tokenizer"):
         build_masker(DataConfig(masking="whole_word"), {"mask": MASK}, V)
+    with pytest.raises(EmberError, match="carry no phrase flags"):
+        Masker("phrase", MASK, V, continues_word=CONT)(ROW, MASKABLE, np.random.default_rng(0))
     with pytest.raises(EmberError, match="mask_key"):
         Masker("token", MASK, V, static_masks=2)(ROW, MASKABLE, np.random.default_rng(0))
 

@@ -51,8 +51,10 @@ import re
 
 import numpy as np
 
+from ember.data.readers import Document, DocumentReader
 from ember.errors import EmberError
 
+PHRASE_SOURCES = ("none", "spans", "detect")
 SPAN_FORMAT = ('"spans" must be a list of [start, end] integer character offsets into "text" '
                "(0-based, end exclusive, non-overlapping)")
 _WORD = r"[^\W_]+(?:['’\-][^\W_]+)*"
@@ -253,3 +255,32 @@ def fit_detector(texts, sample_docs: int, **options) -> PhraseDetector:
         detector.count(text)
     return detector.finish()
 
+
+def phrase_source(phrases: str, reader: DocumentReader, inputs, fmt: str, text_field: str,
+                  max_docs: int | None, min_count: int, threshold: float, sample_docs: int):
+    """For ``ember prepare``: (Document -> int64 (k, 2) phrase spans, or None when
+    ``phrases`` is "none"; the meta.json "phrases" entry, updated with counts by the caller).
+
+    ``reader`` is the DocumentReader being prepared (its ``formats`` tell JSONL files); the
+    detector is fitted on a second reader over the same inputs."""
+    meta = {"source": phrases}
+    if phrases == "none":
+        return None, meta
+    meta["joined_tokens"] = 0
+    if phrases == "spans":
+        def from_corpus(doc: Document) -> np.ndarray:
+            if doc.spans is None and reader.formats.get(doc.source) != "jsonl":
+                raise EmberError(f"{doc.source}: --phrases spans reads phrase spans from JSONL "
+                                 'input ({"text": ..., "spans": [[start, end], ...]}); this file '
+                                 f"is read as {reader.formats.get(doc.source)}; pass JSONL files or "
+                                 "use --phrases detect")
+            return parse_spans(doc.spans, doc.text, f"{doc.source}:{doc.line}")
+
+        return from_corpus, meta
+    if sample_docs <= 0:
+        raise EmberError("phrase_sample_docs must be positive")
+    limit = sample_docs if max_docs is None else min(sample_docs, max_docs)
+    sample = (d.text for d in DocumentReader(inputs, fmt=fmt, text_field=text_field))
+    detector = fit_detector(sample, limit, min_count=min_count, threshold=threshold)
+    meta.update(detector.summary())
+    return (lambda doc: detector.spans(doc.text)), meta

@@ -13,7 +13,7 @@ A *unit* is a maximal group of tokens that is masked together. The scheme decide
 - ``phrase`` (ERNIE, Sun et al. 2019 §3.2, phrase- and entity-level masking): spans found at
   ``ember prepare --phrases spans|detect`` time are stored per token as a "joins the previous
   token's unit" flag (``SegmentPair.joins_a/b``); a unit is a phrase/entity where flagged and
-  a whole word elsewhere (and where the corpus has no flags).
+  a whole word elsewhere. Examples without flags are an error (see ``Masker.__call__``).
 - ``span`` (SpanBERT, Joshi et al. 2020 §3.1): units are sampled spans of whole words, see
   ``select_spans``.
 
@@ -267,6 +267,11 @@ class Masker:
         """input_ids (B, T) int64, maskable (B, T) bool, joins (B, T) bool or None,
         keys: each row's ``SegmentPair.mask_key`` (needed for static masks)."""
         b, t = input_ids.shape
+        if self.scheme == "phrase" and joins is None:
+            # Silently falling back to whole words would mislabel the experiment.
+            raise EmberError("data.masking=phrase, but the training examples carry no phrase flags: "
+                             "prepare the corpus with `ember prepare --phrases spans|detect` and use "
+                             "data.packing=segments (the packed RoBERTa formats do not carry them)")
         rngs = self.row_rngs(keys, b, rng)
         if self.scheme == "token":
             if self.static_masks:
