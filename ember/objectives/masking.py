@@ -269,9 +269,9 @@ class Masker:
         b, t = input_ids.shape
         if self.scheme == "phrase" and joins is None:
             # Silently falling back to whole words would mislabel the experiment.
-            raise EmberError("data.masking=phrase, but the training examples carry no phrase flags: "
-                             "prepare the corpus with `ember prepare --phrases spans|detect` and use "
-                             "data.packing=segments (the packed RoBERTa formats do not carry them)")
+            raise EmberError("data.masking=phrase, but the training examples carry no phrase flags "
+                             "(SegmentPair.joins_a/b); prepare the corpus with "
+                             "`ember prepare --phrases spans|detect`")
         rngs = self.row_rngs(keys, b, rng)
         if self.scheme == "token":
             if self.static_masks:
