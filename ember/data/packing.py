@@ -113,7 +113,7 @@ class PackedSentenceDataset:
         self.bounds = pack_units(length, doc, self.max_tokens, cross_documents)  # (N+1,)
         if len(self.bounds) < 2:
             raise EmberError("the prepared corpus has no sentences to build training examples from")
-        # Per-unit arrays kept for example(); int32 where values are bounded by the budget.
+        # Per-unit arrays kept for example(); offsets and lengths are within one sentence: int32.
         self._unit_sentence = sent
         self._unit_offset = offset.astype(np.int32)
         self._unit_length = length.astype(np.int32)
