@@ -61,9 +61,6 @@ def run_pretraining(cfg: RunConfig, run_dir: Path, resume: bool = False, overwri
                              "re-run `ember prepare` with --phrases spans or --phrases detect")
         special = special_token_ids(tokenizer)
         cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, pad_token_id=special["pad"]))
-        if dist_info.is_main:
-            prepare_run_dir(run_dir, resume, overwrite)
-            write_run_files(run_dir, cfg, corpus.tokenizer_path)
         torch.manual_seed(cfg.train.seed)  # same initial weights on every rank
         # Masking schemes beyond single tokens read word boundaries from the tokenizer.
         module = build_objective(cfg, {**special, "tokenizer_path": str(corpus.tokenizer_path)})
@@ -82,6 +79,11 @@ def run_pretraining(cfg: RunConfig, run_dir: Path, resume: bool = False, overwri
                                             cfg.train.seed, cfg.train.device)
 
             evaluate = held_out
+        # Only now that objective and data are known to work does the run folder get written,
+        # so a configuration error leaves no half-made run behind.
+        if dist_info.is_main:
+            prepare_run_dir(run_dir, resume, overwrite)
+            write_run_files(run_dir, cfg, corpus.tokenizer_path)
         trainer = Trainer(module, train_data, cfg.train, run_dir, dist_info, evaluate, progress=progress)
         if dist_info.is_main:
             params = sum(p.numel() for p in module.backbone.parameters())
