@@ -1,13 +1,13 @@
-"""`ember convert`: import a Hugging Face BERT checkpoint, or export a run to HF layout."""
+"""`ember convert`: import a Hugging Face encoder checkpoint, or export a run to HF layout."""
 
 from __future__ import annotations
 
 
 def register(sub) -> None:
     p = sub.add_parser("convert", help="Hugging Face checkpoint <-> ember run folder",
-                       description="--from-hf HF_DIR --out RUN: import a local HF BERT checkpoint "
-                       "(config.json + model.safetensors or pytorch_model.bin, tokenizer.json or "
-                       "vocab.txt). --to-hf RUN --out HF_DIR: export an ember run to the same layout, "
+                       description="--from-hf HF_DIR --out RUN: import a local HF checkpoint of "
+                       "BERT, RoBERTa, ALBERT, ELECTRA or DistilBERT (config.json + model.safetensors or "
+                       "pytorch_model.bin; tokenizer.json, vocab.txt or vocab.json + merges.txt). --to-hf RUN --out HF_DIR: export an ember run to the same layout, "
                        "loadable with transformers' from_pretrained. Nothing is downloaded.")
     group = p.add_mutually_exclusive_group(required=True)
     group.add_argument("--from-hf", metavar="HF_DIR", help="HF checkpoint folder to import")
