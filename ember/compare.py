@@ -70,11 +70,12 @@ def parse_budget(text: str) -> float:
 
 
 def format_duration(seconds: float) -> str:
+    """3725 -> '1h02m', 1200 -> '20m', 90 -> '1m30s', 4 -> '4s'."""
     seconds = int(round(seconds))
     if seconds >= 3600:
         return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
     if seconds >= 60:
-        return f"{seconds // 60}m{seconds % 60:02d}s"
+        return f"{seconds // 60}m" + (f"{seconds % 60:02d}s" if seconds % 60 else "")
     return f"{seconds}s"
 
 
@@ -345,7 +346,7 @@ def run_compare(recipes: list[str], data: str | Path, budget: float, out: str | 
         for e in entries:
             if length > e.cfg.model.max_position:
                 raise EmberError(f"fine-tuning max length {length} exceeds {e.label}'s {e.cfg.model.max_position} "
-                                 "positions; pass --max-length")
+                                 "positions; pass a smaller --max-length")
     settings = {"budget_seconds": budget, "data": str(data), "overrides": list(overrides),
                 "pretrain_seed": pretrain_seed, "finetune": dataclasses.asdict(finetune)}
     check_settings(out, settings, {e.label: e.recipe for e in entries})

@@ -130,7 +130,7 @@ def render_chart(results: dict, path: Path) -> None:
     groups.append(("average", None))
     models = results["models"]
     width = 0.8 / max(len(models), 1)
-    fig, ax = plt.subplots(figsize=(1.2 + 1.3 * len(groups) * max(1, len(models) / 3), 4.2))
+    fig, ax = plt.subplots(figsize=(2.6 + 1.3 * len(groups) * max(1, len(models) / 3), 4.2))
     for m, row in enumerate(models):
         xs, heights, errors = [], [], []
         for g, (_, task) in enumerate(groups):
@@ -146,7 +146,7 @@ def render_chart(results: dict, path: Path) -> None:
     ax.axhline(0, color="black", linewidth=0.6)
     ax.set_ylabel("dev score x 100 (mean ± std over seeds)")
     ax.set_title(f"{format_duration(results['settings']['budget_seconds'])} of pre-training per recipe")
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))  # beside the bars, not on them
     ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()
     fig.savefig(path, dpi=110)

@@ -65,6 +65,12 @@ def test_compare_average_and_its_seed_spread_by_hand():
     assert glue_average({"sst2": tasks["sst2"]}, meta) == {"glue_average": None, "glue_average_std": None}
 
 
+def test_compare_durations_read_naturally():
+    from ember.compare import format_duration
+
+    assert [format_duration(s) for s in (4, 90, 1200, 3725)] == ["4s", "1m30s", "20m", "1h02m"]
+
+
 def test_compare_markdown_shows_mean_and_std_per_task():
     results = {
         "settings": {"budget_seconds": 1200.0, "data": "/d", "pretrain_seed": 0,
@@ -77,7 +83,7 @@ def test_compare_markdown_shows_mean_and_std_per_task():
     text = render_markdown(results)
     assert "| model | CoLA (mcc) | average | pre-train steps | tokens |" in text
     assert "| bert-mini | 12.3 ± 1.5 | 12.3 ± 1.5 | — | — |" in text
-    assert "20m00s of training steps" in text
+    assert "20m of training steps" in text
 
 
 def _variant_recipe(path):
