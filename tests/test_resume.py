@@ -94,3 +94,26 @@ def test_resume_with_only_damaged_checkpoints_is_a_clear_error(wiki_prepared, tm
     done = subprocess.run(pretrain_cmd(wiki_prepared, run, "--resume"), env=env(), capture_output=True, text=True)
     assert done.returncode == 1
     assert "no intact checkpoint" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_sigterm_stops_with_a_checkpoint_and_no_final_weights_then_resume_matches(
+        wiki_prepared, uninterrupted, tmp_path):
+    """SIGTERM (a scheduler's or `kill`) finishes the step, saves, and exits as *interrupted*:
+    no final model.safetensors that a script could take for a finished run."""
+    run = tmp_path / "run"
+    proc = subprocess.Popen(pretrain_cmd(wiki_prepared, run), env=env(), stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    target = run / "checkpoints" / f"step-{40:08d}"
+    deadline = time.time() + 120
+    while not target.exists() and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.005)
+    os.kill(proc.pid, signal.SIGTERM)
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 1, stderr[-2000:]
+    assert "stopped by a signal" in stderr and "--resume" in stderr and "Traceback" not in stderr
+    assert not (run / "model.safetensors").exists()
+    steps = [int(p.name.split("-")[1]) for p in (run / "checkpoints").glob("step-*")]
+    assert steps and max(steps) < STEPS
+    done = subprocess.run(pretrain_cmd(wiki_prepared, run, "--resume"), env=env(), capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert train_losses(run) == uninterrupted

@@ -57,6 +57,10 @@ def autocast_context(device: str, dtype: str):
     return torch.autocast(device_type=device.split(":")[0], dtype=torch_dtype)
 
 
+class TrainingInterrupted(EmberError):
+    """SIGTERM/SIGINT arrived: the step finished, a checkpoint was written, training stopped."""
+
+
 class Trainer:
     def __init__(
         self,
@@ -224,6 +228,13 @@ class Trainer:
             if bar is not None:
                 bar.close()
             logger.close()
+        if self.stop_requested:
+            # A stopped run is not a finished one: callers must not write final weights or
+            # results (a compare or a script would take them for complete).
+            raise TrainingInterrupted(
+                f"stopped by a signal at step {self.step}; the checkpoint is saved in "
+                f"{self.run_dir}/checkpoints - continue with --resume"
+            )
         return {"step": self.step, "elapsed": self.elapsed, "tokens": self.tokens, "best": self.best,
                 "train": last_metrics}
 
