@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 import torch
@@ -93,7 +95,7 @@ def test_qa_decoding_never_returns_question_reversed_or_overlong_spans(kind):
     max_len = 4
     for f, (s, e) in zip(features, logits):
         first_context = next(i for i, o in enumerate(f["offsets"]) if o is not None)
-        for score, i, j in window_candidates(s, e, f, n_best=10, max_answer_length=max_len):
+        for score, i, j in zip(*window_candidates(s, e, f, n_best=10, max_answer_length=max_len)):
             assert first_context <= i <= j < first_context + sum(o is not None for o in f["offsets"])
             assert j - i + 1 <= max_len and score == pytest.approx(s[i] + e[j])
     answers = decode_answers([ex.context for ex in examples], features, logits, n_best=10, max_answer_length=max_len)
@@ -154,3 +156,30 @@ def test_squad1_adapter_drops_unanswerable_questions():
     features = featurize_squad(examples, tok, 96, 48, 24)
     metrics = adapter.score(module, examples, features, batch_size=32)
     assert set(metrics) == {"exact", "f1", "total", "HasAns_exact", "HasAns_f1", "HasAns_total"}
+
+
+def test_squad2_finetune_cli_from_a_pretraining_run_end_to_end(wiki_prepared, tmp_path):
+    pytest.importorskip("ember.tasks.base")  # the task-adapter registry `ember finetune` uses
+    from conftest import TINY_MODEL
+
+    from ember.cli import main
+    from ember.commands.common import recipe_path
+    from ember.config import apply_overrides, load_yaml, run_config_from_dict
+    from ember.train.finetune import evaluate_run
+    from ember.train.pretrain import run_pretraining
+
+    cfg = run_config_from_dict(apply_overrides(load_yaml(recipe_path("bert-mini")), TINY_MODEL + [
+        f"data.prepared={wiki_prepared}", "train.max_steps=2", "train.eval_every=0", "train.save_every=0"]))
+    run_pretraining(cfg, tmp_path / "pre", progress=False)
+    out = tmp_path / "squad"
+    code = main(["finetune", "--task", "squad2", "--init", str(tmp_path / "pre"), "--out", str(out),
+                 "--train-limit", "60", "--epochs", "1", "--max-length", "64", "--batch-size", "16",
+                 "--lr", "1e-3", "--no-progress"])
+    assert code == 0
+    results = json.loads((out / "results.json").read_text())
+    assert results["task"] == "SQuAD 2.0" and results["split"] == "dev"
+    metrics = results["metrics"]
+    assert metrics["total"] == 1478  # every question of the 4 dev articles
+    assert {"exact", "f1", "HasAns_f1", "NoAns_f1", "best_f1", "best_f1_thresh"} <= set(metrics)
+    # The saved best weights reload to the same scores.
+    assert evaluate_run(out)["metrics"] == pytest.approx(metrics)

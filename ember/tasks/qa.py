@@ -98,20 +98,18 @@ class Answer:
 
 
 def window_candidates(start: np.ndarray, end: np.ndarray, feature: dict, n_best: int,
-                      max_answer_length: int) -> list[tuple[float, int, int]]:
-    """(score, start_token, end_token) of the valid spans among top-k starts x top-k ends."""
-    offsets, central = feature["offsets"], feature["max_context"]
+                      max_answer_length: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(scores, start_tokens, end_tokens) of the valid spans among top-k starts x top-k ends."""
+    is_context = np.fromiter((o is not None for o in feature["offsets"]), bool, len(start))  # (L,)
+    may_start = is_context & np.asarray(feature["max_context"], dtype=bool)
     top_starts = np.argsort(-start, kind="stable")[:n_best]
     top_ends = np.argsort(-end, kind="stable")[:n_best]
-    spans = []
-    for s in top_starts:
-        if offsets[s] is None or not central[s]:
-            continue
-        for e in top_ends:
-            if offsets[e] is None or e < s or e - s + 1 > max_answer_length:
-                continue
-            spans.append((float(start[s] + end[e]), int(s), int(e)))
-    return spans
+    s = top_starts[may_start[top_starts]][:, None]  # (k_s, 1)
+    e = top_ends[is_context[top_ends]][None, :]  # (1, k_e)
+    length = e - s + 1  # (k_s, k_e) tokens per span; < 1 when the end precedes the start
+    keep = (length >= 1) & (length <= max_answer_length)
+    s, e = np.broadcast_to(s, keep.shape)[keep], np.broadcast_to(e, keep.shape)[keep]
+    return start[s] + end[e], s, e
 
 
 def decode_answers(contexts: Sequence[str], features: Sequence[dict],
@@ -126,16 +124,19 @@ def decode_answers(contexts: Sequence[str], features: Sequence[dict],
     answers = []
     for index, context in enumerate(contexts):
         windows = per_example.get(index, [])
-        null_score = min((float(logits[i][0][features[i]["cls_index"]] + logits[i][1][features[i]["cls_index"]])
-                          for i in windows), default=float("inf"))
-        spans = []  # (score, text)
+        null_score, found = float("inf"), []  # found: (scores, starts, ends, window) per window
         for i in windows:
             start, end = logits[i]
-            offsets = features[i]["offsets"]
-            for score, s, e in window_candidates(start, end, features[i], n_best, max_answer_length):
-                spans.append((score, context[offsets[s][0]:offsets[e][1]]))
-        spans.sort(key=lambda item: -item[0])
-        nbest = [(text, score) for score, text in spans[:n_best]]
+            cls = features[i]["cls_index"]
+            null_score = min(null_score, float(start[cls] + end[cls]))
+            scores, s, e = window_candidates(start, end, features[i], n_best, max_answer_length)
+            found.append((scores, s, e, np.full(len(s), i)))
+        nbest = []
+        if found:
+            scores, s, e, w = (np.concatenate(parts) for parts in zip(*found))
+            for k in np.argsort(-scores, kind="stable")[:n_best]:
+                offsets = features[w[k]]["offsets"]
+                nbest.append((context[offsets[s[k]][0]:offsets[e[k]][1]], float(scores[k])))
         best_text, best_score = nbest[0] if nbest else ("", float("-inf"))
         answers.append(Answer(best_text, best_score, null_score, nbest))
     return answers

@@ -22,11 +22,18 @@ from typing import Sequence
 
 from ember.errors import EmberError
 from ember.paths import data_path
+from ember.tasks.glue import BertHParams
 from ember.tasks.qa import QuestionAnswering, decode_answers
 from ember.tasks.squad import SquadExample, featurize_squad, read_squad, split_by_article
 from ember.tasks.squad_metrics import squad_evaluate
 
 VERSIONS = {"squad": "SQuAD 1.1", "squad2": "SQuAD 2.0"}
+# BERT (Devlin et al. 2019) §4.2: SQuAD 1.1 for 3 epochs, lr 5e-5, batch 32; §4.3: SQuAD 2.0 for
+# 2 epochs, lr 5e-5, batch 48. Max length 384 is run_squad.py's max_seq_length.
+HPARAMS = {
+    "squad": BertHParams(learning_rate=5e-5, batch_size=32, epochs=3.0, max_length=384),
+    "squad2": BertHParams(learning_rate=5e-5, batch_size=48, epochs=2.0, max_length=384),
+}
 DEFAULT_FILE = ("squad2-dev-half", "dev-v2.0.json")
 
 
@@ -39,6 +46,7 @@ class SquadAdapter:
         if version not in VERSIONS:
             raise EmberError(f"unknown SQuAD version {version!r}; choose one of {', '.join(VERSIONS)}")
         self.name, self.display_name = version, VERSIONS[version]
+        self.hparams = HPARAMS[version]
         self.doc_stride, self.max_query_length = doc_stride, max_query_length
         self.n_best, self.max_answer_length = n_best, max_answer_length
         self.null_threshold, self.eval_fraction = null_threshold, eval_fraction
