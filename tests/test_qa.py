@@ -183,3 +183,16 @@ def test_squad2_finetune_cli_from_a_pretraining_run_end_to_end(wiki_prepared, tm
     assert {"exact", "f1", "HasAns_f1", "NoAns_f1", "best_f1", "best_f1_thresh"} <= set(metrics)
     # The saved best weights reload to the same scores.
     assert evaluate_run(out)["metrics"] == pytest.approx(metrics)
+
+    # `ember predict` takes a SQuAD JSON without answers and writes one row per question.
+    context = "The Normans gave their name to Normandy, a region in France."
+    source = tmp_path / "questions.json"
+    source.write_text(json.dumps({"version": "v2.0", "data": [{"title": "t", "paragraphs": [{
+        "context": context, "qas": [{"id": "q1", "question": "Where is Normandy?"},
+                                    {"id": "q2", "question": "Who gave their name to Normandy?"}]}]}]}))
+    assert main(["predict", str(out), "--input", str(source), "--out", str(tmp_path / "p.jsonl")]) == 0
+    rows = [json.loads(line) for line in (tmp_path / "p.jsonl").read_text().splitlines()]
+    assert [r["id"] for r in rows] == ["q1", "q2"]
+    for r in rows:
+        assert r["best_span"] in context and r["prediction"] in ("", r["best_span"])
+        assert (r["prediction"] == "") == (r["no_answer_score"] > 0)

@@ -208,3 +208,11 @@ def test_roberta_bpe_squad_features_use_the_pair_template():
     assert set(f["token_type_ids"]) == {0}
     assert normalize_answer(ex.context[f["offsets"][f["start_position"]][0]:
                                        f["offsets"][f["end_position"]][1]]) == "france"
+
+
+def test_squad_reader_for_prediction_accepts_questions_without_answers(tmp_path):
+    path = _write(tmp_path, _v2([{"id": "p1", "question": "Who led the Norse?"}]))
+    (ex,) = read_squad(path, labelled=False)
+    assert ex.answers == () and not ex.is_impossible
+    with pytest.raises(EmberError, match="'p1'\\): no answers"):
+        read_squad(path)

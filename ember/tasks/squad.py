@@ -64,8 +64,11 @@ def _expect(value, kind, file: Path, where: str, what: str, qid: str | None = No
     return value
 
 
-def read_squad(path: str | Path, limit: int | None = None) -> list[SquadExample]:
-    """Every question of a SQuAD v1.1/v2.0 JSON file, in file order (first ``limit`` if given)."""
+def read_squad(path: str | Path, limit: int | None = None, labelled: bool = True) -> list[SquadExample]:
+    """Every question of a SQuAD v1.1/v2.0 JSON file, in file order (first ``limit`` if given).
+
+    ``labelled=False`` (``ember predict``) accepts questions without answers.
+    """
     file = Path(path)
     if not file.is_file():
         raise EmberError(f"SQuAD file not found: {file}")
@@ -100,7 +103,7 @@ def read_squad(path: str | Path, limit: int | None = None) -> list[SquadExample]
                     raise EmberError(f"{file}: {where}: question id {qid!r} repeats {seen[qid]}; "
                                      "ids must be unique (predictions are keyed by id)")
                 seen[qid] = where
-                examples.append(_read_question(qa, qid, title, context, file, where))
+                examples.append(_read_question(qa, qid, title, context, file, where, labelled))
                 if limit is not None and len(examples) >= limit:
                     return examples
     if not examples:
@@ -109,7 +112,7 @@ def read_squad(path: str | Path, limit: int | None = None) -> list[SquadExample]
 
 
 def _read_question(qa: dict, qid: str, title: str, context: str, file: Path,
-                   where: str) -> SquadExample:
+                   where: str, labelled: bool = True) -> SquadExample:
     question = _expect(qa.get("question"), str, file, where, "'question'", qid)
     impossible = _expect(qa.get("is_impossible", False), bool, file, where, "'is_impossible'", qid)
     raw = _expect(qa.get("answers", []), list, file, where, "'answers'", qid)
@@ -131,7 +134,7 @@ def _read_question(qa: dict, qid: str, title: str, context: str, file: Path,
     if impossible and answers:
         raise EmberError(f"{file}: {where} (question id {qid!r}): is_impossible is true but it "
                          f"has {len(answers)} answers; unanswerable questions have 'answers': []")
-    if not impossible and not answers:
+    if labelled and not impossible and not answers:
         raise EmberError(f"{file}: {where} (question id {qid!r}): no answers; mark the question "
                          "'is_impossible': true (SQuAD 2.0) or give at least one answer")
     return SquadExample(qid, title, question, context, tuple(answers), impossible)

@@ -14,6 +14,10 @@ the no-answer threshold ``null_threshold`` (0.0 = the arg-max decision), and bes
 best_f1_thresh give the threshold tuned on the evaluated questions, as the official script
 reports it. ``squad`` is SQuAD 1.1-style: unanswerable questions are left out of both
 splits and the best span is always the answer.
+
+``ember predict`` reads a SQuAD JSON file whose questions may lack answers and writes, per
+question, the prediction ("" = no answer at ``null_threshold``), the best span, its no-answer
+score and the top n-best spans.
 """
 
 from __future__ import annotations
@@ -96,3 +100,26 @@ class SquadAdapter:
             return squad_evaluate(gold, preds)
         na = {ex.qid: a.null_minus_best for ex, a in zip(examples, answers)}
         return squad_evaluate(gold, preds, na, self.null_threshold)
+
+    # -- `ember predict`: a SQuAD JSON file in (answers optional), one answer per question out.
+    def predict_file(self, module: QuestionAnswering, tokenizer, max_length: int, path, batch_size: int = 64,
+                     device: str = "cpu", top_k: int = 5) -> tuple[list[dict], int]:
+        """Rows {id, prediction, best_span, no_answer_score, nbest}; contexts are never cut (0)."""
+        examples = read_squad(path, labelled=False)
+        features = featurize_squad(examples, tokenizer, max_length, self.doc_stride, self.max_query_length)
+        rows = []
+        for ex, answer in zip(examples, self.answers(module, examples, features, batch_size, device)):
+            na = answer.null_minus_best
+            null = self.with_no_answer and na > self.null_threshold
+            rows.append({"id": ex.qid, "prediction": "" if null else answer.text, "best_span": answer.text,
+                         "no_answer_score": round(na, 6) if self.with_no_answer else None,
+                         "nbest": [{"text": t, "score": round(v, 6)} for t, v in answer.nbest[:top_k]]})
+        return rows, 0
+
+    def rows_to_tsv(self, rows: list[dict]) -> str:
+        """id, prediction ("" = no answer) and the no-answer score (null - best span)."""
+        lines = ["id\tprediction\tno_answer_score"]
+        for r in rows:
+            text = r["prediction"].replace("\t", " ").replace("\n", " ")
+            lines.append(f"{r['id']}\t{text}\t{'' if r['no_answer_score'] is None else r['no_answer_score']}")
+        return "\n".join(lines) + "\n"
