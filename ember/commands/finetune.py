@@ -89,7 +89,9 @@ def run(args) -> int:
                                        for split in results[0]["other_splits"]}
         out.mkdir(parents=True, exist_ok=True)
         (out / "summary.json").write_text(json.dumps(summary, indent=2))
-        for name, s in summary["metrics"].items():
-            print(f"{summary['task']} {results[0]['split']} {name}: mean {s['mean']:.4f} ± {s['std']:.4f} "
-                  f"(median {s['median']:.4f}, {len(seeds)} seeds)")
+        splits = {results[0]["split"]: summary["metrics"], **summary.get("other_splits", {})}
+        for split, metrics in splits.items():
+            for name, s in metrics.items():
+                print(f"{summary['task']} {split} {name}: mean {s['mean']:.4f} ± {s['std']:.4f} "
+                      f"(median {s['median']:.4f}, {len(seeds)} seeds)")
     return 0
