@@ -179,3 +179,20 @@ def test_ner_predict_cli_writes_word_tags_jsonl(ner_run, tmp_path):
     subprocess.run([sys.executable, "-m", "ember", "predict", str(run), "--input", str(source),
                     "--out", str(conll_out)], check=True, capture_output=True)
     assert conll_out.read_text().split("\n\n")[1].splitlines()[0].startswith("Peter\t")
+
+
+def test_ner_evaluate_file_agrees_with_predict_on_the_same_conll_file(ner_run, tmp_path):
+    from ember.tasks.conll import read_split
+    from ember.train.finetune import evaluate_run
+
+    run, _ = ner_run
+    sentences = read_split("dev", limit=60)
+    source = tmp_path / "dev60.conll"
+    source.write_text("".join("".join(f"{w} {t}\n" for w, t in zip(s.words, s.tags)) + "\n" for s in sentences))
+    out = tmp_path / "dev60.jsonl"
+    subprocess.run([sys.executable, "-m", "ember", "predict", str(run), "--input", str(source), "--out", str(out)],
+                   check=True, capture_output=True)
+    predicted = [json.loads(line)["tags"] for line in out.read_text().splitlines()]
+    scored = evaluate_run(run, path=str(source))
+    assert scored["split"] == str(source)
+    assert scored["metrics"] == pytest.approx(entity_scores([s.tags for s in sentences], predicted))

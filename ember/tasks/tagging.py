@@ -108,8 +108,12 @@ class TokenClassifier(nn.Module):
         labels = batch["labels"]
         scored = labels != IGNORE
         n = int(scored.sum())
-        # Mean over labelled words of the batch (first sub-tokens only).
-        loss = F.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=IGNORE)
+        # Mean over labelled words of the batch (first sub-tokens only); a batch without any
+        # (every word lost to the tokenizer) contributes a zero loss rather than NaN.
+        if n == 0:
+            loss = logits.sum() * 0.0
+        else:
+            loss = F.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=IGNORE)
         correct = int((logits.argmax(-1)[scored] == labels[scored]).sum())
         return loss, {"loss": (loss.item() * n, n), "word_accuracy": (correct, n)}
 
