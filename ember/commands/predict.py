@@ -1,4 +1,4 @@
-"""`ember predict`: label every row of a TSV file with a fine-tuned model."""
+"""`ember predict`: run a fine-tuned model over a file and write its predictions."""
 
 from __future__ import annotations
 
@@ -7,54 +7,41 @@ from pathlib import Path
 
 
 def register(sub) -> None:
-    p = sub.add_parser("predict", help="write predictions for a TSV file",
-                       description="Read a TSV in the task's layout (label column optional) and write "
-                       "one prediction per row: TSV (index, prediction, and per-label probabilities) "
-                       "or JSONL when --out ends in .jsonl.")
+    p = sub.add_parser("predict", help="write predictions for a file",
+                       description="Classification tasks: read a TSV in the task's layout (label column "
+                       "optional) and write one prediction per row, TSV (id, prediction, per-label "
+                       "probabilities) or JSONL when --out ends in .jsonl. CoNLL-2003 NER: read plain "
+                       "text (one sentence per line) or a CoNLL file (.conll/.iob, one word per line) and "
+                       "write word-level tags and entities as JSONL, or word<TAB>tag lines otherwise.")
     p.add_argument("run_dir", help="fine-tuned run folder")
-    p.add_argument("--input", required=True, help="TSV file in the task's column layout")
-    p.add_argument("--out", required=True, help="predictions file (.tsv or .jsonl)")
+    p.add_argument("--input", required=True, help="input file in the task's layout (see above)")
+    p.add_argument("--out", required=True, help="predictions file (.jsonl, or .tsv)")
     p.set_defaults(run=run)
 
 
 def run(args) -> int:
-    import numpy as np
-
-    from ember.tasks.featurize import encode_examples
-    from ember.tasks.glue import get_task, read_tsv_examples
+    from ember.errors import EmberError
+    from ember.tasks.base import get_adapter
     from ember.tokenizers import load_tokenizer, special_token_ids
     from ember.train.checkpoint import atomic_write_text
-    from ember.train.finetune import load_classifier
+    from ember.train.finetune import load_task_module
     from ember.train.rundir import load_run_config
 
     run_dir = Path(args.run_dir)
     cfg = load_run_config(run_dir, expect_kind="finetune")
-    spec = get_task(cfg.task.name)
+    adapter = get_adapter(cfg.task.name)
+    if not hasattr(adapter, "predict_file"):
+        raise EmberError(f"`ember predict` does not support {adapter.display_name} yet; "
+                         "use `ember evaluate` to score a labelled file")
     tokenizer = load_tokenizer(run_dir / "tokenizer.json")
-    module = load_classifier(run_dir, cfg, spec, special_token_ids(tokenizer)["pad"])
-    examples = read_tsv_examples(args.input, spec)
-    features, n_truncated = encode_examples(examples, tokenizer, cfg.task.max_length)
-    logits = module.predict(features, cfg.task.eval_batch_size, cfg.train.device)
-    names = json.loads((run_dir / "labels.json").read_text())
-    rows = []
-    for ex, row in zip(examples, logits):
-        if module.is_regression:
-            rows.append({"id": ex.guid, "prediction": float(row[0])})
-        else:
-            probs = np.exp(row - row.max())
-            probs /= probs.sum()
-            rows.append({"id": ex.guid, "prediction": names[int(row.argmax())],
-                         "probabilities": {n: round(float(p), 6) for n, p in zip(names, probs)}})
+    module = load_task_module(run_dir, cfg, adapter, special_token_ids(tokenizer)["pad"])
+    rows, n_truncated = adapter.predict_file(module, tokenizer, cfg.task.max_length, args.input,
+                                             cfg.task.eval_batch_size, cfg.train.device)
     out = Path(args.out)
     if out.suffix == ".jsonl":
         text = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows)
     else:
-        header = ["id", "prediction"] + ([] if module.is_regression else [f"p_{n}" for n in names])
-        lines = ["\t".join(header)]
-        for r in rows:
-            probs = [] if module.is_regression else [str(r["probabilities"][n]) for n in names]
-            lines.append("\t".join([r["id"], str(r["prediction"])] + probs))
-        text = "\n".join(lines) + "\n"
+        text = adapter.rows_to_tsv(rows)
     atomic_write_text(out, text)
     note = f" ({n_truncated} truncated to {cfg.task.max_length} tokens)" if n_truncated else ""
     print(f"wrote {len(rows)} predictions to {out}{note}")

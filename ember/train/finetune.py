@@ -1,5 +1,7 @@
-"""`ember finetune` / `ember evaluate`: GLUE-style sentence (pair) classification and regression.
+"""`ember finetune` / `ember evaluate` for any task adapter (``ember.tasks.base``).
 
+GLUE-style sentence (pair) classification and regression, CoNLL-2003 NER, SQuAD: the task's
+adapter reads and featurizes the data, builds the head and scores; this module trains.
 One run per seed: train with the task's BERT-paper defaults unless overridden, evaluate on
 dev after every epoch, keep the best-on-dev weights in RUN/model.safetensors, and write
 RUN/results.json. With several seeds, RUN/seed-N/ holds each run and RUN/summary.json the
@@ -15,10 +17,12 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from torch import nn
 
 from ember.config import RunConfig
 from ember.errors import EmberError
 from ember.models import build_backbone
+from ember.tasks.base import GlueAdapter, TaskAdapter, get_adapter
 from ember.tasks.classification import SequenceClassifier, predictions_from_logits
 from ember.train.checkpoint import atomic_write_text, load_weights, save_weights
 from ember.train.loop import Trainer
@@ -58,7 +62,12 @@ def score(module: SequenceClassifier, spec, features: list[dict], batch_size: in
     return compute_metrics(spec, preds, labels)
 
 
-def build_classifier(cfg: RunConfig, spec, state: dict | None, pad_id: int) -> SequenceClassifier:
+def build_task_module(cfg: RunConfig, adapter: TaskAdapter, state: dict | None, pad_id: int) -> nn.Module:
+    """The task head on a fresh backbone, loaded with pre-trained ``state`` when given.
+
+    Seeded with ``train.seed`` so the head's initialisation is part of the run's seed.
+    Pooler weights may be missing (ELECTRA, DistilBERT and RoBERTa checkpoints have none).
+    """
     torch.manual_seed(cfg.train.seed)
     backbone = build_backbone(cfg.model)
     if state is not None:
@@ -66,16 +75,20 @@ def build_classifier(cfg: RunConfig, spec, state: dict | None, pad_id: int) -> S
         if unexpected or [m for m in missing if not m.startswith("pooler.")]:
             raise EmberError(f"pre-trained weights do not fit the backbone (missing {missing[:3]}, "
                              f"unexpected {unexpected[:3]})")
-    return SequenceClassifier(backbone, spec.num_labels, pad_id)
+    return adapter.build_module(backbone, pad_id)
+
+
+def build_classifier(cfg: RunConfig, spec, state: dict | None, pad_id: int) -> SequenceClassifier:
+    """GLUE shortcut of ``build_task_module`` (``spec`` needs only ``num_labels``)."""
+    return build_task_module(cfg, GlueAdapter(spec), state, pad_id)
 
 
 def run_finetuning(cfg: RunConfig, run_dir: Path, state: dict | None, tokenizer_path: Path,
                    train_limit: int | None = None, overwrite: bool = False, resume: bool = False,
                    progress: bool = True) -> dict:
-    from ember.tasks.glue import get_task
     from ember.tokenizers import load_tokenizer, special_token_ids
 
-    spec = get_task(cfg.task.name)
+    adapter = get_adapter(cfg.task.name)
     tokenizer = load_tokenizer(tokenizer_path)
     pad_id = special_token_ids(tokenizer)["pad"]
     if cfg.task.max_length > cfg.model.max_position:
@@ -84,9 +97,8 @@ def run_finetuning(cfg: RunConfig, run_dir: Path, state: dict | None, tokenizer_
     if cfg.task.train_split == cfg.task.eval_split:
         raise EmberError(f"training and evaluating on the same split ({cfg.task.train_split}) would "
                          "report training accuracy; choose different --train-split/--eval-split")
-    _, train_features = featurize_split(spec, cfg.task.train_split, tokenizer, cfg.task.max_length,
-                                        limit=train_limit)
-    _, dev_features = featurize_split(spec, cfg.task.eval_split, tokenizer, cfg.task.max_length)
+    _, train_features = adapter.load(cfg.task.train_split, tokenizer, cfg.task.max_length, limit=train_limit)
+    dev_examples, dev_features = adapter.load(cfg.task.eval_split, tokenizer, cfg.task.max_length)
     steps_per_epoch = math.ceil(len(train_features) / cfg.train.batch_size)
     train_cfg = dataclasses.replace(
         cfg.train,
@@ -97,23 +109,31 @@ def run_finetuning(cfg: RunConfig, run_dir: Path, state: dict | None, tokenizer_
     cfg = dataclasses.replace(cfg, train=train_cfg, kind="finetune")
     prepare_run_dir(run_dir, resume, overwrite)
     write_run_files(run_dir, cfg, tokenizer_path)
-    labels = list(spec.label_names or spec.labels) if spec.labels else ["score"]
-    atomic_write_text(run_dir / "labels.json", json.dumps(labels))
-    module = build_classifier(cfg, spec, state, pad_id)
+    labels = adapter.label_names()
+    if labels is not None:
+        atomic_write_text(run_dir / "labels.json", json.dumps(labels))
+    module = build_task_module(cfg, adapter, state, pad_id)
     device, batch = cfg.train.device, cfg.task.eval_batch_size
 
-    def save_best(m, metrics):
-        save_weights(m.state_dict(), run_dir / "model.safetensors", {"task": spec.name})
+    def evaluate(m, examples=dev_examples, features=dev_features):
+        return adapter.score(m, examples, features, batch, device)
 
-    trainer = Trainer(module, FeatureData(train_features), train_cfg, run_dir,
-                      evaluate=lambda m: score(m, spec, dev_features, batch, device),
-                      best_metric=spec.main_metric, on_best=save_best, progress=progress)
+    def save_best(m, metrics):
+        save_weights(m.state_dict(), run_dir / "model.safetensors", {"task": adapter.name})
+
+    trainer = Trainer(module, FeatureData(train_features), train_cfg, run_dir, evaluate=evaluate,
+                      best_metric=adapter.main_metric, on_best=save_best, progress=progress)
     trainer.train(resume=resume)
     module.load_state_dict(load_weights(run_dir / "model.safetensors"))
-    final = score(module, spec, dev_features, batch, device)
-    results = {"task": spec.display_name, "split": cfg.task.eval_split, "metrics": final,
+    final = evaluate(module)
+    results = {"task": adapter.display_name, "split": cfg.task.eval_split, "metrics": final,
                "best_step": trainer.best["step"], "steps": trainer.step, "seed": cfg.train.seed,
                "train_examples": len(train_features), "init": cfg.task.init or "random"}
+    # Further labelled splits (CoNLL-2003 test) scored once with the best-on-dev weights.
+    others = [s for s in getattr(adapter, "report_splits", ()) if s not in (cfg.task.eval_split, cfg.task.train_split)]
+    if others:
+        results["other_splits"] = {
+            split: evaluate(module, *adapter.load(split, tokenizer, cfg.task.max_length)) for split in others}
     atomic_write_text(run_dir / "results.json", json.dumps(results, indent=2))
     return results
 
@@ -130,25 +150,29 @@ def summarize_seeds(results: list[dict]) -> dict:
 
 def evaluate_run(run_dir: Path, split: str = "", path: str | None = None, task: str = "") -> dict:
     """Score a fine-tuned run folder on a labelled split (or file) with the task's metric."""
-    from ember.tasks.glue import get_task
     from ember.tokenizers import load_tokenizer, special_token_ids
 
     cfg = load_run_config(run_dir, expect_kind="finetune")
-    spec = get_task(task or cfg.task.name)
+    adapter = get_adapter(task or cfg.task.name)
     split = split or cfg.task.eval_split
     tokenizer = load_tokenizer(Path(run_dir) / "tokenizer.json")
-    module = load_classifier(run_dir, cfg, spec, special_token_ids(tokenizer)["pad"])
-    _, features = featurize_split(spec, split, tokenizer, cfg.task.max_length, path=path)
-    return {"task": spec.display_name, "split": split if path is None else str(path),
-            "metrics": score(module, spec, features, cfg.task.eval_batch_size, cfg.train.device)}
+    module = load_task_module(run_dir, cfg, adapter, special_token_ids(tokenizer)["pad"])
+    examples, features = adapter.load(split, tokenizer, cfg.task.max_length, path=path)
+    return {"task": adapter.display_name, "split": split if path is None else str(path),
+            "metrics": adapter.score(module, examples, features, cfg.task.eval_batch_size, cfg.train.device)}
 
 
-def load_classifier(run_dir: Path, cfg: RunConfig, spec, pad_id: int) -> SequenceClassifier:
-    module = SequenceClassifier(build_backbone(cfg.model), spec.num_labels, pad_id)
+def load_task_module(run_dir: Path, cfg: RunConfig, adapter: TaskAdapter, pad_id: int) -> nn.Module:
+    """The fine-tuned model of a run folder (RUN/model.safetensors), in eval mode."""
+    module = adapter.build_module(build_backbone(cfg.model), pad_id)
     state = load_weights(Path(run_dir) / "model.safetensors")
     try:
         module.load_state_dict(state)
     except RuntimeError as exc:
-        raise EmberError(f"{run_dir}/model.safetensors does not fit a {spec.display_name} classifier: "
+        raise EmberError(f"{run_dir}/model.safetensors does not fit a {adapter.display_name} model: "
                          f"{str(exc).splitlines()[0]}") from None
     return module.eval()
+
+
+def load_classifier(run_dir: Path, cfg: RunConfig, spec, pad_id: int) -> nn.Module:
+    return load_task_module(run_dir, cfg, get_adapter(spec), pad_id)

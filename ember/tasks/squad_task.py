@@ -1,0 +1,125 @@
+"""`--task squad` / `--task squad2`: SQuAD as a fine-tuning task adapter.
+
+The adapter ties the reader and features (``squad.py``), the QA head and decoding (``qa.py``)
+and the official metrics (``squad_metrics.py``) behind the task interface ``ember finetune``
+drives: ``load`` -> (examples, features), ``build_module``, ``score`` -> metrics.
+
+Data. Only ``squad2-dev-half`` (half of the official SQuAD 2.0 dev set) is available, so both
+splits come from it, split by article (``squad.split_by_article``: 4 of the 16 articles, picked
+by the SHA-1 of their titles, form "dev"; the other 12 "train"). ``path=`` reads a whole
+SQuAD JSON file of the user's instead.
+
+Versions. ``squad2`` trains and scores with unanswerable questions: the reported exact/f1 use
+the no-answer threshold ``null_threshold`` (0.0 = the arg-max decision), and best_f1 /
+best_f1_thresh give the threshold tuned on the evaluated questions, as the official script
+reports it. ``squad`` is SQuAD 1.1-style: unanswerable questions are left out of both
+splits and the best span is always the answer.
+
+``ember predict`` reads a SQuAD JSON file whose questions may lack answers and writes, per
+question, the prediction ("" = no answer at ``null_threshold``), the best span, its no-answer
+score and the top n-best spans.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from ember.errors import EmberError
+from ember.paths import data_path
+from ember.tasks.glue import BertHParams
+from ember.tasks.qa import QuestionAnswering, decode_answers
+from ember.tasks.squad import SquadExample, featurize_squad, read_squad, split_by_article
+from ember.tasks.squad_metrics import squad_evaluate
+
+VERSIONS = {"squad": "SQuAD 1.1", "squad2": "SQuAD 2.0"}
+# BERT (Devlin et al. 2019) §4.2: SQuAD 1.1 for 3 epochs, lr 5e-5, batch 32; §4.3: SQuAD 2.0 for
+# 2 epochs, lr 5e-5, batch 48. Max length 384 is run_squad.py's max_seq_length.
+HPARAMS = {
+    "squad": BertHParams(learning_rate=5e-5, batch_size=32, epochs=3.0, max_length=384),
+    "squad2": BertHParams(learning_rate=5e-5, batch_size=48, epochs=2.0, max_length=384),
+}
+DEFAULT_FILE = ("squad2-dev-half", "dev-v2.0.json")
+
+
+class SquadAdapter:
+    main_metric = "f1"
+
+    def __init__(self, version: str = "squad2", doc_stride: int = 128, max_query_length: int = 64,
+                 n_best: int = 20, max_answer_length: int = 30, null_threshold: float = 0.0,
+                 eval_fraction: float = 0.25) -> None:
+        if version not in VERSIONS:
+            raise EmberError(f"unknown SQuAD version {version!r}; choose one of {', '.join(VERSIONS)}")
+        self.name, self.display_name = version, VERSIONS[version]
+        self.hparams = HPARAMS[version]
+        self.doc_stride, self.max_query_length = doc_stride, max_query_length
+        self.n_best, self.max_answer_length = n_best, max_answer_length
+        self.null_threshold, self.eval_fraction = null_threshold, eval_fraction
+
+    @property
+    def with_no_answer(self) -> bool:
+        return self.name == "squad2"
+
+    def label_names(self) -> None:
+        return None
+
+    def read(self, split: str, path: str | None = None, limit: int | None = None) -> list[SquadExample]:
+        if path is not None:
+            examples = read_squad(path)
+        else:
+            examples = split_by_article(read_squad(data_path(*DEFAULT_FILE)), split, self.eval_fraction)
+        if not self.with_no_answer:
+            examples = [ex for ex in examples if not ex.is_impossible]
+        if limit is not None:
+            examples = examples[:limit]
+        if not examples:
+            raise EmberError(f"{self.display_name} {split}: no questions to use")
+        return examples
+
+    def load(self, split: str, tokenizer, max_length: int, limit: int | None = None,
+             path: str | None = None) -> tuple[list[SquadExample], list[dict]]:
+        examples = self.read(split, path, limit)
+        features = featurize_squad(examples, tokenizer, max_length, self.doc_stride,
+                                   self.max_query_length)
+        return examples, features
+
+    def build_module(self, backbone, pad_id: int) -> QuestionAnswering:
+        return QuestionAnswering(backbone, pad_id)
+
+    def answers(self, module: QuestionAnswering, examples: Sequence[SquadExample],
+                features: Sequence[dict], batch_size: int = 64, device: str = "cpu"):
+        logits = module.predict(features, batch_size, device)
+        return decode_answers([ex.context for ex in examples], features, logits, self.n_best,
+                              self.max_answer_length)
+
+    def score(self, module: QuestionAnswering, examples: Sequence[SquadExample],
+              features: Sequence[dict], batch_size: int = 64, device: str = "cpu") -> dict[str, float]:
+        answers = self.answers(module, examples, features, batch_size, device)
+        gold = {ex.qid: ex.answer_texts for ex in examples}
+        preds = {ex.qid: a.text for ex, a in zip(examples, answers)}
+        if not self.with_no_answer:
+            return squad_evaluate(gold, preds)
+        na = {ex.qid: a.null_minus_best for ex, a in zip(examples, answers)}
+        return squad_evaluate(gold, preds, na, self.null_threshold)
+
+    # -- `ember predict`: a SQuAD JSON file in (answers optional), one answer per question out.
+    def predict_file(self, module: QuestionAnswering, tokenizer, max_length: int, path, batch_size: int = 64,
+                     device: str = "cpu", top_k: int = 5) -> tuple[list[dict], int]:
+        """Rows {id, prediction, best_span, no_answer_score, nbest}; contexts are never cut (0)."""
+        examples = read_squad(path, labelled=False)
+        features = featurize_squad(examples, tokenizer, max_length, self.doc_stride, self.max_query_length)
+        rows = []
+        for ex, answer in zip(examples, self.answers(module, examples, features, batch_size, device)):
+            na = answer.null_minus_best
+            null = self.with_no_answer and na > self.null_threshold
+            rows.append({"id": ex.qid, "prediction": "" if null else answer.text, "best_span": answer.text,
+                         "no_answer_score": round(na, 6) if self.with_no_answer else None,
+                         "nbest": [{"text": t, "score": round(v, 6)} for t, v in answer.nbest[:top_k]]})
+        return rows, 0
+
+    def rows_to_tsv(self, rows: list[dict]) -> str:
+        """id, prediction ("" = no answer) and the no-answer score (null - best span)."""
+        lines = ["id\tprediction\tno_answer_score"]
+        for r in rows:
+            text = r["prediction"].replace("\t", " ").replace("\n", " ")
+            lines.append(f"{r['id']}\t{text}\t{'' if r['no_answer_score'] is None else r['no_answer_score']}")
+        return "\n".join(lines) + "\n"

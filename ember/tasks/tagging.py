@@ -1,0 +1,227 @@
+"""Token classification (NER) on top of any encoder, and the CoNLL-2003 task adapter.
+
+BERT (Devlin et al., 2019, §5.3) tags a word by "the representation of the first sub-token as
+the input to the token-level classifier over the NER label set": words are split into
+sub-tokens, only each word's first sub-token carries a label and a loss, the other sub-tokens
+are ignored (label -100), and a prediction for the first sub-token is the word's prediction.
+
+Word -> sub-token alignment comes from the fast tokenizer itself (``encode(words,
+is_pretokenized=True).word_ids``), so it is right for any tokenizer.json: WordPiece,
+byte-level BPE (RoBERTa) or Unigram (ALBERT). Sentences longer than ``max_length`` sub-tokens
+are truncated; their cut-off words get no prediction (they count as ``O``, so truncation
+can only lower recall, never flatter the score) and the number of such sentences is reported.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import NamedTuple, Sequence
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from tokenizers import Tokenizer
+from torch import nn
+
+from ember.errors import EmberError
+from ember.tasks.featurize import collate
+from ember.tasks.glue import BertHParams
+
+IGNORE = -100  # cross_entropy's ignore_index: non-first sub-tokens, specials, padding
+
+
+class Tagged(NamedTuple):
+    """``features[i]`` = {"input_ids", "token_type_ids", "labels" (T,), "word_starts" (n_words,)}."""
+
+    features: list[dict]
+    n_truncated: int
+
+
+def encode_words(word_seqs: Sequence[Sequence[str]], tokenizer: Tokenizer, max_length: int,
+                 label_seqs: Sequence[Sequence[int]] | None = None) -> Tagged:
+    """Sub-token ids for pre-split words; ``word_starts[w]`` = position of word w's first
+    sub-token, or -1 when the word was truncated away or the tokenizer produced no token for it.
+    """
+    tok = Tokenizer.from_str(tokenizer.to_str())  # private copy: keep the caller's settings
+    tok.no_padding()
+    n_special = tok.num_special_tokens_to_add(False)
+    if max_length <= n_special:
+        raise EmberError(f"max_length={max_length} leaves no room for words: the tokenizer adds "
+                         f"{n_special} special tokens to each sentence")
+    tok.enable_truncation(max_length)
+    encodings = tok.encode_batch([list(words) for words in word_seqs], is_pretokenized=True) if word_seqs else []
+    features, n_truncated = [], 0
+    for i, (words, enc) in enumerate(zip(word_seqs, encodings)):
+        word_starts = [-1] * len(words)
+        prev = None
+        for position, w in enumerate(enc.word_ids):
+            if w is not None and w != prev:
+                word_starts[w] = position
+            prev = w
+        n_truncated += bool(enc.overflowing)
+        feature = {"input_ids": enc.ids, "token_type_ids": enc.type_ids, "word_starts": word_starts}
+        if label_seqs is not None:
+            labels = [IGNORE] * len(enc.ids)
+            for w, position in enumerate(word_starts):
+                if position >= 0:
+                    labels[position] = label_seqs[i][w]
+            feature["labels"] = labels
+        features.append(feature)
+    return Tagged(features, n_truncated)
+
+
+def collate_tagged(features: Sequence[dict], pad_id: int) -> dict[str, torch.Tensor]:
+    """``collate``'s (B, T) inputs plus ``labels`` (B, T) int64, padding = -100."""
+    batch = collate([{**f, "label": None} for f in features], pad_id)
+    if all("labels" in f for f in features):
+        labels = torch.full(batch["input_ids"].shape, IGNORE, dtype=torch.long)
+        for row, f in enumerate(features):
+            labels[row, : len(f["labels"])] = torch.as_tensor(f["labels"], dtype=torch.long)
+        batch["labels"] = labels
+    return batch
+
+
+class TokenClassifier(nn.Module):
+    """Dropout + one linear layer on every position of ``last_hidden_state`` (B, T, H) -> (B, T, L)."""
+
+    def __init__(self, backbone: nn.Module, num_labels: int, pad_id: int, dropout: float | None = None) -> None:
+        super().__init__()
+        cfg = backbone.config
+        self.backbone = backbone
+        self.num_labels = num_labels
+        self.pad_id = pad_id
+        self.dropout = nn.Dropout(cfg.dropout if dropout is None else dropout)
+        self.classifier = nn.Linear(cfg.hidden_size, num_labels)
+        nn.init.normal_(self.classifier.weight, std=cfg.initializer_range)
+        nn.init.zeros_(self.classifier.bias)
+
+    def make_batch(self, features: list[dict], rng: np.random.Generator | None = None) -> dict:
+        return collate_tagged(features, self.pad_id)
+
+    def logits(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:  # (B, T, num_labels)
+        out = self.backbone(batch["input_ids"], batch["attention_mask"], batch.get("token_type_ids"))
+        return self.classifier(self.dropout(out.last_hidden_state))
+
+    def forward(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict]:
+        logits = self.logits(batch).float()
+        labels = batch["labels"]
+        scored = labels != IGNORE
+        n = int(scored.sum())
+        # Mean over labelled words of the batch (first sub-tokens only); a batch without any
+        # (every word lost to the tokenizer) contributes a zero loss rather than NaN.
+        if n == 0:
+            loss = logits.sum() * 0.0
+        else:
+            loss = F.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=IGNORE)
+        correct = int((logits.argmax(-1)[scored] == labels[scored]).sum())
+        return loss, {"loss": (loss.item() * n, n), "word_accuracy": (correct, n)}
+
+    @torch.no_grad()
+    def predict(self, features: list[dict], batch_size: int = 64, device: str = "cpu") -> list[np.ndarray]:
+        """Per sentence, a label id per word (-1 where the word has no sub-token), input order."""
+        was_training = self.training
+        self.eval()
+        order = np.argsort([len(f["input_ids"]) for f in features], kind="stable")
+        out: list[np.ndarray] = [np.empty(0, dtype=np.int64)] * len(features)
+        for start in range(0, len(order), batch_size):
+            idx = order[start : start + batch_size]
+            batch = collate_tagged([{k: v for k, v in features[i].items() if k != "labels"} for i in idx],
+                                   self.pad_id)
+            batch = {k: v.to(device) for k, v in batch.items()}
+            token_preds = self.logits(batch).argmax(-1).cpu().numpy()  # (B, T)
+            for row, i in enumerate(idx):
+                starts = np.asarray(features[i]["word_starts"], dtype=np.int64)
+                out[i] = np.where(starts >= 0, token_preds[row, np.maximum(starts, 0)], -1)
+        self.train(was_training)
+        return out
+
+
+def word_tags(pred_ids: Sequence[np.ndarray], label_names: Sequence[str], outside: str = "O") -> list[list[str]]:
+    """Label ids per word -> tag strings; words with no prediction (-1) become ``outside``."""
+    return [[label_names[j] if j >= 0 else outside for j in ids] for ids in pred_ids]
+
+
+# -- plain text -> words -----------------------------------------------------------------------
+
+# CoNLL-2003 tokenization keeps abbreviations ("U.S.") and hyphenated / apostrophe words whole
+# and splits other punctuation off, which this approximates for free text.
+_WORD = re.compile(r"(?:[A-Za-z]\.){2,}|\w+(?:['’-]\w+)*|[^\w\s]")
+
+
+def split_words(text: str) -> list[str]:
+    return _WORD.findall(text)
+
+
+# -- the task adapter --------------------------------------------------------------------------
+
+
+class ConllNerAdapter:
+    """`--task conll2003`: English NER, entity-level F1 (conlleval) on dev, also reported on test."""
+
+    name = "conll2003"
+    display_name = "CoNLL-2003"
+    main_metric = "f1"
+    report_splits = ("test",)  # scored with the best-on-dev weights after training
+    # BERT appendix A.3's grid (lr {5e-5, 3e-5, 2e-5}, batch 32, 3 epochs); 5e-5 suits NER's
+    # per-word loss. 128 sub-tokens hold all but a handful of CoNLL sentences.
+    hparams = BertHParams(learning_rate=5e-5, batch_size=32, epochs=3.0, warmup_ratio=0.1, max_length=128)
+
+    def __init__(self) -> None:
+        from ember.tasks.conll import LABELS
+
+        self.labels = LABELS
+        self.label_ids = {t: i for i, t in enumerate(LABELS)}
+
+    def label_names(self) -> list[str]:
+        return list(self.labels)
+
+    def load(self, split: str, tokenizer: Tokenizer, max_length: int, limit: int | None = None,
+             path: str | Path | None = None) -> tuple[list, list[dict]]:
+        from ember.tasks.conll import read_split
+
+        sentences = read_split(split, path=path, limit=limit)
+        labels = [[self.label_ids[t] for t in s.tags] for s in sentences]
+        features, n_truncated = encode_words([s.words for s in sentences], tokenizer, max_length, labels)
+        if n_truncated:
+            print(f"{self.display_name} {split if path is None else path}: truncated {n_truncated} of "
+                  f"{len(sentences)} sentences to {max_length} sub-tokens; their cut-off words count as O "
+                  "(raise --max-length to keep them)")
+        return sentences, features
+
+    def build_module(self, backbone: nn.Module, pad_id: int) -> TokenClassifier:
+        return TokenClassifier(backbone, len(self.labels), pad_id)
+
+    def score(self, module: TokenClassifier, examples: list, features: list[dict], batch_size: int,
+              device: str) -> dict[str, float]:
+        from ember.tasks.ner_metrics import entity_scores
+
+        pred = word_tags(module.predict(features, batch_size, device), self.labels)
+        return entity_scores([s.tags for s in examples], pred)
+
+    def predict_file(self, module: TokenClassifier, tokenizer: Tokenizer, max_length: int, path: str | Path,
+                     batch_size: int, device: str) -> tuple[list[dict], int]:
+        """Tags for a CoNLL file (``.conll``/``.iob``: one word per line, tags optional) or plain
+        text (one sentence per line, split into CoNLL-like words)."""
+        from ember.tasks.conll import read_conll
+        from ember.tasks.glue import _lines
+        from ember.tasks.ner_metrics import get_entities
+
+        path = Path(path)
+        if path.suffix in (".conll", ".iob", ".bio"):
+            sentences = [(s.guid, list(s.words)) for s in read_conll(path, require_tags=False)]
+        else:
+            sentences = [(f"{path.stem}-{n}", split_words(line)) for n, line in enumerate(_lines(path), 1)]
+            sentences = [(guid, words) for guid, words in sentences if words]
+        features, n_truncated = encode_words([w for _, w in sentences], tokenizer, max_length)
+        tags = word_tags(module.predict(features, batch_size, device), self.labels)
+        rows = []
+        for (guid, words), sentence_tags in zip(sentences, tags):
+            entities = [{"type": t, "start": a, "end": b + 1, "text": " ".join(words[a : b + 1])}
+                        for t, a, b in get_entities(sentence_tags)]
+            rows.append({"id": guid, "words": words, "tags": sentence_tags, "entities": entities})
+        return rows, n_truncated
+
+    def rows_to_tsv(self, rows: list[dict]) -> str:
+        """CoNLL-style output: ``word<TAB>tag`` per line, a blank line after each sentence."""
+        return "".join("".join(f"{w}\t{t}\n" for w, t in zip(r["words"], r["tags"])) + "\n" for r in rows)
