@@ -13,9 +13,11 @@ Two parts, each alternating ember and the reference in one process:
    batch to its longest (SequenceClassifier.predict); the reference as run_glue.py runs it by
    default (pad_to_max_length: every row padded to max length 128) and with dynamic padding
    (padded to each batch's longest, in file order). Reports sentences/s, accuracy, and how
-   often each contender's prediction agrees with ember fp32.
-All run under torch.inference_mode. ONNX Runtime is measured only when onnxruntime and onnx
-are installed (they are not dependencies of ember).
+   often each contender's prediction agrees with ember fp32. When onnx and onnxruntime are
+   installed (`pip install 'ember[serve]'`), ember's own exports of the run join in: `ember
+   export --format onnx` and `--format onnx-int8` (ONNX Runtime dynamic int8), fed the same
+   length-sorted batches.
+All run under torch.inference_mode.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import argparse
 import dataclasses
 import json
 import sys
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -126,7 +129,46 @@ def padded_batches(features: list[dict], pad_id: int, size: int, width: int | No
     return batches
 
 
-def real_inputs(module, ref, int8, features, args) -> dict:
+def sorted_predictor(logits_of, features: list[dict], pad_id: int, size: int):
+    """Like SequenceClassifier.predict: batches formed by length, logits back in input order."""
+    order = np.argsort([len(f["input_ids"]) for f in features], kind="stable")
+    batches = [(order[i:i + size], collate([{**features[j], "label": None} for j in order[i:i + size]], pad_id))
+               for i in range(0, len(order), size)]
+
+    def run():
+        out = None
+        for idx, batch in batches:
+            logits = logits_of(batch)
+            out = np.zeros((len(features), logits.shape[-1]), np.float32) if out is None else out
+            out[idx] = logits
+        return out
+    return run
+
+
+def onnx_contenders(run: Path, features: list[dict], pad_id: int, size: int, work: Path) -> dict:
+    """ember's ONNX fp32 and ONNX Runtime int8 exports of ``run`` (empty without onnxruntime)."""
+    try:
+        import onnx  # noqa: F401
+        import onnxruntime  # noqa: F401
+    except ImportError:
+        print("onnx/onnxruntime not installed: ONNX contenders skipped (pip install 'ember[serve]')")
+        return {}
+    from ember.serve.export import export_run
+    from ember.serve.onnx_export import INPUT_NAMES, ONNX_FILE, onnx_session
+
+    contenders = {}
+    for fmt, name in (("onnx", "ember ONNX fp32 (length-sorted)"), ("onnx-int8", "ember ONNX int8 (length-sorted)")):
+        export_run(run, fmt, work / fmt, verify=False, overwrite=True)
+        # intra-op threads as torch uses (1 under --cpu-time: ONNX Runtime then runs on this thread)
+        session = onnx_session(work / fmt / ONNX_FILE, threads=torch.get_num_threads())
+
+        def logits_of(batch, s=session):
+            return s.run(["logits"], {k: batch[k].numpy() for k in INPUT_NAMES})[0]
+        contenders[name] = sorted_predictor(logits_of, features, pad_id, size)
+    return contenders
+
+
+def real_inputs(module, ref, int8, features, args, extra: dict | None = None) -> dict:
     labels = np.asarray([f["label"] for f in features])
     size, pad = 32, module.pad_id
     fixed = padded_batches(features, pad, size, 128)
@@ -140,6 +182,7 @@ def real_inputs(module, ref, int8, features, args) -> dict:
         "ember int8 (length-sorted)": lambda: int8.predict(features, size),
         "reference fp32 (pad to 128)": over(reference_logits(ref), fixed),
         "reference fp32 (dynamic pad)": over(reference_logits(ref), dynamic),
+        **(extra or {}),
     }
     logits = {}
 
@@ -175,6 +218,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--cpu-time", action="store_true",
                         help="one thread, timed in CPU seconds (robust on a busy shared machine)")
     parser.add_argument("--no-fixed", action="store_true", help="skip part 1 (fixed shapes)")
+    parser.add_argument("--no-onnx", action="store_true", help="skip ember's ONNX / ONNX int8 exports in part 2")
     parser.add_argument("--json", help="also write the results here")
     parser.add_argument("--smoke", action="store_true", help="tiny model, seconds (CI)")
     args = parser.parse_args(argv)
@@ -215,8 +259,10 @@ def main(argv: list[str] | None = None) -> dict:
         run_cfg = load_run_config(run, expect_kind="finetune")
         pad = special_token_ids(load_tokenizer(run / "tokenizer.json"))["pad"]
         tuned = load_classifier(run, run_cfg, "sst2", pad)
-        real = real_inputs(tuned, to_reference(tuned, run_cfg.model), quantized(tuned),
-                           dev_features(run, args.smoke), args)
+        features = dev_features(run, args.smoke)
+        with tempfile.TemporaryDirectory(prefix="ember-bench-onnx-") as work:
+            extra = {} if args.no_onnx else onnx_contenders(run, features, pad, 32, Path(work))
+            real = real_inputs(tuned, to_reference(tuned, run_cfg.model), quantized(tuned), features, args, extra)
         results["sst2_dev"] = real
         base = real["rows"]["reference fp32 (pad to 128)"]["sentences_per_s"]
         print(f"\nSST-2 dev, {run_cfg.model.num_layers} layers x {run_cfg.model.hidden_size} "

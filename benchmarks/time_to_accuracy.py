@@ -13,7 +13,9 @@ Hugging Face loop, then the same SST-2 fine-tuning of both (mean dev accuracy ov
              dynamic 15% masking (80/10/10), batch, peak learning rate, AdamW settings and
              clipping; linear warm-up/decay over the steps a speed probe says fit the budget.
 Both budgets count training-step seconds only (data loading and evaluation excluded, as
-ember's Trainer counts them). Then `ember finetune --task sst2` runs on each with the same
+ember's Trainer counts them). With --cpu-time both sides run on one thread and count this
+process's CPU seconds instead of wall seconds (ember: train.clock=cpu), so other programs on
+a shared machine cannot make the budgets unequal. Then `ember finetune --task sst2` runs on each with the same
 seeds and settings; the reference checkpoint is read through ember's HF import.
 The full run takes about 2 x budget + fine-tuning time; --smoke runs a tiny version in
 seconds (CI).
@@ -35,6 +37,7 @@ from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _bench import load, machine  # noqa: E402
+from ember.train.loop import step_clock  # noqa: E402
 
 from ember.cli import main as ember_cli  # noqa: E402
 from ember.commands.common import parse_duration, recipe_path  # noqa: E402
@@ -80,10 +83,12 @@ def train_reference(data: Path, out: Path, cfg, budget: float, progress: bool) -
     order = np.random.default_rng(t.seed).permutation(len(dataset))
     rng = np.random.default_rng([t.seed, 1])
 
+    clock = step_clock(t.clock)
+
     def step(i: int, lr: float) -> float:
         idx = [order[(i * t.batch_size + j) % len(order)] for j in range(t.batch_size)]
         batch, _ = batcher.masked_inputs([dataset.example(int(k), 0) for k in idx], rng)
-        start = time.perf_counter()
+        start = clock()
         loss = model(**batch).loss
         loss.backward()
         nn.utils.clip_grad_norm_(model.parameters(), t.max_grad_norm)
@@ -91,7 +96,7 @@ def train_reference(data: Path, out: Path, cfg, budget: float, progress: bool) -
             group["lr"] = lr
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
-        return time.perf_counter() - start
+        return clock() - start
 
     probe = sum(step(i, 0.0) for i in range(3)) / 3  # lr 0: measures speed, changes nothing
     # (AdamW's moments did see 3 gradients; with lr 0 the weights are unchanged)
@@ -139,6 +144,8 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--finetune-epochs", type=float, default=0, help="0: the task default (3)")
     parser.add_argument("--max-length", type=int, default=64, help="SST-2 max tokens (sentences are short)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], help="recipe override for both")
+    parser.add_argument("--cpu-time", action="store_true",
+                        help="one thread each, budgets in this process's CPU seconds (shared machines)")
     parser.add_argument("--smoke", action="store_true", help="tiny model, seconds-long budget (CI)")
     args = parser.parse_args(argv)
     out = Path(args.out)
@@ -149,6 +156,9 @@ def main(argv: list[str] | None = None) -> dict:
         overrides = SMOKE_MODEL + [f"model.vocab_size={_vocab(args.data)}"] + overrides
     if not args.data:
         parser.error("--data is required (a folder written by `ember prepare`)")
+    if args.cpu_time:  # both sides: one thread, CPU seconds (ember's Trainer and the reference loop)
+        torch.set_num_threads(1)
+        overrides += ["train.clock=cpu", "train.num_threads=1"]
     print(f"{machine()}; {load()}")
     cfg = recipe_config(args.recipe, overrides)
 
@@ -168,7 +178,7 @@ def main(argv: list[str] | None = None) -> dict:
     started = time.perf_counter()
     ref_info = train_reference(Path(args.data), out / "reference-hf", cfg, budget, progress=not args.smoke)
     ref_wall = time.perf_counter() - started
-    result = {"machine": machine(), "budget_s": budget, "recipe": args.recipe, "seeds": args.seeds,
+    result = {"machine": machine(), "budget_s": budget, "clock": cfg.train.clock, "recipe": args.recipe, "seeds": args.seeds,
               "ember": {"pretrain": {**state, "wall_s": ember_wall}},
               "reference": {"pretrain": {**ref_info, "wall_s": ref_wall}}}
     result["ember"]["sst2"] = finetune(ember_run, out / "ember-sst2", args)

@@ -84,6 +84,10 @@ def test_inference_smoke_agrees_with_the_reference_and_scores_sst2(tmp_path):
     assert rows["reference fp32 (pad to 128)"]["agrees_with_ember_fp32"] == 1.0
     assert rows["reference fp32 (dynamic pad)"]["agrees_with_ember_fp32"] == 1.0
     assert 0 <= rows["ember int8 (length-sorted)"]["accuracy"] <= 1
+    # ember's ONNX export is the same fp32 function: same predictions in the same order
+    assert rows["ember ONNX fp32 (length-sorted)"]["agrees_with_ember_fp32"] == 1.0
+    assert rows["ember ONNX fp32 (length-sorted)"]["accuracy"] == rows["ember fp32 (length-sorted)"]["accuracy"]
+    assert 0 <= rows["ember ONNX int8 (length-sorted)"]["accuracy"] <= 1
 
 
 def test_prepare_throughput_smoke_reports_overhead_and_memory(tmp_path):
@@ -99,7 +103,8 @@ def test_prepare_throughput_smoke_reports_overhead_and_memory(tmp_path):
 def test_time_to_accuracy_smoke_trains_both_and_fine_tunes_both(wiki_prepared, tmp_path):
     real_data("glue", "SST-2", "train.tsv")
     bench = load_benchmark("time_to_accuracy")
-    result = bench.main(["--smoke", "--data", str(wiki_prepared), "--out", str(tmp_path / "tta")])
+    result = bench.main(["--smoke", "--cpu-time", "--data", str(wiki_prepared), "--out", str(tmp_path / "tta")])
+    assert result["clock"] == "cpu"  # both budgets counted in CPU seconds
     for side in ("ember", "reference"):
         assert 0.0 <= result[side]["sst2"]["accuracy_mean"] <= 1.0
     assert result["reference"]["pretrain"]["steps"] >= 1

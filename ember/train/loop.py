@@ -206,6 +206,10 @@ class Trainer:
         model = self.module
         if self.dist.enabled:
             model = nn.parallel.DistributedDataParallel(self.module)
+        if cfg.compile:
+            # A compiled wrapper for the training steps only: self.module keeps its parameter
+            # names for checkpoints, and evaluation runs it uncompiled (eval shapes vary).
+            model = torch.compile(model)
         logger = MetricsLogger(self.run_dir, enabled=self.dist.is_main)
         bar = None
         if self.progress:
