@@ -5,16 +5,13 @@ gradual unfreezing are pure functions of the step; early-stopping state is check
 from __future__ import annotations
 
 import json
-import os
-import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
 from conftest import real_data
-from test_resume import env, train_losses
+from test_resume import env, kill_after_checkpoint, train_losses
 
 OPTIONS = {
     "ulmfit": ["--layer-lr-decay", "0.8", "--schedule", "stlr", "--gradual-unfreeze"],
@@ -30,24 +27,6 @@ def finetune_cmd(tokenizer, run, options, *extra):
     return cmd + OPTIONS[options] + list(extra)
 
 
-def kill_after_checkpoint(cmd, run, step):
-    """Start fine-tuning, SIGKILL it once the checkpoint of ``step`` exists (test_resume's helper,
-    but a fine-tuning run already holds best-so-far weights, so check results.json instead)."""
-    proc = subprocess.Popen(cmd, env=env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    target = run / "checkpoints" / f"step-{step:08d}"
-    deadline = time.time() + 300
-    while not target.exists():
-        if proc.poll() is not None:
-            pytest.fail(f"training ended before step {step}: {proc.stderr.read().decode()[-2000:]}")
-        if time.time() > deadline:
-            proc.kill()
-            pytest.fail("training too slow to reach the checkpoint")
-        time.sleep(0.005)
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.wait()
-    assert not (run / "results.json").exists()  # really killed mid-run
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("options", sorted(OPTIONS))
 def test_finetune_resume_after_kill_reproduces_losses_and_results(options, wiki_prepared, tmp_path):
@@ -56,7 +35,9 @@ def test_finetune_resume_after_kill_reproduces_losses_and_results(options, wiki_
     whole = tmp_path / "whole"
     subprocess.run(finetune_cmd(tokenizer, whole, options), env=env(), check=True, capture_output=True)
     run = tmp_path / "run"
-    kill_after_checkpoint(finetune_cmd(tokenizer, run, options), run, step=40)  # in epoch 2 (30 steps per epoch)
+    # in epoch 2 (30 steps per epoch); a fine-tuning run holds best-so-far weights, results.json only at the end
+    kill_after_checkpoint(finetune_cmd(tokenizer, run, options), run, step=40, finished_file="results.json",
+                          timeout=300)
     done = subprocess.run(finetune_cmd(tokenizer, run, options, "--resume"), env=env(), capture_output=True,
                           text=True)
     assert done.returncode == 0, done.stderr[-2000:]

@@ -11,23 +11,12 @@ from __future__ import annotations
 import numpy as np
 import torch
 import torch.nn.functional as F
-from torch import nn
 
 from ember.tasks.featurize import collate
+from ember.nn.linear_head import BackboneWithLinearHead
 
 
-class SequenceClassifier(nn.Module):
-    def __init__(self, backbone: nn.Module, num_labels: int, pad_id: int, dropout: float | None = None) -> None:
-        super().__init__()
-        cfg = backbone.config
-        self.backbone = backbone
-        self.num_labels = num_labels
-        self.pad_id = pad_id
-        self.dropout = nn.Dropout(cfg.dropout if dropout is None else dropout)
-        self.classifier = nn.Linear(cfg.hidden_size, num_labels)
-        nn.init.normal_(self.classifier.weight, std=cfg.initializer_range)
-        nn.init.zeros_(self.classifier.bias)
-
+class SequenceClassifier(BackboneWithLinearHead):
     @property
     def is_regression(self) -> bool:
         return self.num_labels == 1

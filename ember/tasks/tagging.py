@@ -27,6 +27,7 @@ from torch import nn
 from ember.errors import EmberError
 from ember.tasks.featurize import collate
 from ember.tasks.glue import BertHParams
+from ember.nn.linear_head import BackboneWithLinearHead
 
 IGNORE = -100  # cross_entropy's ignore_index: non-first sub-tokens, specials, padding
 
@@ -82,19 +83,8 @@ def collate_tagged(features: Sequence[dict], pad_id: int) -> dict[str, torch.Ten
     return batch
 
 
-class TokenClassifier(nn.Module):
+class TokenClassifier(BackboneWithLinearHead):
     """Dropout + one linear layer on every position of ``last_hidden_state`` (B, T, H) -> (B, T, L)."""
-
-    def __init__(self, backbone: nn.Module, num_labels: int, pad_id: int, dropout: float | None = None) -> None:
-        super().__init__()
-        cfg = backbone.config
-        self.backbone = backbone
-        self.num_labels = num_labels
-        self.pad_id = pad_id
-        self.dropout = nn.Dropout(cfg.dropout if dropout is None else dropout)
-        self.classifier = nn.Linear(cfg.hidden_size, num_labels)
-        nn.init.normal_(self.classifier.weight, std=cfg.initializer_range)
-        nn.init.zeros_(self.classifier.bias)
 
     def make_batch(self, features: list[dict], rng: np.random.Generator | None = None) -> dict:
         return collate_tagged(features, self.pad_id)

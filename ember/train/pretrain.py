@@ -104,14 +104,18 @@ def run_pretraining(cfg: RunConfig, run_dir: Path, resume: bool = False, overwri
             print(f"pre-training {cfg.objective} on {corpus.num_tokens:,} tokens "
                   f"({len(train_data):,} sequences/epoch), backbone {params / 1e6:.1f}M parameters, "
                   f"run folder {run_dir}")
-        result = trainer.train(resume=resume)
-        if dist_info.is_main:
-            save_weights(module.state_dict(), run_dir / "model.safetensors",
-                         {"step": trainer.step, "kind": "pretrain"})
-            from ember.train.plots import plot_metrics
-
-            plot_metrics(run_dir)
-        return result
+        return train_and_save(trainer, module, run_dir, dist_info, resume)
     finally:
         shutdown(dist_info)
+
+
+def train_and_save(trainer, module, run_dir: Path, dist_info, resume: bool) -> dict:
+    """Train (or resume), then on the main rank save the final weights and plot the curves."""
+    result = trainer.train(resume=resume)
+    if dist_info.is_main:
+        save_weights(module.state_dict(), run_dir / "model.safetensors", {"step": trainer.step, "kind": "pretrain"})
+        from ember.train.plots import plot_metrics
+
+        plot_metrics(run_dir)
+    return result
 

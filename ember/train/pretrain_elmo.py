@@ -17,9 +17,9 @@ from ember.config import RunConfig, save_yaml
 from ember.errors import EmberError
 from ember.objectives import build_objective
 from ember.tokenizers.words import WordVocab
-from ember.train.checkpoint import save_weights
 from ember.train.distributed import init_distributed, shutdown
 from ember.train.loop import Trainer
+from ember.train.pretrain import train_and_save
 from ember.train.rundir import prepare_run_dir
 
 
@@ -75,13 +75,6 @@ def run_elmo_pretraining(cfg: RunConfig, run_dir: Path, resume: bool = False, ov
                   f"vocabulary {len(vocab):,} words covering {covered:.1%} of training words), "
                   f"biLM {params / 1e6:.1f}M + softmax {module.softmax.weight.numel() / 1e6:.1f}M "
                   f"parameters, run folder {run_dir}")
-        result = trainer.train(resume=resume)
-        if dist_info.is_main:
-            save_weights(module.state_dict(), run_dir / "model.safetensors",
-                         {"step": trainer.step, "kind": "pretrain"})
-            from ember.train.plots import plot_metrics
-
-            plot_metrics(run_dir)
-        return result
+        return train_and_save(trainer, module, run_dir, dist_info, resume)
     finally:
         shutdown(dist_info)
