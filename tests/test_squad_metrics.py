@@ -6,6 +6,7 @@ import pytest
 
 from ember.tasks.squad_metrics import (
     best_threshold,
+    realizable_threshold,
     exact_match,
     f1_score,
     normalize_answer,
@@ -105,6 +106,36 @@ def test_squad2_best_threshold_keeps_all_null_when_nothing_gains():
     gold, preds, na = {"a": [], "b": []}, {"a": "x", "b": "y"}, {"a": 1.0, "b": 2.0}
     exact, _ = raw_scores(gold, preds)
     assert best_threshold(preds, exact, na, {"a": False, "b": False}) == (100.0, 0.0)
+
+
+def test_squad2_tuned_threshold_is_realizable_when_no_answer_scores_tie():
+    # Four questions with the same no-answer score (a barely trained model ties a lot).
+    # Ascending order puts the two answerable, right ones first: the official sweep stops
+    # inside the tie group (+2 over "all null") and reports a best no threshold can give,
+    # since every threshold treats the four alike.
+    gold = {"a": ["x"], "b": ["y"], "c": [], "d": []}
+    preds = {"a": "x", "b": "y", "c": "z", "d": "w"}
+    na = dict.fromkeys(gold, 0.5)
+    has = {q: bool(v) for q, v in gold.items()}
+    exact, _ = raw_scores(gold, preds)
+    official, official_t = best_threshold(preds, exact, na, has)
+    assert official == pytest.approx(100.0)  # 4/4: not achievable
+    for t in (official_t, 0.4, 0.6):  # answer all (2/4) or none (2/4)
+        assert squad_evaluate(gold, preds, na, threshold=t)["exact"] == pytest.approx(50.0)
+    tuned, tuned_t = realizable_threshold(preds, exact, na, has)
+    assert tuned == pytest.approx(50.0)
+    assert squad_evaluate(gold, preds, na, threshold=tuned_t)["exact"] == pytest.approx(tuned)
+
+
+def test_squad2_tuned_threshold_equals_official_without_ties_and_can_answer_nothing():
+    gold, preds, na = _threshold_case()
+    exact, _ = raw_scores(gold, preds)
+    has = {q: bool(a) for q, a in gold.items()}
+    assert realizable_threshold(preds, exact, na, has) == best_threshold(preds, exact, na, has)
+    # nothing gains: "all no-answer" needs a threshold below every score (0.0 would answer "a")
+    gold, preds, na = {"a": [], "b": []}, {"a": "x", "b": "y"}, {"a": -1.0, "b": 2.0}
+    score, t = realizable_threshold(preds, raw_scores(gold, preds)[0], na, {"a": False, "b": False})
+    assert score == 100.0 and squad_evaluate(gold, preds, na, threshold=t)["exact"] == 100.0
 
 
 def test_squad_missing_prediction_is_an_error():

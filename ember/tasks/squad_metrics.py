@@ -90,6 +90,30 @@ def best_threshold(preds: Mapping[str, str], scores: Mapping[str, float], na: Ma
     return 100.0 * best / len(scores), threshold
 
 
+def realizable_threshold(preds: Mapping[str, str], scores: Mapping[str, float], na: Mapping[str, float],
+                         has_answer: Mapping[str, bool]) -> tuple[float, float]:
+    """(best total in %, a threshold that gives exactly that total when applied with ``na > t``).
+
+    The official sweep can report a total no threshold achieves: it may stop inside a group
+    of tied no-answer scores (a barely trained model gives many ties), and its "everything
+    unanswered" start keeps threshold 0.0, which leaves questions with na <= 0 answered. Here
+    a candidate is only taken after a whole tie group, and "everything unanswered" uses a
+    threshold below every score. This is the threshold `ember finetune` keeps (RUN/tuned.json).
+    """
+    ordered = sorted(scores, key=lambda q: na[q])
+    current = best = sum(not has_answer[qid] for qid in scores)
+    threshold = (na[ordered[0]] - 1.0) if ordered else 0.0
+    for i, qid in enumerate(ordered):
+        if has_answer[qid]:
+            current += scores[qid]
+        elif preds[qid]:
+            current -= 1
+        last_of_group = i + 1 == len(ordered) or na[ordered[i + 1]] != na[qid]
+        if last_of_group and current > best:
+            best, threshold = current, na[qid]
+    return 100.0 * best / len(scores), threshold
+
+
 def _summary(exact: Mapping[str, float], f1: Mapping[str, float], qids: list[str],
              prefix: str = "") -> dict[str, float]:
     n = len(qids)
@@ -105,7 +129,8 @@ def squad_evaluate(gold: Mapping[str, Sequence[str]], preds: Mapping[str, str],
     ``gold``: qid -> reference answer texts (empty for unanswerable). ``preds``: qid -> the
     system's best non-null span text. ``na``: qid -> no-answer score; when given, a question
     with ``na > threshold`` counts as answered "no answer", and best_exact / best_f1 (with
-    their thresholds) report the threshold tuned on these very questions.
+    their thresholds) report the threshold tuned on these very questions, as the official
+    script does; tuned_f1 / tuned_f1_thresh are the realizable version (tie-aware).
     """
     if not gold:
         raise ValueError("no questions to score")
@@ -125,4 +150,6 @@ def squad_evaluate(gold: Mapping[str, Sequence[str]], preds: Mapping[str, str],
     if na is not None:
         out["best_exact"], out["best_exact_thresh"] = best_threshold(preds, exact, na, has_answer)
         out["best_f1"], out["best_f1_thresh"] = best_threshold(preds, f1, na, has_answer)
+        # what tuning can actually deliver (equal to best_f1 unless scores tie; see realizable_threshold)
+        out["tuned_f1"], out["tuned_f1_thresh"] = realizable_threshold(preds, f1, na, has_answer)
     return out
