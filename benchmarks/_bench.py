@@ -30,6 +30,24 @@ def use_cpu_time() -> None:
     _CLOCK.update(fn=time.thread_time, name="cpu (1 thread)")
 
 
+def add_common_args(parser, smoke_help: str) -> None:
+    """--threads, --cpu-time, --json and --smoke, shared by the timing benchmarks."""
+    parser.add_argument("--threads", type=int, default=0, help="torch threads (0: default)")
+    parser.add_argument("--cpu-time", action="store_true",
+                        help="one thread, timed in CPU seconds (robust on a busy shared machine)")
+    parser.add_argument("--json", help="also write the results here")
+    parser.add_argument("--smoke", action="store_true", help=smoke_help)
+
+
+def apply_common_args(args) -> None:
+    """Set threads and the clock as asked, and print the machine line every report starts with."""
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    if args.cpu_time:
+        use_cpu_time()
+    print(f"{machine()}; clock: {clock_name()}")
+
+
 def clock() -> float:
     return _CLOCK["fn"]()
 

@@ -34,7 +34,7 @@ import torch
 from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _bench import alternate, clock, clock_name, load, machine, median, use_cpu_time  # noqa: E402
+from _bench import add_common_args, alternate, apply_common_args, clock, clock_name, load, machine, median  # noqa: E402
 
 from ember.config import ModelConfig, model_preset  # noqa: E402
 from ember.models import build_backbone  # noqa: E402
@@ -214,19 +214,11 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--calls-batch", type=int, default=2, help="32x128 forward passes per repetition")
     parser.add_argument("--calls-single", type=int, default=20, help="1x32 forward passes per repetition")
-    parser.add_argument("--threads", type=int, default=0)
-    parser.add_argument("--cpu-time", action="store_true",
-                        help="one thread, timed in CPU seconds (robust on a busy shared machine)")
     parser.add_argument("--no-fixed", action="store_true", help="skip part 1 (fixed shapes)")
     parser.add_argument("--no-onnx", action="store_true", help="skip ember's ONNX / ONNX int8 exports in part 2")
-    parser.add_argument("--json", help="also write the results here")
-    parser.add_argument("--smoke", action="store_true", help="tiny model, seconds (CI)")
+    add_common_args(parser, "tiny model, seconds (CI)")
     args = parser.parse_args(argv)
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    if args.cpu_time:
-        use_cpu_time()
-    print(f"{machine()}; clock: {clock_name()}")
+    apply_common_args(args)
     if args.smoke:
         args.repeats = 2
     cfg = model_preset(args.preset)

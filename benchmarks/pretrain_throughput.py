@@ -39,7 +39,7 @@ import torch.nn.functional as F
 from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _bench import alternate, clock, clock_name, load, machine, matmul_peak, median, use_cpu_time  # noqa: E402
+from _bench import add_common_args, alternate, apply_common_args, clock, clock_name, load, matmul_peak, median  # noqa: E402
 
 from ember.config import DataConfig, ModelConfig, TrainConfig, model_preset  # noqa: E402
 from ember.models import build_backbone  # noqa: E402
@@ -228,17 +228,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--repeats", type=int, default=5, help="alternating repetitions (medians)")
     parser.add_argument("--steps", type=int, default=0, help="steps per repetition (default: 3, 1 for base)")
     parser.add_argument("--warmup", type=int, default=1, help="untimed steps per contender")
-    parser.add_argument("--threads", type=int, default=0, help="torch threads (0: default)")
-    parser.add_argument("--cpu-time", action="store_true",
-                        help="one thread, timed in CPU seconds (robust on a busy shared machine)")
-    parser.add_argument("--json", help="also write the results here")
-    parser.add_argument("--smoke", action="store_true", help="a tiny model and batch, seconds (CI)")
+    add_common_args(parser, "a tiny model and batch, seconds (CI)")
     args = parser.parse_args(argv)
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    if args.cpu_time:
-        use_cpu_time()
-    print(f"{machine()}; clock: {clock_name()}")
+    apply_common_args(args)
     configs = {name: model_preset(name) for name in args.presets}
     if args.smoke:
         configs = {"smoke": dataclasses.replace(model_preset("bert-tiny"), vocab_size=2000, num_layers=1)}
