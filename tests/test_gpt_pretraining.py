@@ -56,7 +56,7 @@ def test_clm_blocks_are_documents_joined_by_end_of_text(wiki_bpe):
 
 
 def test_clm_loss_is_next_token_cross_entropy():
-    from ember.objectives.clm import next_token_loss
+    from ember.nn.lm_loss import next_token_loss
 
     logits = torch.randn(2, 5, 11)
     ids = torch.randint(0, 11, (2, 5))
