@@ -170,7 +170,8 @@ def generate_ids(model, prompts: list[list[int]], cfg: GenerationConfig, eot_id:
     return out
 
 
-def _cut_at_stop(text: str, stop: tuple[str, ...]) -> tuple[str, bool]:
+def cut_at_stop(text: str, stop: tuple[str, ...]) -> tuple[str, bool]:
+    """(``text`` cut before the earliest stop sequence in it, whether one was found)."""
     cuts = [text.find(s) for s in stop if s and s in text]
     return (text[: min(cuts)], True) if cuts else (text, False)
 
@@ -189,12 +190,12 @@ def generate_text(model, tokenizer, prompts: list[str], cfg: GenerationConfig,
         encoded = [e[-room:] for e in encoded]
 
     def stop_check(i: int, ids: list[int]) -> bool:
-        return bool(cfg.stop) and _cut_at_stop(tokenizer.decode(ids), cfg.stop)[1]
+        return bool(cfg.stop) and cut_at_stop(tokenizer.decode(ids), cfg.stop)[1]
 
     new_ids = generate_ids(model, encoded, cfg, eot, stop_check if cfg.stop else None)
-    outputs = [_cut_at_stop(tokenizer.decode(ids), cfg.stop)[0] for ids in new_ids]
+    outputs = [cut_at_stop(tokenizer.decode(ids), cfg.stop)[0] for ids in new_ids]
     return [first_sentences(o) for o in outputs] if tldr else outputs
 
 
-__all__ = ["GenerationConfig", "first_sentences", "generate_ids", "generate_text", "load_causal_lm",
+__all__ = ["GenerationConfig", "cut_at_stop", "first_sentences", "generate_ids", "generate_text", "load_causal_lm",
            "tldr_config"]

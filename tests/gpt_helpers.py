@@ -28,9 +28,11 @@ def tiny_model(family: str = "gpt2", seed: int = 0, vocab: int = 97, max_positio
     return model
 
 
-def make_gpt_run(root: Path, max_position: int = 64, text: Path | None = None, vocab: int = 300) -> Path:
+def make_gpt_run(root: Path, max_position: int = 64, text: Path | None = None, vocab: int = 300,
+                 fmt: str = "lines", max_documents: int = 5000) -> Path:
     """A run folder with a tiny random GPT-2 and a byte-level BPE trained on a few sentences
-    (or on the first 5000 lines of ``text``)."""
+    (or on the first ``max_documents`` documents of ``text``, read as ``fmt``: one per line
+    by default, "auto" for e.g. WikiExtractor files)."""
     from ember.config import DataConfig, RunConfig
     from ember.tokenizers import train_tokenizer
     from ember.train.checkpoint import save_weights
@@ -40,7 +42,7 @@ def make_gpt_run(root: Path, max_position: int = 64, text: Path | None = None, v
     corpus.write_text("The river runs by the old town. The bank opened a new office. It was good.\n\n"
                       "A summary: the town is old. The film is bad and the review is positive or negative.\n" * 20)
     tok = train_tokenizer([text or corpus], kind="bpe", vocab_size=vocab, lowercase=False, progress=False,
-                          fmt="lines" if text else "text", max_documents=5000)
+                          fmt=fmt if text else "text", max_documents=max_documents)
     tok.save(str(root / "tok.json"))
     model = tiny_model(vocab=tok.get_vocab_size(), max_position=max_position)
     run = root / "run"

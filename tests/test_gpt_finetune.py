@@ -52,7 +52,7 @@ def test_gpt1_input_transformations(gpt1_run):
 
 
 def test_gpt1_classifier_reads_the_extract_token_and_adds_half_the_lm_loss():
-    from ember.objectives.clm import next_token_loss
+    from ember.nn.lm_loss import next_token_loss
     from ember.tasks.featurize import collate
     from ember.tasks.gpt_classification import GptClassifier
 

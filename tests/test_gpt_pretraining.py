@@ -10,6 +10,8 @@ import pytest
 import torch
 
 from conftest import real_data
+from ember.commands.common import RECIPES_DIR, recipe_path
+from ember.config import apply_overrides, load_yaml, run_config_from_dict
 
 
 @pytest.fixture(scope="module")
@@ -54,7 +56,7 @@ def test_clm_blocks_are_documents_joined_by_end_of_text(wiki_bpe):
 
 
 def test_clm_loss_is_next_token_cross_entropy():
-    from ember.objectives.clm import next_token_loss
+    from ember.nn.lm_loss import next_token_loss
 
     logits = torch.randn(2, 5, 11)
     ids = torch.randint(0, 11, (2, 5))
@@ -74,8 +76,7 @@ def test_clm_objective_refuses_an_encoder():
 
 
 def test_gpt2_recipes_load_with_published_shapes():
-    from ember.commands.common import recipe_path
-    from ember.config import load_yaml, model_preset, run_config_from_dict
+    from ember.config import model_preset
 
     for name in ("gpt2-tiny", "gpt2-mini"):
         cfg = run_config_from_dict(load_yaml(recipe_path(name)))
@@ -93,20 +94,92 @@ def test_gpt2_recipes_load_with_published_shapes():
     assert abs(params - 124.4e6) < 0.1e6  # GPT-2 small: 124M parameters with tied embeddings
 
 
-def test_gpt2_pretraining_on_real_text_lowers_held_out_loss(wiki_bpe, tmp_path):
+GPT_RECIPES = sorted(p.stem for p in RECIPES_DIR.glob("gpt*.yaml"))
+# A 2-layer, 64-wide decoder on 64-token blocks: any recipe steps in well under a second.
+TINY_DECODER = ["model.num_layers=2", "model.hidden_size=64", "model.num_heads=2", "model.intermediate_size=128",
+                "data.max_seq_length=64", "data.eval_examples=32"]
+
+
+def test_gpt1_recipes_follow_the_paper():
+    """gpt1 as in Radford et al. 2018 §4.1; gpt1-mini keeps its architecture, scaled down."""
+    full, mini = (run_config_from_dict(load_yaml(recipe_path(n))) for n in ("gpt1", "gpt1-mini"))
+    for cfg in (full, mini):
+        m = cfg.model
+        assert cfg.objective == "clm" and m.family == "gpt" and not m.pre_layer_norm  # post-LN, no final LN
+        assert (m.hidden_act, m.dropout, m.attention_dropout, m.intermediate_size) == \
+            ("gelu_new", 0.1, 0.1, 4 * m.hidden_size)
+        assert (m.max_position, cfg.train.weight_decay, cfg.train.adam_beta2) == (512, 0.01, 0.999)
+        assert cfg.train.schedule == "linear"  # ember's stand-in for the paper's cosine decay to 0
+    m, t = full.model, full.train
+    assert (m.num_layers, m.hidden_size, m.num_heads, m.vocab_size) == (12, 768, 12, 40478)
+    assert (full.data.max_seq_length, t.batch_size, t.lr, t.warmup_steps) == (512, 64, 2.5e-4, 2000)
+    assert (mini.model.num_layers, mini.model.hidden_size, mini.model.num_heads) == (4, 256, 4)
+    assert (mini.data.max_seq_length, mini.train.batch_size) == (256, 32)
+
+
+@pytest.mark.parametrize("name", GPT_RECIPES)
+def test_every_gpt_recipe_builds_its_objective_and_takes_a_step(name, wiki_bpe):
+    from ember.data.shards import TokenCorpus
+    from ember.objectives import build_objective
+    from ember.tokenizers import end_of_text_id, load_tokenizer
+    from ember.train.pretrain import objective_dataset
+
+    cfg = run_config_from_dict(apply_overrides(load_yaml(recipe_path(name)),
+                                               [*TINY_DECODER, "model.vocab_size=1000", f"data.prepared={wiki_bpe}"]))
+    corpus = TokenCorpus(wiki_bpe, "train")
+    eot = end_of_text_id(load_tokenizer(corpus.tokenizer_path))
+    torch.manual_seed(0)
+    module = build_objective(cfg, {**corpus.special_token_ids, "eot": eot})
+    data = objective_dataset(module, corpus, cfg.data, cfg.train.seed, corpus.special_token_ids["sep"])
+    batch = module.make_batch([data.example(i) for i in range(4)], np.random.default_rng(0))
+    loss, metrics = module(batch)
+    loss.backward()
+    assert torch.isfinite(loss) and metrics["lm_loss"][1] == 4 * 63
+    assert batch["input_ids"].shape == (4, cfg.data.max_seq_length)
+
+
+def pretrain_evals(wiki_bpe, run, recipe: str, *args: str) -> list[dict]:
+    """Pre-train ``recipe`` for 40 steps of batch 8 on the real-text corpus with ``args``;
+    the held-out evaluations every 10 steps."""
     from ember.cli import main
 
-    run = tmp_path / "run"
-    assert main(["pretrain", "--recipe", "gpt2-tiny", "--data", str(wiki_bpe), "--out", str(run),
-                 "--max-steps", "40", "--batch-size", "8", "--lr", "3e-3", "--no-progress",
-                 "--set", "model.vocab_size=1000", "--set", "model.hidden_size=64",
-                 "--set", "model.num_heads=2", "--set", "model.intermediate_size=128",
+    assert main(["pretrain", "--recipe", recipe, "--data", str(wiki_bpe), "--out", str(run),
+                 "--max-steps", "40", "--batch-size", "8", "--no-progress", *args,
                  "--set", "data.max_seq_length=64", "--set", "data.eval_examples=32",
                  "--set", "train.eval_every=10", "--set", "train.save_every=20"]) == 0
     evals = [r for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines()) if r["split"] == "eval"]
     assert [r["step"] for r in evals] == [10, 20, 30, 40]
+    return evals
+
+
+def test_gpt2_pretraining_on_real_text_lowers_held_out_loss(wiki_bpe, tmp_path):
+    from ember.cli import main
+
+    run = tmp_path / "run"
+    evals = pretrain_evals(wiki_bpe, run, "gpt2-tiny", "--lr", "3e-3", "--set", "model.vocab_size=1000",
+                           "--set", "model.hidden_size=64", "--set", "model.num_heads=2",
+                           "--set", "model.intermediate_size=128")
     assert evals[-1]["lm_loss"] < evals[0]["lm_loss"] - 0.1
     assert evals[-1]["lm_loss"] < math.log(1000) - 0.5  # well below a uniform guess (6.9 nats)
     assert evals[-1]["ppl"] == pytest.approx(math.exp(evals[-1]["lm_loss"]), rel=1e-6)
     # The run folder generates text.
+    assert main(["generate", str(run), "--prompt", "The city", "--max-new-tokens", "5"]) == 0
+
+
+def test_gpt1_mini_recipe_pretrains_end_to_end_on_real_text(wiki_bpe, tmp_path):
+    """The recipe's own architecture (4 post-LN layers x 256) and optimisation (peak lr, warm-up
+    share, Adam betas); only the length, batch and block size are cut for the test."""
+    from ember.cli import main
+    from ember.config import load_yaml as read
+    from ember.generate import load_causal_lm
+
+    run = tmp_path / "gpt1-mini"
+    evals = pretrain_evals(wiki_bpe, run, "gpt1-mini")
+    assert evals[-1]["lm_loss"] < evals[0]["lm_loss"] - 0.1
+    assert evals[-1]["lm_loss"] < math.log(1000) - 0.5
+    saved = read(run / "config.yaml")
+    assert saved["model"]["family"] == "gpt" and saved["model"]["pre_layer_norm"] is False
+    assert saved["model"]["vocab_size"] == 1000  # sized to the corpus's tokenizer
+    model, _ = load_causal_lm(run)
+    assert model.backbone.final_norm is None and len(model.backbone.layers) == 4
     assert main(["generate", str(run), "--prompt", "The city", "--max-new-tokens", "5"]) == 0

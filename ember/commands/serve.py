@@ -7,16 +7,20 @@ import argparse
 
 def register(sub) -> None:
     p = sub.add_parser(
-        "serve", help="serve a model over HTTP (classify, embed, fill-mask, tag, answer)",
+        "serve", help="serve a model over HTTP (classify, embed, fill-mask, tag, answer, generate)",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Serve a fine-tuned run (GLUE-style: /classify, CoNLL-2003: /tag, SQuAD: /answer) "
-        "or an MLM pre-training run (/fill-mask); every model also serves /embed and GET /healthz. "
+        "or an MLM pre-training run (/fill-mask); these also serve /embed. A GPT pre-training run "
+        "serves /generate (PyTorch fp32 or --int8; prompts longer than the context are cut from the "
+        "left and flagged; --max-new-tokens caps each request). Every model serves GET /healthz. "
         "Concurrent requests are micro-batched: up to --max-batch requests or --max-wait-ms "
         "milliseconds, padded per batch, one forward pass. Inputs longer than --max-length tokens are "
         "truncated and the response says so. Binds 127.0.0.1 unless --host says otherwise. "
         "RUN_DIR may also be an `ember export` folder (onnx, int8, onnx-int8), which runs its format.\n\n"
         "example:\n  ember serve runs/sst2 --port 8000\n"
-        "  curl -s localhost:8000/classify -d '{\"text\": \"a gripping, beautifully acted film\"}'")
+        "  curl -s localhost:8000/classify -d '{\"text\": \"a gripping, beautifully acted film\"}'\n"
+        "  ember serve runs/gpt2-tiny\n"
+        "  curl -s localhost:8000/generate -d '{\"prompt\": \"The history of\", \"max_new_tokens\": 20}'")
     p.add_argument("run_dir", help="run folder, or an export folder written by `ember export`")
     backend = p.add_mutually_exclusive_group()
     backend.add_argument("--onnx", action="store_true", help="run with ONNX Runtime (exported at start-up)")
@@ -27,7 +31,11 @@ def register(sub) -> None:
     p.add_argument("--max-batch", type=int, default=32, help="requests per micro-batch (default 32)")
     p.add_argument("--max-wait-ms", type=float, default=5.0,
                    help="how long a micro-batch waits for more requests (default 5 ms)")
-    p.add_argument("--max-length", type=int, help="tokens per input before truncation (default: the run's)")
+    p.add_argument("--max-length", type=int, help="tokens per input before truncation (default: the run's); "
+                   "for a GPT run, the context that prompt + new tokens must fit (default: its training "
+                   "block length)")
+    p.add_argument("--max-new-tokens", type=int, default=256,
+                   help="most tokens one /generate prompt may ask for (GPT runs; default 256)")
     p.add_argument("--max-texts", type=int, default=64, help="texts per request (default 64)")
     p.add_argument("--max-body-bytes", type=int, default=1_000_000, help="request body limit (default 1 MB)")
     p.add_argument("--threads", type=int, default=0, help="CPU threads for inference (default: all)")
@@ -39,24 +47,31 @@ def register(sub) -> None:
 def run(args) -> int:
     from ember.errors import EmberError
     from ember.serve.app import create_app, run_server
+    from ember.serve.generation import load_generation_predictor
+    from ember.serve.graph import is_causal_lm
     from ember.serve.predictor import Predictor
     from ember.serve.requests import Limits
     from ember.serve.runners import load_runner
 
-    for flag in ("max_batch", "max_texts", "max_body_bytes"):
+    for flag in ("max_batch", "max_texts", "max_body_bytes", "max_new_tokens"):
         if getattr(args, flag) < 1:
             raise EmberError(f"--{flag.replace('_', '-')} must be at least 1")
     if args.max_length is not None and args.max_length < 8:
         raise EmberError("--max-length must be at least 8 tokens")
     backend = "onnx" if args.onnx else "int8" if args.int8 else "onnx-int8" if args.onnx_int8 else ""
-    runner, info, tokenizer = load_runner(args.run_dir, backend, threads=args.threads)
-    predictor = Predictor(runner, info, tokenizer, args.max_length, max_batch=args.max_batch)
-    limits = Limits(max_body_bytes=args.max_body_bytes, max_texts=args.max_texts)
+    if is_causal_lm(args.run_dir):
+        predictor = load_generation_predictor(args.run_dir, backend, args.threads, args.max_length, args.max_batch)
+    else:
+        runner, info, tokenizer = load_runner(args.run_dir, backend, threads=args.threads)
+        predictor = Predictor(runner, info, tokenizer, args.max_length, max_batch=args.max_batch)
+    info = predictor.info
+    limits = Limits(max_body_bytes=args.max_body_bytes, max_texts=args.max_texts,
+                    max_new_tokens=args.max_new_tokens)
     app = create_app(predictor, limits, max_batch=args.max_batch, max_wait_ms=args.max_wait_ms)
     if args.host not in ("127.0.0.1", "localhost", "::1"):
         print(f"warning: binding {args.host}: the server is reachable from other machines "
               "and has no authentication")
-    print(f"serving {info.display_name} ({runner.backend}) on http://{args.host}:{args.port} "
+    print(f"serving {info.display_name} ({predictor.backend}) on http://{args.host}:{args.port} "
           f"endpoints: {', '.join(predictor.endpoints)}, /healthz", flush=True)
     run_server(app, args.host, args.port, args.graceful_timeout)
     print("server stopped", flush=True)

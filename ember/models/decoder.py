@@ -30,7 +30,7 @@ from torch import nn
 
 from ember.config import ModelConfig
 from ember.errors import EmberError
-from ember.models.encoder import EncoderOutput, _build_layers, init_weights
+from ember.models.encoder import EncoderOutput, build_layers, init_weights
 from ember.nn.embeddings import InputEmbeddings
 from ember.nn.kv_cache import KVCache
 
@@ -69,7 +69,7 @@ class Decoder(nn.Module):
         self.embeddings = InputEmbeddings(cfg.vocab_size, cfg.hidden_size, cfg.max_position, 0,
                                           cfg.dropout, cfg.layer_norm_eps, pad_token_id=None,
                                           layer_norm=False)
-        self.layers = _build_layers(cfg)
+        self.layers = build_layers(cfg)
         self.final_norm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps) if cfg.pre_layer_norm else None
         self.apply(lambda m: init_weights(m, cfg.initializer_range))
         if cfg.family == "gpt2":  # scaled residual projections (Radford et al. 2019, §2.3)

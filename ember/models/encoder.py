@@ -62,9 +62,10 @@ def init_weights(module: nn.Module, std: float) -> None:
         nn.init.zeros_(module.bias)
 
 
-def _build_layers(cfg: ModelConfig) -> nn.ModuleList:
-    """The stored layers. Sharing "all" stores one; "attention"/"ffn" store num_layers layers
-    of which only layer 0 owns the shared sub-layer (the others borrow it at call time)."""
+def build_layers(cfg: ModelConfig) -> nn.ModuleList:
+    """The stored layers (the GPT decoder runs the same ones causally). Sharing "all" stores
+    one; "attention"/"ffn" store num_layers layers of which only layer 0 owns the shared
+    sub-layer (the others borrow it at call time)."""
     def layer(own_attention: bool = True, own_ffn: bool = True) -> TransformerLayer:
         return TransformerLayer(
             cfg.hidden_size, cfg.num_heads, cfg.intermediate_size, cfg.hidden_act,
@@ -91,7 +92,7 @@ class Encoder(nn.Module):
             cfg.dropout, cfg.layer_norm_eps, cfg.pad_token_id,
         ) if embeddings else None
         self.embed_project = nn.Linear(e, cfg.hidden_size) if e != cfg.hidden_size else None
-        self.layers = _build_layers(cfg)
+        self.layers = build_layers(cfg)
         self.final_norm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps) if cfg.pre_layer_norm else None
         self.pooler = Pooler(cfg.hidden_size) if cfg.pooler else None
         self.apply(lambda m: init_weights(m, cfg.initializer_range))

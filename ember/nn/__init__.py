@@ -1,1 +1,2 @@
-"""Building blocks shared by every model family (attention, feed-forward, embeddings, heads)."""
+"""Building blocks shared by every model family (attention, feed-forward, embeddings, heads,
+the next-token LM loss)."""

@@ -2,9 +2,9 @@
 
 L = -sum_t log P(x_t | x_<t) over packed blocks of ``data.max_seq_length`` tokens
 (``ember.data.blocks``: documents joined by the end-of-text token). A block of T tokens
-gives T - 1 predictions; the loss is their mean cross-entropy, and held-out evaluation adds
-the perplexity exp(loss). The output layer is the input embedding matrix (tied, no bias),
-so the objective adds no parameters to the backbone.
+gives T - 1 predictions; the loss is their mean cross-entropy (``ember.nn.lm_loss``), and
+held-out evaluation adds the perplexity exp(loss). The output layer is the input embedding
+matrix (tied, no bias), so the objective adds no parameters to the backbone.
 
 ``CausalLM`` is also the model that generation (ember.generate) and few-shot scoring
 (ember.tasks.fewshot) run: ``logits(input_ids, attention_mask, cache)``.
@@ -16,10 +16,10 @@ import math
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from ember.errors import EmberError
+from ember.nn.lm_loss import next_token_loss
 
 
 def build(cfg, special_ids: dict) -> "CausalLM":
@@ -30,21 +30,6 @@ def build(cfg, special_ids: dict) -> "CausalLM":
         raise EmberError(f"objective clm needs a causal decoder (model family {', '.join(DECODER_FAMILIES)}), "
                          f"not {cfg.model.family!r}; use a gpt2-* or gpt1 preset")
     return CausalLM(build_backbone(cfg.model), special_ids.get("eot"))
-
-
-def next_token_loss(logits: torch.Tensor, input_ids: torch.Tensor,
-                    attention_mask: torch.Tensor | None = None) -> tuple[torch.Tensor, dict]:
-    """Mean cross-entropy of logits (B, T, V) at t against input_ids at t + 1; padding
-    (attention_mask 0) is never a target. Metrics ``lm_loss``/``lm_acc`` as (sum, count)."""
-    targets = input_ids[:, 1:].clone()  # (B, T-1)
-    if attention_mask is not None:
-        targets[attention_mask[:, 1:] == 0] = -100
-    flat = logits[:, :-1].reshape(-1, logits.shape[-1]).float()
-    loss = F.cross_entropy(flat, targets.reshape(-1), ignore_index=-100)
-    where = targets != -100
-    n = int(where.sum())
-    correct = int((logits[:, :-1].argmax(-1)[where] == targets[where]).sum())
-    return loss, {"lm_loss": (loss.item() * n, n), "lm_acc": (correct, n)}
 
 
 class CausalLM(nn.Module):

@@ -1,4 +1,4 @@
-"""Export and CPU serving of fine-tuned (and MLM pre-trained) ember runs.
+"""Export and CPU serving of fine-tuned (and MLM / GPT pre-trained) ember runs.
 
     graph.py       the task model as one inference graph: ids -> (logits, every layer's states)
     quantize.py    int8 dynamic quantization of the Linear layers, saved as safetensors
@@ -8,6 +8,7 @@
     verify.py      exported vs original: max |logit difference|, prediction agreement, speed
     export.py      `ember export`: the formats above, verified, written atomically
     predictor.py   what each endpoint computes (classify, embed, fill-mask, tag, answer)
+    generation.py  what /generate computes for GPT runs (ember.generate, batched by settings)
     batching.py    the micro-batching queue (asyncio front, one worker thread)
     requests.py    request-body parsing and validation (4xx with a message)
     app.py         the FastAPI app and `ember serve`'s uvicorn runner

@@ -2,10 +2,17 @@
 
     GET  /healthz      status, model and backend, limits, batching counters
     POST /classify     {"text"| "texts", optional "text_pair" | "text_pairs"}  (GLUE-style runs)
-    POST /embed        texts + pooling mean|cls|none, layer or layer_weights, normalize (any run)
+    POST /embed        texts + pooling mean|cls|none, layer or layer_weights, normalize (encoder runs)
     POST /fill-mask    {"text" with [MASK], "top_k"}                          (MLM pre-training runs)
     POST /tag          {"text" | "texts" | "words"}                            (CoNLL-2003 NER runs)
     POST /answer       {"question", "context", "top_k"}                        (SQuAD runs)
+    POST /generate     {"prompt" | "prompts", max_new_tokens, temperature, top_k, top_p, stop, seed}
+                                                                               (GPT pre-training runs)
+
+The app serves a Predictor (serve/predictor.py: encoders, one forward per batch) or a
+GenerationPredictor (serve/generation.py: GPT runs, a decoding loop per batch); both expose
+``run(kind, requests)``, ``endpoints``, ``info``, ``backend``, ``max_length`` and ``forwards``.
+GPT runs serve /generate only (no /embed).
 
 Errors are JSON ``{"error": message}`` with a 4xx status for anything the client can fix
 (see requests.py); an endpoint the loaded model does not have is a 404 saying which it has.
@@ -24,7 +31,7 @@ import logging
 from ember.errors import EmberError
 from ember.serve.batching import MicroBatcher
 from ember.serve.requests import (Limits, RequestError, parse_answer, parse_classify, parse_embed,
-                                  parse_fill_mask, parse_tag, read_json)
+                                  parse_fill_mask, parse_generate, parse_tag, read_json)
 
 log = logging.getLogger("ember.serve")
 
@@ -77,16 +84,18 @@ def create_app(predictor, limits: Limits | None = None, max_batch: int = 32, max
         return JSONResponse({"error": f"internal error: {type(exc).__name__}: {exc}"}, status_code=500)
 
     def needs(kind: str) -> None:
-        if info.kind != kind:
+        if f"/{kind}" not in predictor.endpoints:
             raise RequestError(404, f"this model ({info.display_name}) does not serve /{kind}; "
                                f"its endpoints: {', '.join(predictor.endpoints)}")
 
     @app.get("/healthz")
     async def healthz():
-        return {"status": "ok", "model": info.summary(), "backend": predictor.runner.backend,
-                "endpoints": predictor.endpoints, "max_length": predictor.max_length,
-                "limits": {"max_body_bytes": limits.max_body_bytes, "max_texts": limits.max_texts,
-                           "max_chars": limits.max_chars},
+        served = {"max_body_bytes": limits.max_body_bytes, "max_texts": limits.max_texts,
+                  "max_chars": limits.max_chars}
+        if "/generate" in predictor.endpoints:
+            served["max_new_tokens"] = limits.max_new_tokens
+        return {"status": "ok", "model": info.summary(), "backend": predictor.backend,
+                "endpoints": predictor.endpoints, "max_length": predictor.max_length, "limits": served,
                 "batching": {**batcher.stats(), "forwards": predictor.forwards}}
 
     @app.post("/classify")
@@ -96,6 +105,7 @@ def create_app(predictor, limits: Limits | None = None, max_batch: int = 32, max
 
     @app.post("/embed")
     async def embed(request: Request):
+        needs("embed")
         req = parse_embed(await read_json(request, limits), limits, info.num_layers)
         return await batcher.submit("embed", req)
 
@@ -113,6 +123,12 @@ def create_app(predictor, limits: Limits | None = None, max_batch: int = 32, max
     async def answer(request: Request):
         needs("answer")
         return await batcher.submit("answer", parse_answer(await read_json(request, limits), limits))
+
+    @app.post("/generate")
+    async def generate(request: Request):
+        needs("generate")
+        req = parse_generate(await read_json(request, limits), limits, predictor.max_length, predictor.vocab_size)
+        return await batcher.submit("generate", req)
 
     return app
 

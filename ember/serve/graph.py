@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from ember.config import RunConfig
+from ember.config import DECODER_FAMILIES, RunConfig
 from ember.errors import EmberError
 
 # kind -> the HTTP endpoints a model of that kind serves (besides /healthz and /embed).
@@ -35,8 +35,8 @@ ADAPTER_KINDS = {"ConllNerAdapter": "tag", "SquadAdapter": "answer"}
 class ServeInfo:
     """What the predictor and the exporters need besides the weights."""
 
-    kind: str  # classify | tag | answer | fill-mask
-    task: str  # sst2, conll2003, squad2, ... or "mlm" for a pre-training run
+    kind: str  # classify | tag | answer | fill-mask | generate (GPT runs, serve/generation.py)
+    task: str  # sst2, conll2003, squad2, ... or "mlm" / "clm" for a pre-training run
     display_name: str
     labels: list[str] | None
     max_length: int  # default truncation length (the run's task.max_length)
@@ -44,7 +44,7 @@ class ServeInfo:
     num_layers: int
     hidden_size: int
     family: str
-    special: dict[str, int]  # pad/unk/cls/sep/mask ids
+    special: dict[str, int]  # pad/unk/cls/sep/mask ids (eot/pad for a causal LM)
     cfg: RunConfig = field(repr=False)
 
     @property
@@ -61,6 +61,13 @@ class ServeInfo:
                 "num_layers": self.num_layers, "hidden_size": self.hidden_size}
 
 
+def is_causal_lm(run_dir: str | Path) -> bool:
+    """Whether a run folder holds a GPT-1/GPT-2 decoder (served by /generate, serve/generation.py)."""
+    from ember.train.rundir import load_run_config
+
+    return load_run_config(Path(run_dir)).model.family in DECODER_FAMILIES
+
+
 def describe(run_dir: str | Path):
     """(ServeInfo, tokenizer) of a run folder or an export folder (both hold config.yaml)."""
     from ember.tokenizers import load_tokenizer, special_token_ids
@@ -69,8 +76,10 @@ def describe(run_dir: str | Path):
     run_dir = Path(run_dir)
     cfg = load_run_config(run_dir)
     tokenizer = load_tokenizer(run_dir / "tokenizer.json")
-    special = special_token_ids(tokenizer)
     m = cfg.model
+    if m.family in DECODER_FAMILIES:
+        return _describe_causal_lm(run_dir, cfg, tokenizer), tokenizer
+    special = special_token_ids(tokenizer)
     common = dict(max_position=m.max_position, num_layers=m.num_layers, hidden_size=m.hidden_size,
                   family=m.family, special=special, cfg=cfg)
     if cfg.kind == "pretrain":
@@ -91,11 +100,30 @@ def describe(run_dir: str | Path):
     return ServeInfo(kind, adapter.name, adapter.display_name, labels, cfg.task.max_length, **common), tokenizer
 
 
+def _describe_causal_lm(run_dir: Path, cfg: RunConfig, tokenizer) -> ServeInfo:
+    """A GPT-1/GPT-2 pre-training run: served by /generate (serve.generation), not by a graph.
+    Its context is the training block length, within the positions (as `ember fewshot`)."""
+    from ember.tokenizers import end_of_text_id
+
+    m = cfg.model
+    if cfg.kind != "pretrain":
+        raise EmberError(f"{run_dir} holds a fine-tuned {m.family} classifier, which `ember serve` does not "
+                         "serve yet; classify with `ember predict`, or serve the GPT pre-training run it "
+                         "started from (/generate)")
+    eot = end_of_text_id(tokenizer)  # GPT vocabularies may have no pad/cls/mask: pad with end-of-text
+    context = min(cfg.data.max_seq_length, m.max_position)
+    return ServeInfo("generate", "clm", f"{m.family} causal LM", None, context, m.max_position, m.num_layers, m.hidden_size, m.family, {"eot": eot, "pad": eot}, cfg)
+
+
 def build_module(info: ServeInfo, state_keys) -> nn.Module:
     """The task module of ``info`` with fresh (unloaded) weights; ``state_keys`` picks the
     pre-training sentence head (NSP or SOP) so a strict load fits."""
     from ember.models import build_backbone
 
+    if info.kind == "generate":
+        raise EmberError(f"{info.display_name} runs have no inference graph to export (ONNX, int8 file): "
+                         "`ember serve RUN` generates with PyTorch (fp32 or --int8), and `ember convert "
+                         "--to-hf` writes a Hugging Face folder")
     backbone = build_backbone(info.cfg.model)
     if info.kind == "fill-mask":
         from ember.config import DataConfig

@@ -38,6 +38,10 @@ class Predictor:
         self._lock = threading.Lock()  # one forward at a time, whichever thread calls
 
     @property
+    def backend(self) -> str:
+        return self.runner.backend
+
+    @property
     def endpoints(self) -> list[str]:
         return [KIND_ENDPOINTS[self.info.kind], "/embed"]
 

@@ -2,13 +2,15 @@
 
 Checked here, before anything reaches the model: body size (413), empty body or malformed
 JSON (400), a body that is not a JSON object, unknown fields, wrong types, empty texts, too
-many texts in one request or too long a text (422). Each parser returns the normalised
-request the predictor expects.
+many texts in one request or too long a text, out-of-range options such as a negative
+temperature (422). Each parser returns the normalised request the predictor expects.
 """
 
 from __future__ import annotations
 
 import json
+import math
+import secrets
 from dataclasses import dataclass
 
 
@@ -26,6 +28,7 @@ class Limits:
     max_body_bytes: int = 1_000_000
     max_texts: int = 64  # texts (or sentences, or questions) in one request
     max_chars: int = 20_000  # characters in one text / context
+    max_new_tokens: int = 256  # tokens one /generate prompt may ask for (`ember serve --max-new-tokens`)
 
 
 async def read_json(request, limits: Limits) -> dict:
@@ -89,12 +92,13 @@ def _texts(data: dict, single: str, plural: str, limits: Limits) -> list[str]:
     return [_text(v, f"{plural}[{i}]", limits) for i, v in enumerate(values)]
 
 
-def _int(data: dict, name: str, default: int, low: int, high: int) -> int:
+def _int(data: dict, name: str, default: int, low: int, high: int, why: str = "") -> int:
+    """An integer field in [low, high]; ``why`` explains the bounds in the error message."""
     value = data.get(name, default)
     if isinstance(value, bool) or not isinstance(value, int):
         raise RequestError(422, f"'{name}' must be an integer, not {type(value).__name__}")
     if not low <= value <= high:
-        raise RequestError(422, f"'{name}' must be between {low} and {high}, got {value}")
+        raise RequestError(422, f"'{name}' must be between {low} and {high}{why}, got {value}")
     return value
 
 
@@ -189,3 +193,70 @@ def parse_answer(data: dict, limits: Limits) -> dict:
             raise RequestError(422, f"'{name}' is required")
     return {"question": _text(data["question"], "question", limits),
             "context": _text(data["context"], "context", limits), "top_k": _int(data, "top_k", 3, 1, 20)}
+
+
+def _number(data: dict, name: str, default: float | None) -> float | None:
+    value = data.get(name, default)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise RequestError(422, f"'{name}' must be a number, not {type(value).__name__}")
+    if not math.isfinite(value):
+        raise RequestError(422, f"'{name}' must be a finite number, got {value}")
+    return float(value)
+
+
+MAX_STOP = 16  # stop sequences per request
+MAX_STOP_CHARS = 200
+MIN_TEMPERATURE = 1e-4  # below this, logits / T can overflow float32 (sampling NaN); use 0 for greedy
+MAX_TEMPERATURE = 100.0
+DEFAULT_NEW_TOKENS = 50  # as `ember generate`
+
+
+def parse_generate(data: dict, limits: Limits, context: int, vocab_size: int) -> dict:
+    """{"prompt": str} | {"prompts": [str]}, optional max_new_tokens, temperature, top_k, top_p,
+    stop (list of strings), seed -> {"prompts", "config": GenerationConfig}.
+
+    ``context`` is the tokens a prompt plus its continuation may span: max_new_tokens is at
+    most min(limits.max_new_tokens, context - 1), so at least one prompt token fits. As in
+    `ember generate`, temperature 0 is greedy, and top_k / top_p alone imply sampling at
+    temperature 1; with temperature 0 they are refused rather than silently ignored. A
+    sampling request without a seed gets a random one, returned in the response.
+    """
+    from ember.generate import GenerationConfig
+
+    _check_fields(data, {"prompt", "prompts", "max_new_tokens", "temperature", "top_k", "top_p", "stop", "seed"})
+    prompts = _texts(data, "prompt", "prompts", limits)
+    high = min(limits.max_new_tokens, context - 1)
+    new_tokens = _int(data, "max_new_tokens", min(DEFAULT_NEW_TOKENS, high), 1, high,
+                      f" (the server's cap is {limits.max_new_tokens}; the model's context of {context} "
+                      "tokens must also hold at least one prompt token)")
+    top_k = _int(data, "top_k", 0, 0, vocab_size)
+    top_p = _number(data, "top_p", 1.0)
+    if not 0.0 < top_p <= 1.0:
+        raise RequestError(422, f"'top_p' must be in (0, 1] (1 = no nucleus cut), got {top_p}")
+    temperature = _number(data, "temperature", None)
+    cuts = top_k > 0 or top_p < 1.0
+    if temperature is None:
+        temperature = 1.0 if cuts else 0.0
+    elif temperature != 0.0 and not MIN_TEMPERATURE <= temperature <= MAX_TEMPERATURE:
+        raise RequestError(422, f"'temperature' must be 0 (greedy) or between {MIN_TEMPERATURE:g} and "
+                           f"{MAX_TEMPERATURE:g} (sampling), got {temperature}")
+    elif temperature == 0.0 and cuts:
+        raise RequestError(422, "'top_k' and 'top_p' only apply when sampling; with 'temperature' 0 (greedy) "
+                           "drop them, or set 'temperature' above 0")
+    stop = data.get("stop", [])
+    if not isinstance(stop, list) or not all(isinstance(s, str) for s in stop):
+        raise RequestError(422, "'stop' must be a list of strings, e.g. [\".\", \"\\n\"]")
+    if len(stop) > MAX_STOP:
+        raise RequestError(422, f"'stop' has {len(stop)} items; the limit is {MAX_STOP}")
+    for i, s in enumerate(stop):
+        if not s or len(s) > MAX_STOP_CHARS:
+            raise RequestError(422, f"'stop[{i}]' must have 1 to {MAX_STOP_CHARS} characters")
+    seed = data.get("seed")
+    if seed is None:
+        seed = secrets.randbelow(2**31) if temperature > 0 else 0
+    seed = _int({"seed": seed}, "seed", 0, 0, 2**63 - 1)
+    config = GenerationConfig(max_new_tokens=new_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
+                              stop=tuple(stop), seed=seed)
+    return {"prompts": prompts, "config": config}

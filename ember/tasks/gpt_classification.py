@@ -20,7 +20,7 @@ import torch
 from tokenizers import Tokenizer
 
 from ember.errors import EmberError
-from ember.objectives.clm import next_token_loss
+from ember.nn.lm_loss import next_token_loss
 from ember.tasks.base import GlueAdapter
 from ember.tasks.classification import SequenceClassifier
 from ember.tasks.featurize import Featurized
