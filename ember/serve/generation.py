@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Sequence
 
 from ember.errors import EmberError
-from ember.generate import GenerationConfig, cut_at_stop, generate_ids
+from ember.generate import cut_at_stop, generate_ids
 
 # Backends that can generate: the PyTorch model, fp32 or with int8 dynamic quantization of its
 # Linear layers (the ONNX graph has no key/value cache and no decoding loop).
