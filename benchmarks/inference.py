@@ -7,7 +7,7 @@ Two parts, each alternating ember and the reference in one process:
 1. Fixed shapes, random weights of ``--preset``: batch 32 x 128 (sequences/s) and 1 x 32
    (latency). Contenders: ember fp32, transformers BertForSequenceClassification fp32
    (attn_implementation="sdpa") holding the same weights (converted with ember.interop),
-   ember int8 (torch.ao.quantization.quantize_dynamic on every Linear).
+   ember int8 (ember.serve.quantize: dynamic int8 on every Linear, as `ember export --format int8`).
 2. Real inputs, the fine-tuned SST-2 run folder ``--run`` (made by `ember finetune --task
    sst2`), on the 872 SST-2 dev sentences of mixed length: ember sorts by length and pads each
    batch to its longest (SequenceClassifier.predict); the reference as run_glue.py runs it by
@@ -35,8 +35,10 @@ from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _bench import add_common_args, alternate, apply_common_args, clock, clock_name, load, machine, median  # noqa: E402
+from _predictors import onnx_predictors, rate_keeping_logits  # noqa: E402
 
 from ember.config import ModelConfig, model_preset  # noqa: E402
+from ember.serve.quantize import quantize_int8 as quantized  # noqa: E402
 from ember.models import build_backbone  # noqa: E402
 from ember.tasks.classification import SequenceClassifier  # noqa: E402
 from ember.tasks.featurize import collate  # noqa: E402
@@ -57,11 +59,6 @@ def to_reference(module: SequenceClassifier, cfg: ModelConfig):
     if missing or unexpected:
         raise RuntimeError(f"weights did not map: missing {missing[:3]}, unexpected {unexpected[:3]}")
     return ref.eval()
-
-
-def quantized(module: nn.Module) -> nn.Module:
-    """Dynamic int8: weights stored int8, activations quantized per batch (Linear layers only)."""
-    return torch.ao.quantization.quantize_dynamic(module, {nn.Linear}, dtype=torch.qint8)
 
 
 def ember_logits(module):
@@ -129,43 +126,10 @@ def padded_batches(features: list[dict], pad_id: int, size: int, width: int | No
     return batches
 
 
-def sorted_predictor(logits_of, features: list[dict], pad_id: int, size: int):
-    """Like SequenceClassifier.predict: batches formed by length, logits back in input order."""
-    order = np.argsort([len(f["input_ids"]) for f in features], kind="stable")
-    batches = [(order[i:i + size], collate([{**features[j], "label": None} for j in order[i:i + size]], pad_id))
-               for i in range(0, len(order), size)]
-
-    def run():
-        out = None
-        for idx, batch in batches:
-            logits = logits_of(batch)
-            out = np.zeros((len(features), logits.shape[-1]), np.float32) if out is None else out
-            out[idx] = logits
-        return out
-    return run
-
-
 def onnx_contenders(run: Path, features: list[dict], pad_id: int, size: int, work: Path) -> dict:
     """ember's ONNX fp32 and ONNX Runtime int8 exports of ``run`` (empty without onnxruntime)."""
-    try:
-        import onnx  # noqa: F401
-        import onnxruntime  # noqa: F401
-    except ImportError:
-        print("onnx/onnxruntime not installed: ONNX contenders skipped (pip install 'ember[serve]')")
-        return {}
-    from ember.serve.export import export_run
-    from ember.serve.onnx_export import INPUT_NAMES, ONNX_FILE, onnx_session
-
-    contenders = {}
-    for fmt, name in (("onnx", "ember ONNX fp32 (length-sorted)"), ("onnx-int8", "ember ONNX int8 (length-sorted)")):
-        export_run(run, fmt, work / fmt, verify=False, overwrite=True)
-        # intra-op threads as torch uses (1 under --cpu-time: ONNX Runtime then runs on this thread)
-        session = onnx_session(work / fmt / ONNX_FILE, threads=torch.get_num_threads())
-
-        def logits_of(batch, s=session):
-            return s.run(["logits"], {k: batch[k].numpy() for k in INPUT_NAMES})[0]
-        contenders[name] = sorted_predictor(logits_of, features, pad_id, size)
-    return contenders
+    names = {"onnx fp32": "ember ONNX fp32 (length-sorted)", "onnx int8": "ember ONNX int8 (length-sorted)"}
+    return {names[k]: v for k, v in onnx_predictors(run, features, pad_id, size, work).items()}
 
 
 def real_inputs(module, ref, int8, features, args, extra: dict | None = None) -> dict:
@@ -185,18 +149,10 @@ def real_inputs(module, ref, int8, features, args, extra: dict | None = None) ->
         **(extra or {}),
     }
     logits = {}
-
-    def timed(name):
-        def run():
-            with torch.inference_mode():
-                start = clock()
-                logits[name] = contenders[name]()
-                return len(features) / (clock() - start)
-        return run
-
     print(f"SST-2 dev, {len(features)} sentences, mean {np.mean([len(f['input_ids']) for f in features]):.1f} "
           f"tokens: {load()}", flush=True)
-    rates = alternate({n: timed(n) for n in contenders}, max(1, args.repeats - 2))
+    rates = alternate({n: rate_keeping_logits(f, len(features), logits, n) for n, f in contenders.items()},
+                      max(1, args.repeats - 2))
     base = logits["ember fp32 (length-sorted)"].argmax(-1)
     result = {"sentences": len(features), "load_after": load(), "rows": {}}
     for name in contenders:

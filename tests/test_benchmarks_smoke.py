@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import shutil
+import sys
 from pathlib import Path
 
 import pytest
@@ -18,6 +20,7 @@ BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
 def load_benchmark(name: str):
     spec = importlib.util.spec_from_file_location(f"bench_{name}", BENCHMARKS / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # as an import would: dataclasses look their module up there
     spec.loader.exec_module(module)
     return module
 
@@ -109,3 +112,110 @@ def test_time_to_accuracy_smoke_trains_both_and_fine_tunes_both(wiki_prepared, t
         assert 0.0 <= result[side]["sst2"]["accuracy_mean"] <= 1.0
     assert result["reference"]["pretrain"]["steps"] >= 1
     assert (tmp_path / "tta" / "results.json").is_file()
+
+
+def _sst2_tokenizer(folder: Path) -> Path:
+    """A 1,000-piece WordPiece tokenizer trained on 3,000 real SST-2 training sentences (< 1 s)."""
+    from ember.tokenizers import train_tokenizer
+
+    rows = real_data("glue", "SST-2", "train.tsv").read_text(encoding="utf-8").splitlines()[1:3001]
+    text = folder / "sst2.txt"
+    text.write_text("\n".join(row.split("\t")[0] for row in rows), encoding="utf-8")
+    path = folder / "tokenizer.json"
+    train_tokenizer([text], vocab_size=1000, progress=False).save(str(path))
+    return path
+
+
+def test_distill_table_smoke_scores_a_teacher_and_a_kd_student_on_every_path(tmp_path):
+    from ember.cli import main
+    from ember.errors import EmberError
+
+    real_data("glue", "SST-2", "dev.tsv")
+    tok = _sst2_tokenizer(tmp_path)
+    teacher, student, out = tmp_path / "teacher", tmp_path / "kd", tmp_path / "table"
+    # bert-tiny from scratch: ~150 steps at batch 8 lift it above always-the-majority-class
+    # (a constant model would make the fp32/ONNX comparison below vacuous).
+    assert main(["finetune", "--task", "sst2", "--init", "random", "--model", "bert-tiny", "--tokenizer", str(tok),
+                 "--train-limit", "600", "--epochs", "2", "--batch-size", "8", "--lr", "1e-3", "--max-length", "48",
+                 "--no-progress", "--out", str(teacher)]) == 0
+    # One teacher layer as the start (DistilBERT's init): a non-trivial student in a few KD steps.
+    assert main(["distill", "--no-progress", "--method", "kd", "--teacher", str(teacher), "--student-init", "teacher",
+                 "--student-layers", "1", "--unlabeled", "task", "--train-limit", "256", "--epochs", "1",
+                 "--lr", "1e-4", "--out", str(student)]) == 0
+    bench = load_benchmark("distill_table")
+    # The teacher doubles as the no-teacher row (it was fine-tuned without one): a second
+    # fine-tuning would double the test's cost and check nothing more.
+    result = bench.main(["--smoke", "--cpu-time", "--teacher", str(teacher), "--student", f"tiny KD={student}",
+                         "--student", f"no teacher={teacher}", "--baseline", "no teacher", "--out", str(out)])
+    rows = {r["label"]: r for r in result["rows"]}
+    assert list(rows) == ["teacher", "tiny KD", "no teacher"] and result["repeats"] == 1
+    assert rows["teacher"]["share_of_teacher"] == 1.0 and rows["teacher"]["agreement_with_teacher"] == 1.0
+    assert set(rows["teacher"]["predictions"]) == {0, 1}  # not a constant, majority-class model
+    for label, run in (("teacher", teacher), ("tiny KD", student)):
+        row = rows[label]
+        assert row["accuracy"] == pytest.approx(json.loads((run / "results.json").read_text())["metrics"]["accuracy"],
+                                                abs=1e-6)
+        assert set(row["paths"]) == {"pytorch fp32", "pytorch int8", "onnx fp32", "onnx int8"}
+        assert all(p["sentences_per_s"] > 0 for p in row["paths"].values())
+        # ember's ONNX export is the same fp32 function, fed the same batches
+        assert row["paths"]["onnx fp32"]["accuracy"] == row["paths"]["pytorch fp32"]["accuracy"]
+        assert row["paths"]["onnx fp32"]["agreement_with_fp32"] == 1.0
+    kd = rows["tiny KD"]
+    assert kd["parameters"]["total"] < rows["teacher"]["parameters"]["total"]
+    assert 0 < kd["parameters"]["backbone_without_embeddings"] < kd["parameters"]["total"]
+    assert kd["share_of_teacher"] == pytest.approx(kd["accuracy"] / rows["teacher"]["accuracy"])
+    assert kd["method"].startswith("kd")
+
+    markdown = (out / "table.md").read_text()
+    assert json.loads((out / "table.json").read_text())["rows"][1]["accuracy"] == kd["accuracy"]
+    assert (out / "table.png").read_bytes()[:4] == b"\x89PNG"
+    table, claims = markdown.split("## Claims")
+    first_cells = [line.split("|")[1].strip() for line in table.splitlines() if line.startswith("| ")][1:]
+    assert first_cells == ["**teacher**", "tiny KD", "no teacher (baseline)"]
+    assert "tiny KD" in claims
+    keeps = kd["share_of_teacher"] >= 0.97
+    assert ("Holds for: tiny KD" in claims) == keeps and ("Does not hold for: tiny KD" in claims) == (not keeps)
+    beats = kd["accuracy"] > rows["no teacher"]["accuracy"]
+    assert f"tiny KD {'beats' if beats else 'does not beat'} no teacher (not the same model" in claims
+
+    # A run whose results.json no longer matches its weights stops the table ...
+    stale = tmp_path / "stale"
+    shutil.copytree(student, stale)
+    recorded = json.loads((stale / "results.json").read_text())
+    recorded["metrics"]["accuracy"] += 0.01
+    (stale / "results.json").write_text(json.dumps(recorded))
+    with pytest.raises(EmberError, match="out of step"):
+        bench.main(["--smoke", "--teacher", str(teacher), "--student", f"stale={stale}"])
+    # ... and so does a run of another task.
+    other = tmp_path / "cola"
+    shutil.copytree(student, other)
+    (other / "config.yaml").write_text((other / "config.yaml").read_text().replace("name: sst2", "name: cola"))
+    with pytest.raises(EmberError, match="fine-tuned on CoLA"):
+        bench.main(["--smoke", "--teacher", str(teacher), "--student", f"cola={other}"])
+
+
+def test_distill_claims_follow_the_numbers():
+    report = load_benchmark("_distill_report")
+    gold = [0, 1] * 50
+
+    def row(label, role, correct, layers=1, int8_points=0.0):
+        preds = [y if i < correct else 1 - y for i, y in enumerate(gold)]
+        acc = correct / len(gold)
+        return {"label": label, "role": role, "accuracy": acc, "predictions": preds, "share_of_teacher": acc / 0.90,
+                "shape": {"layers": layers}, "parameters": {"total": layers},
+                "paths": {"pytorch fp32": {"accuracy": acc}, "pytorch int8": {"accuracy": acc + int8_points / 100}}}
+
+    rows = [row("T", "teacher", 90, layers=4, int8_points=-0.6), row("A", "student", 88), row("B", "student", 87),
+            row("C", "baseline", 85)]
+    claims = report.claims({"rows": rows, "labels": gold})
+    assert [(k["label"], k["keeps"]) for k in claims["keep"]] == [("A", True), ("B", False), ("C", False)]
+    (a, b) = claims["beats"]
+    assert (a["student"], a["baseline"], a["beats"], a["same_shape"]) == ("A", "C", True, True)
+    assert (a["only_student_right"], a["only_baseline_right"]) == (3, 0)
+    assert a["points"] == pytest.approx(3.0) and a["mcnemar_p"] == pytest.approx(2 / 8)
+    assert [(p["label"], p["path"]) for p in claims["paths"] if not p["within"]] == [("T", "pytorch int8")]
+    assert report.mcnemar_p(0, 0) == 1.0 and report.mcnemar_p(10, 0) == pytest.approx(2 / 1024)
+    assert report.mcnemar_p(4, 9) == report.mcnemar_p(9, 4)
+    # a student that loses to the baseline is reported as such
+    rows[1] = row("A", "student", 80)
+    assert not report.claims({"rows": rows, "labels": gold})["beats"][0]["beats"]
