@@ -125,6 +125,37 @@ def test_finetune_from_a_pretraining_run_uses_its_weights(wiki_prepared, tmp_pat
     assert not any(k.startswith(("mlm.", "nsp.")) for k in state)
 
 
+def test_finetune_set_model_applies_to_random_init_and_only_free_settings_to_a_pretrained_one(
+        wiki_prepared, tmp_path, capsys):
+    """`--set model.K=V` used to be dropped silently (the init's model config replaced it)."""
+    from conftest import TINY_MODEL
+    from ember.cli import main
+    from ember.commands.common import recipe_path
+    from ember.config import apply_overrides, load_yaml, run_config_from_dict
+    from ember.train.pretrain import run_pretraining
+    from ember.train.rundir import load_run_config
+
+    real_data("glue", "SST-2")
+    common = ["--task", "sst2", "--train-limit", "32", "--epochs", "1", "--max-length", "32", "--no-progress"]
+    assert main(["finetune", "--init", "random", "--model", "bert-tiny", "--tokenizer",
+                 str(wiki_prepared / "tokenizer.json"), "--out", str(tmp_path / "random"),
+                 "--set", "model.num_layers=1", "--set", "model.dropout=0.0", *common]) == 0
+    model = load_run_config(tmp_path / "random").model
+    assert (model.num_layers, model.dropout, model.hidden_size) == (1, 0.0, 128)
+
+    cfg = run_config_from_dict(apply_overrides(load_yaml(recipe_path("bert-mini")), TINY_MODEL + [
+        f"data.prepared={wiki_prepared}", "train.max_steps=2", "train.eval_every=0", "train.save_every=0"]))
+    run_pretraining(cfg, tmp_path / "pre", progress=False)
+    assert main(["finetune", "--init", str(tmp_path / "pre"), "--out", str(tmp_path / "tuned"),
+                 "--set", "model.dropout=0.2", *common]) == 0
+    assert load_run_config(tmp_path / "tuned").model.dropout == 0.2
+    capsys.readouterr()
+    assert main(["finetune", "--init", str(tmp_path / "pre"), "--out", str(tmp_path / "bad"),
+                 "--set", "model.num_layers=1", *common]) != 0
+    assert "a pre-trained init fixes the model's shape" in capsys.readouterr().err
+    assert not (tmp_path / "bad").exists()
+
+
 def test_snli_trains_on_dev_and_reports_test_when_asked(wiki_prepared, tmp_path):
     real_data("snli")
     cfg = finetune_cfg("snli", epochs=1.0)

@@ -7,6 +7,7 @@ import json
 import textwrap
 from pathlib import Path
 
+from ember.errors import EmberError
 from ember.commands.common import add_train_options, train_overrides
 
 
@@ -92,6 +93,30 @@ def finetune_config(args, seed: int | None):
     return run_config_from_dict(values, where="finetune settings")
 
 
+# Model settings that leave the weights' shapes and meaning alone: the only ones a pre-trained
+# init can take from --set (the rest come from its checkpoint).
+FREE_MODEL_SETTINGS = ("dropout", "attention_dropout", "initializer_range")
+
+
+def model_with_overrides(model_cfg, overrides: list[str], pretrained: bool):
+    """Apply ``--set model.K=V`` to the init's model config (``--init random``: any setting)."""
+    from ember.config import RunConfig, apply_overrides, run_config_from_dict, to_dict
+
+    sets = [o for o in overrides if o.startswith("model.")]
+    if not sets:
+        return model_cfg
+    values = apply_overrides(to_dict(RunConfig(kind="finetune", model=model_cfg)), sets)
+    changed = run_config_from_dict(values, where="--set").model
+    if pretrained:
+        fixed = [k for k in to_dict(model_cfg) if k not in FREE_MODEL_SETTINGS
+                 and getattr(changed, k) != getattr(model_cfg, k)]
+        if fixed:
+            raise EmberError(f"--set model.{fixed[0]}: a pre-trained init fixes the model's shape "
+                             f"(its checkpoint has {fixed[0]}={getattr(model_cfg, fixed[0])!r}); only "
+                             f"{', '.join('model.' + k for k in FREE_MODEL_SETTINGS)} can change here")
+    return changed
+
+
 ULMFIT = {"task.layer_lr_decay": 1 / 2.6, "train.schedule": "stlr", "task.gradual_unfreeze": True}
 
 
@@ -115,6 +140,7 @@ def run(args) -> int:
     from ember.train.init import load_init
 
     model_cfg, state, tokenizer_path = load_init(args.init, args.model, args.tokenizer)
+    model_cfg = model_with_overrides(model_cfg, args.overrides, pretrained=state is not None)
     seeds = [int(s) for s in args.seeds.split(",") if s.strip()] if args.seeds else [None]
     out = Path(args.out)
     results = []
