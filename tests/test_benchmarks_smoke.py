@@ -112,6 +112,12 @@ def test_time_to_accuracy_smoke_trains_both_and_fine_tunes_both(wiki_prepared, t
         assert 0.0 <= result[side]["sst2"]["accuracy_mean"] <= 1.0
     assert result["reference"]["pretrain"]["steps"] >= 1
     assert (tmp_path / "tta" / "results.json").is_file()
+    # --reuse-pretraining fine-tunes the same two pre-trained models again, pre-training nothing
+    again = bench.main(["--smoke", "--cpu-time", "--reuse-pretraining", "--data", str(wiki_prepared),
+                        "--out", str(tmp_path / "tta")])
+    assert again["reference"]["pretrain"] == {k: v for k, v in result["reference"]["pretrain"].items() if k != "wall_s"}
+    assert again["ember"]["pretrain"]["step"] == result["ember"]["pretrain"]["step"]
+    assert again["ember"]["sst2"]["accuracies"] == result["ember"]["sst2"]["accuracies"]  # same seeds, same data
 
 
 def _sst2_tokenizer(folder: Path) -> Path:
