@@ -176,3 +176,13 @@ def test_glue_snli_stands_in_for_mnli_training_on_dev_and_scored_on_test():
     text = render_markdown(collect_results(real_data("snli").parent / "no-runs-here", [plan], meta))
     assert "SNLI stands in for MNLI" in text and "trains on dev (500 pairs used)" in text
     assert "scored on test (9,824 pairs)" in text and "MNLI-m (SNLI): 0 of 1 seeds finished" in text
+
+
+def test_glue_cell_shows_no_spread_for_a_single_seed():
+    """One seed has no standard deviation: the cell must not claim "± 0.0"."""
+    from ember.glue_report import _cell
+
+    one = {"accuracy": {"mean": 0.636, "std": 0.0, "median": 0.636, "values": [0.636]}}
+    two = {"accuracy": {"mean": 0.6, "std": 0.02, "median": 0.6, "values": [0.586, 0.614]}}
+    assert _cell({"summary": one, "metrics_shown": ["accuracy"]}, "mean") == "63.6"
+    assert _cell({"summary": two, "metrics_shown": ["accuracy"]}, "mean") == "60.0 ± 2.0"
