@@ -80,8 +80,7 @@ def _cell(entry: dict, stat: str) -> str:
     parts = []
     for metric in entry["metrics_shown"]:
         s = summary[metric]
-        std = s["std"] if len(s["values"]) > 1 else None  # one seed has no spread: show none, not "± 0.0"
-        parts.append(format_score(s["mean"], std, DASH) if stat == "mean" else format_score(s["median"], None, DASH))
+        parts.append(format_score(s["mean"], s["std"], DASH) if stat == "mean" else format_score(s["median"], None, DASH))
     return " / ".join(parts)
 
 

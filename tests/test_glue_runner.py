@@ -179,10 +179,13 @@ def test_glue_snli_stands_in_for_mnli_training_on_dev_and_scored_on_test():
 
 
 def test_glue_cell_shows_no_spread_for_a_single_seed():
-    """One seed has no standard deviation: the cell must not claim "± 0.0"."""
+    """One seed has no standard deviation: the cell (and the compare table, which shares
+    summarize_seeds) must not claim "± 0.0"."""
     from ember.glue_report import _cell
 
-    one = {"accuracy": {"mean": 0.636, "std": 0.0, "median": 0.636, "values": [0.636]}}
-    two = {"accuracy": {"mean": 0.6, "std": 0.02, "median": 0.6, "values": [0.586, 0.614]}}
+    from ember.train.finetune import summarize_seeds
+
+    one = summarize_seeds([{"metrics": {"accuracy": 0.636}}])
+    two = summarize_seeds([{"metrics": {"accuracy": 0.586}}, {"metrics": {"accuracy": 0.614}}])
     assert _cell({"summary": one, "metrics_shown": ["accuracy"]}, "mean") == "63.6"
     assert _cell({"summary": two, "metrics_shown": ["accuracy"]}, "mean") == "60.0 ± 2.0"

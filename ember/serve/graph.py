@@ -112,7 +112,8 @@ def _describe_causal_lm(run_dir: Path, cfg: RunConfig, tokenizer) -> ServeInfo:
                          "started from (/generate)")
     eot = end_of_text_id(tokenizer)  # GPT vocabularies may have no pad/cls/mask: pad with end-of-text
     context = min(cfg.data.max_seq_length, m.max_position)
-    return ServeInfo("generate", "clm", f"{m.family} causal LM", None, context, m.max_position, m.num_layers, m.hidden_size, m.family, {"eot": eot, "pad": eot}, cfg)
+    return ServeInfo("generate", "clm", f"{m.family} causal LM", None, context, m.max_position,
+                     m.num_layers, m.hidden_size, m.family, {"eot": eot, "pad": eot}, cfg)
 
 
 def build_module(info: ServeInfo, state_keys) -> nn.Module:

@@ -76,42 +76,33 @@ def apply_no_answer_threshold(scores: Mapping[str, float], na: Mapping[str, floa
 
 
 def best_threshold(preds: Mapping[str, str], scores: Mapping[str, float], na: Mapping[str, float],
-                   has_answer: Mapping[str, bool]) -> tuple[float, float]:
-    """(best total in %, its threshold): the official ``find_best_thresh``."""
-    current = best = sum(not has_answer[qid] for qid in scores)  # everything "no answer"
-    threshold = 0.0
-    for qid in sorted(scores, key=lambda q: na[q]):
-        if has_answer[qid]:
-            current += scores[qid]
-        elif preds[qid]:
-            current -= 1  # answering an unanswerable question loses its point
-        if current > best:
-            best, threshold = current, na[qid]
-    return 100.0 * best / len(scores), threshold
+                   has_answer: Mapping[str, bool], realizable: bool = False) -> tuple[float, float]:
+    """(best total in %, its threshold), sweeping na ascending from "everything no answer".
 
-
-def realizable_threshold(preds: Mapping[str, str], scores: Mapping[str, float], na: Mapping[str, float],
-                         has_answer: Mapping[str, bool]) -> tuple[float, float]:
-    """(best total in %, a threshold that gives exactly that total when applied with ``na > t``).
-
-    The official sweep can report a total no threshold achieves: it may stop inside a group
-    of tied no-answer scores (a barely trained model gives many ties), and its "everything
-    unanswered" start keeps threshold 0.0, which leaves questions with na <= 0 answered. Here
-    a candidate is only taken after a whole tie group, and "everything unanswered" uses a
-    threshold below every score. This is the threshold `ember finetune` keeps (RUN/tuned.json).
+    ``realizable=False`` is the official ``find_best_thresh``. It can report a total no
+    threshold achieves: it may stop inside a group of tied no-answer scores (a barely trained
+    model gives many ties), and its "everything unanswered" start keeps threshold 0.0, which
+    leaves questions with na <= 0 answered. ``realizable=True`` only takes a candidate after a
+    whole tie group and starts below every score, so applying the threshold with ``na > t``
+    gives exactly the total; this is the threshold `ember finetune` keeps (RUN/tuned.json).
     """
     ordered = sorted(scores, key=lambda q: na[q])
-    current = best = sum(not has_answer[qid] for qid in scores)
-    threshold = (na[ordered[0]] - 1.0) if ordered else 0.0
+    current = best = sum(not has_answer[qid] for qid in scores)  # everything "no answer"
+    threshold = (na[ordered[0]] - 1.0) if realizable and ordered else 0.0
     for i, qid in enumerate(ordered):
         if has_answer[qid]:
             current += scores[qid]
         elif preds[qid]:
-            current -= 1
-        last_of_group = i + 1 == len(ordered) or na[ordered[i + 1]] != na[qid]
-        if last_of_group and current > best:
+            current -= 1  # answering an unanswerable question loses its point
+        end_of_ties = i + 1 == len(ordered) or na[ordered[i + 1]] != na[qid]
+        if current > best and (end_of_ties or not realizable):
             best, threshold = current, na[qid]
     return 100.0 * best / len(scores), threshold
+
+
+def realizable_threshold(preds, scores, na, has_answer) -> tuple[float, float]:
+    """``best_threshold(..., realizable=True)``: the tie-aware threshold tuning keeps."""
+    return best_threshold(preds, scores, na, has_answer, realizable=True)
 
 
 def _summary(exact: Mapping[str, float], f1: Mapping[str, float], qids: list[str],

@@ -212,7 +212,8 @@ def summarize_seeds(results: list[dict]) -> dict:
     summary = {}
     for name in names:
         values = np.asarray([r["metrics"][name] for r in results], dtype=np.float64)
-        summary[name] = {"mean": float(values.mean()), "std": float(values.std(ddof=1)) if len(values) > 1 else 0.0,
+        # one seed has no spread: std None (shown as no "±", as glue_average does), not 0.0
+        summary[name] = {"mean": float(values.mean()), "std": float(values.std(ddof=1)) if len(values) > 1 else None,
                          "median": float(np.median(values)), "values": values.tolist()}
     return summary
 
