@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from conftest import real_data
-from ember.tasks.fewshot import (FORMATS, build_context, draw_demonstrations, evaluate_fewshot,
-                                 score_continuations)
+from ember.tasks.fewshot import (FORMATS, build_context, calibrate_scores, content_free_queries,
+                                 draw_demonstrations, evaluate_fewshot, score_continuations)
 from ember.tasks.glue import Example
 from gpt_helpers import make_gpt_run
 
@@ -96,6 +96,49 @@ def test_fewshot_sst2_on_real_data_reports_accuracy_per_k(tmp_path):
     assert report["k=0"]["mean"] == pytest.approx(expected)
 
 
+def test_fewshot_calibration_divides_out_a_label_bias():
+    """Contextual calibration (Zhao et al. 2021): a bias toward one label that also shows on the
+    content-free inputs is removed, and a content-free input itself becomes uniform."""
+    torch.manual_seed(0)
+    clean = torch.randn(50, 2, dtype=torch.float64)  # per-example evidence, in log space
+    bias = torch.tensor([4.0, 0.0], dtype=torch.float64)  # the prompt's pull toward label 0
+    biased = clean + bias
+    assert (biased.argmax(-1) == 0).float().mean() > 0.9  # uncalibrated: nearly always label 0
+    free = [bias.expand(50, 2) + c for c in (0.0, -1.0, 2.5)]  # label-independent shifts only
+    calibrated = calibrate_scores(biased, free)
+    assert torch.equal(calibrated.argmax(-1), clean.argmax(-1))
+    uniform = calibrate_scores(free[0], free).exp()
+    assert torch.allclose(uniform[:, 0], uniform[:, 1])
+    # Content-free versions of a query: the paper's three strings, both texts of a pair replaced.
+    pair = content_free_queries(Example("g", "a premise", "a hypothesis", 1))
+    assert [(e.text_a, e.text_b) for e in pair] == [("N/A", "N/A"), ("[MASK]", "[MASK]"), ("", "")]
+    assert all(e.text_b is None for e in content_free_queries(Example("g", "a review", None, 0)))
+
+
+def test_fewshot_calibrated_sst2_on_real_data_matches_a_hand_computation(tmp_path):
+    train = real_data("glue", "SST-2", "train.tsv")
+    from ember.generate import load_causal_lm
+    from ember.tasks.fewshot import prompt_format
+    from ember.tasks.glue import read_examples
+
+    model, tok = load_causal_lm(make_gpt_run(tmp_path, max_position=128, text=train, vocab=1000))
+    report = evaluate_fewshot(model, tok, "sst2", shots=[0, 2], seeds=[1, 2], max_length=128, limit=20,
+                              calibrate=True)
+    assert {"k=0", "k=0 calibrated", "k=2", "k=2 calibrated"} <= set(report)
+    assert len(report["k=0 calibrated"]["per_seed"]) == 1 and len(report["k=2 calibrated"]["per_seed"]) == 2
+    # k = 0 by hand: each dev prompt and its three content-free twins, scored directly.
+    examples = read_examples("sst2", "dev", limit=20)
+    conts = [tok.encode(v, add_special_tokens=False).ids for v in prompt_format("sst2").verbalizers]
+    room = 128 - max(len(c) for c in conts)
+    scores = score_continuations(model, [build_context(tok, FORMATS["sst2"], [], ex, room)[0] for ex in examples], conts)
+    free = [score_continuations(model, [build_context(tok, FORMATS["sst2"], [], content_free_queries(ex)[c], room)[0]
+                                        for ex in examples], conts) for c in range(3)]
+    predicted = calibrate_scores(scores, free).argmax(-1)
+    expected = sum(int(p) == e.label for p, e in zip(predicted, examples)) / 20
+    assert report["k=0 calibrated"]["mean"] == pytest.approx(expected)
+    assert report["k=0"]["mean"] == pytest.approx(sum(int(p) == e.label for p, e in zip(scores.argmax(-1), examples)) / 20)
+
+
 def test_fewshot_cli_writes_a_report(tmp_path):
     real_data("glue", "SST-2", "dev.tsv")
     from ember.cli import main
@@ -103,6 +146,6 @@ def test_fewshot_cli_writes_a_report(tmp_path):
     run = make_gpt_run(tmp_path)
     out = tmp_path / "report.json"
     assert main(["fewshot", str(run), "--task", "sst2", "--shots", "0,1", "--seeds", "1,2",
-                 "--limit", "6", "--out", str(out), "--no-progress"]) == 0
+                 "--limit", "6", "--out", str(out), "--no-progress", "--calibrate"]) == 0
     report = json.loads(out.read_text())
-    assert set(report) >= {"k=0", "k=1", "majority"}
+    assert set(report) >= {"k=0", "k=1", "k=1 calibrated", "majority"}

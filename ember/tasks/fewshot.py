@@ -11,6 +11,14 @@ log P(verbalizer | context) is the prediction. Demonstrations that do not fit th
 
 Accuracy is reported per k as the mean and spread (standard deviation, min, max) over seeds;
 k = 0 has no draw and is scored once.
+
+Contextual calibration (``calibrate=True``; Zhao et al. 2021, "Calibrate Before Use", §5):
+small LMs tend to favour one label whatever the input, from the prompt's wording and the
+demonstrations' order and labels. For every context, the same demonstrations are followed by
+content-free queries ("N/A", "[MASK]" and the empty string, the paper's three); their label
+probabilities, normalised over the labels and averaged, estimate that bias p_cf, and the
+calibrated prediction is argmax_y p(y | x) / p_cf(y) (the paper's W = diag(p_cf)^-1, b = 0).
+Both the raw and the calibrated accuracy are reported.
 """
 
 from __future__ import annotations
@@ -78,6 +86,21 @@ def draw_demonstrations(pool: list[Example], k: int, seed: int, index: int,
     return picks
 
 
+CONTENT_FREE = ("N/A", "[MASK]", "")  # Zhao et al. 2021, §5
+
+
+def content_free_queries(query: Example) -> list[Example]:
+    """The query with its text(s) replaced by each content-free string (both texts for pairs)."""
+    return [Example(query.guid, cf, None if query.text_b is None else cf, query.label) for cf in CONTENT_FREE]
+
+
+def calibrate_scores(scores: torch.Tensor, content_free_scores: list[torch.Tensor]) -> torch.Tensor:
+    """Calibrated log-scores log p(y|x) - log p_cf(y), with p_cf the mean over the content-free
+    inputs of the label distribution (softmax over labels of each (N, L) score matrix)."""
+    p_cf = torch.stack([s.log_softmax(-1).exp() for s in content_free_scores]).mean(0)
+    return scores.log_softmax(-1) - p_cf.log()
+
+
 def build_context(tokenizer, fmt: PromptFormat, demos: list[Example], query: Example,
                   room: int) -> tuple[list[int], int]:
     """Token ids of demonstrations + query prompt in at most ``room`` tokens, and the number
@@ -134,11 +157,24 @@ def score_continuations(model, contexts: list[list[int]], continuations: list[li
     return scores
 
 
+def _summary(values: list[tuple[float, float, np.ndarray]], seeds: list[int]) -> dict:
+    accs = [a for a, _, _ in values]
+    return {
+        "mean": float(np.mean(accs)), "std": float(np.std(accs)) if len(accs) > 1 else 0.0,
+        "min": min(accs), "max": max(accs), "per_seed": accs, "seeds": seeds,
+        "mean_shots_used": float(np.mean([u for _, u, _ in values])),
+        # How often each label is predicted: a model that always says one label scores the
+        # majority rate (or its complement), which is what an untrained LM tends to do.
+        "predicted_label_rate": np.mean([r for _, _, r in values], axis=0).round(4).tolist(),
+    }
+
+
 def evaluate_fewshot(model, tokenizer, task: str, shots: list[int], seeds: list[int],
                      max_length: int, limit: int | None = None, batch_size: int = 16,
-                     progress: bool = False, data_root=None) -> dict:
+                     progress: bool = False, data_root=None, calibrate: bool = False) -> dict:
     """Accuracy for every k in ``shots``: {"k=K": {"mean", "std", "min", "max", "per_seed",
-    "mean_shots_used"}, "majority": ..., "examples": N}."""
+    "mean_shots_used", "predicted_label_rate"}, "majority": ..., "examples": N}; with
+    ``calibrate`` also "k=K calibrated" in the same form (contextual calibration)."""
     spec = get_task(task)
     fmt = prompt_format(spec.name)
     evaluation = read_examples(spec, fmt.eval_split, data_root=data_root, limit=limit)
@@ -157,34 +193,34 @@ def evaluate_fewshot(model, tokenizer, task: str, shots: list[int], seeds: list[
         from tqdm import tqdm
 
         bar = tqdm(total=len(runs), unit="run", desc=f"few-shot {spec.display_name}")
-    results: dict[int, list[tuple[float, float]]] = {}
+    results: dict[str, list[tuple[float, float, np.ndarray]]] = {}
     for k, seed in runs:
-        contexts, used = [], []
+        contexts, used, free = [], [], [[] for _ in CONTENT_FREE]
         for i, ex in enumerate(evaluation):
             demos = draw_demonstrations(pool, k, seed, i, exclude=ex.guid if fmt.demo_split == fmt.eval_split else None)
             ids, n = build_context(tokenizer, fmt, demos, ex, room)
             contexts.append(ids)
             used.append(n)
+            if calibrate:  # the same demonstrations (as many as fit), then a content-free query
+                for c, cf in enumerate(content_free_queries(ex)):
+                    free[c].append(build_context(tokenizer, fmt, demos[len(demos) - n:], cf, room)[0])
         scores = score_continuations(model, contexts, conts, batch_size)
-        predicted = scores.argmax(-1)
-        accuracy = float((predicted == labels).float().mean())
-        rates = np.bincount(predicted.numpy(), minlength=len(conts)) / len(evaluation)
-        results.setdefault(k, []).append((accuracy, float(np.mean(used)), rates))
+        variants = {f"k={k}": scores}
+        if calibrate:
+            variants[f"k={k} calibrated"] = calibrate_scores(
+                scores, [score_continuations(model, f, conts, batch_size) for f in free])
+        for key, s in variants.items():
+            predicted = s.argmax(-1)
+            accuracy = float((predicted == labels).float().mean())
+            rates = np.bincount(predicted.numpy(), minlength=len(conts)) / len(evaluation)
+            results.setdefault(key, []).append((accuracy, float(np.mean(used)), rates))
         if bar is not None:
             bar.update(1)
-            bar.set_postfix(k=k, seed=seed, acc=f"{accuracy:.3f}")
+            bar.set_postfix(k=k, seed=seed, acc=f"{results[f'k={k}'][-1][0]:.3f}")
     if bar is not None:
         bar.close()
-    for k, values in results.items():
-        accs = [a for a, _, _ in values]
-        report[f"k={k}"] = {
-            "mean": float(np.mean(accs)), "std": float(np.std(accs)) if len(accs) > 1 else 0.0,
-            "min": min(accs), "max": max(accs), "per_seed": accs,
-            "seeds": seeds if k > 0 else seeds[:1], "mean_shots_used": float(np.mean([u for _, u, _ in values])),
-            # How often each label is predicted: a model that always says one label scores the
-            # majority rate (or its complement), which is what an untrained LM tends to do.
-            "predicted_label_rate": np.mean([r for _, _, r in values], axis=0).round(4).tolist(),
-        }
+    for key, values in results.items():
+        report[key] = _summary(values, seeds[:1] if key.split()[0] == "k=0" else seeds)
     return report
 
 
@@ -193,15 +229,16 @@ def format_report(report: dict) -> str:
              f"verbalizers {report['verbalizers']}, context {report['max_length']} tokens"]
     for key, r in report.items():
         if key.startswith("k="):
-            if key == "k=0":
+            if key.split()[0] == "k=0":
                 spread = " (no demonstrations to draw: one run)"
             else:
                 spread = f" ± {r['std']:.3f} (min {r['min']:.3f}, max {r['max']:.3f}, {len(r['per_seed'])} seeds)"
-            shots = "" if key == "k=0" else f", {r['mean_shots_used']:.2f} shots fit on average"
+            shots = "" if key.split()[0] == "k=0" else f", {r['mean_shots_used']:.2f} shots fit on average"
             rates = ", ".join(f"{v.strip()} {p:.2f}" for v, p in zip(report["verbalizers"], r["predicted_label_rate"]))
             lines.append(f"  {key}: accuracy {r['mean']:.3f}{spread}{shots}; predicted: {rates}")
     return "\n".join(lines)
 
 
-__all__ = ["FORMATS", "PromptFormat", "build_context", "draw_demonstrations", "evaluate_fewshot",
-           "format_report", "score_continuations"]
+__all__ = ["CONTENT_FREE", "FORMATS", "PromptFormat", "build_context", "calibrate_scores",
+           "content_free_queries", "draw_demonstrations", "evaluate_fewshot", "format_report",
+           "score_continuations"]
