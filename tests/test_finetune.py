@@ -156,6 +156,20 @@ def test_finetune_set_model_applies_to_random_init_and_only_free_settings_to_a_p
     assert not (tmp_path / "bad").exists()
 
 
+def test_finetune_applies_train_num_threads(wiki_prepared, tmp_path):
+    """`train.num_threads` used to be ignored by fine-tuning (only pre-training applied it), so
+    `ember finetune/glue/compare --set train.num_threads=1` ran on torch's default threads."""
+    real_data("glue", "SST-2")
+    before = torch.get_num_threads()
+    wanted = 1 if before != 1 else 2
+    try:
+        run_finetuning(finetune_cfg("sst2", epochs=0.1, num_threads=wanted), tmp_path / "run", None,
+                       wiki_prepared / "tokenizer.json", train_limit=64, progress=False)
+        assert torch.get_num_threads() == wanted
+    finally:
+        torch.set_num_threads(before)
+
+
 def test_snli_trains_on_dev_and_reports_test_when_asked(wiki_prepared, tmp_path):
     real_data("snli")
     cfg = finetune_cfg("snli", epochs=1.0)

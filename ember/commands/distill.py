@@ -107,10 +107,9 @@ def run(args) -> int:
 
     corpus_level = args.method == "distilbert" or (args.method == "tinybert" and args.stage == "general")
     train = train_config(args, corpus_level)
-    if train.num_threads:
-        import torch
+    from ember.train.loop import use_threads
 
-        torch.set_num_threads(train.num_threads)
+    use_threads(train.num_threads)
     if corpus_level:
         from ember.distill.distilbert import DistilBertWeights
         from ember.distill.pretrain_run import PretrainDistillOptions, run_pretrain_distillation

@@ -51,10 +51,9 @@ def run(args) -> int:
 
     if args.train_limit is not None and args.train_limit < 1:
         raise EmberError("--train-limit must be a positive number of sentences")
-    if args.threads:
-        import torch
+    from ember.train.loop import use_threads
 
-        torch.set_num_threads(args.threads)
+    use_threads(args.threads or 0)
     result = run_elmo_features(
         args.task, args.out, args.elmo, use_elmo=not args.no_elmo, train_limit=args.train_limit,
         epochs=args.epochs, batch_size=args.batch_size, lr=args.lr, seed=args.seed,
