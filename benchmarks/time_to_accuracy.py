@@ -173,7 +173,7 @@ def main(argv: list[str] | None = None) -> dict:
 
     ember_run = out / "ember"
     if args.reuse_pretraining:
-        return finish(args, out, ember_run, _reused(ember_run, out / "reference-hf"), cfg)
+        return finish(args, out, ember_run, _reused(ember_run, out / "reference-hf"), cfg, budget)
     sets = overrides + [f"train.max_time={budget}", "train.eval_every=0", "train.save_every=0",
                         f"train.schedule={args.ember_schedule}"]
     if args.ember_schedule == "time":
@@ -184,8 +184,7 @@ def main(argv: list[str] | None = None) -> dict:
     if ember_cli(argv_pre) != 0:
         raise SystemExit("ember pre-training failed")
     ember_wall = time.perf_counter() - started
-    last = sorted((ember_run / "checkpoints").glob("step-*"))[-1]
-    state = json.loads((last / "trainer_state.json").read_text())
+    state = _last_trainer_state(ember_run)
     started = time.perf_counter()
     ref_info = train_reference(Path(args.data), out / "reference-hf", cfg, budget, progress=not args.smoke)
     ref_wall = time.perf_counter() - started
@@ -193,19 +192,25 @@ def main(argv: list[str] | None = None) -> dict:
     return finish(args, out, ember_run, pretrain, cfg, budget)
 
 
+def _last_trainer_state(ember_run: Path) -> dict | None:
+    """trainer_state.json of ember's newest checkpoint (None when there is none)."""
+    checkpoints = sorted((ember_run / "checkpoints").glob("step-*"))
+    return json.loads((checkpoints[-1] / "trainer_state.json").read_text()) if checkpoints else None
+
+
 def _reused(ember_run: Path, reference: Path) -> dict:
     """The pre-training records of an earlier run in OUT (for --reuse-pretraining)."""
-    checkpoints = sorted((ember_run / "checkpoints").glob("step-*"))
-    if not checkpoints or not (reference / "model.safetensors").is_file():
+    state = _last_trainer_state(ember_run)
+    if state is None or not (reference / "model.safetensors").is_file():
         raise SystemExit(f"--reuse-pretraining: no finished runs in {ember_run} and {reference}")
     ref_info = (json.loads((reference / "pretrain.json").read_text()) if (reference / "pretrain.json").is_file()
                 else {"note": "made before pretrain.json was recorded: see the run's log for its steps"})
-    return {"ember": json.loads((checkpoints[-1] / "trainer_state.json").read_text()), "reference": ref_info}
+    return {"ember": state, "reference": ref_info}
 
 
-def finish(args, out: Path, ember_run: Path, pretrain: dict, cfg, budget: float | None = None) -> dict:
+def finish(args, out: Path, ember_run: Path, pretrain: dict, cfg, budget: float) -> dict:
     """Fine-tune both pre-trained models on SST-2 with the same settings; write and print the results."""
-    result = {"machine": machine(), "budget_s": budget if budget is not None else float(args.budget),
+    result = {"machine": machine(), "budget_s": budget,
               "clock": cfg.train.clock, "recipe": args.recipe, "seeds": args.seeds,
               "finetune_lr": args.finetune_lr,
               "ember": {"pretrain": pretrain["ember"]}, "reference": {"pretrain": pretrain["reference"]}}

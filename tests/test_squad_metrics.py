@@ -6,7 +6,6 @@ import pytest
 
 from ember.tasks.squad_metrics import (
     best_threshold,
-    realizable_threshold,
     exact_match,
     f1_score,
     normalize_answer,
@@ -122,7 +121,7 @@ def test_squad2_tuned_threshold_is_realizable_when_no_answer_scores_tie():
     assert official == pytest.approx(100.0)  # 4/4: not achievable
     for t in (official_t, 0.4, 0.6):  # answer all (2/4) or none (2/4)
         assert squad_evaluate(gold, preds, na, threshold=t)["exact"] == pytest.approx(50.0)
-    tuned, tuned_t = realizable_threshold(preds, exact, na, has)
+    tuned, tuned_t = best_threshold(preds, exact, na, has, realizable=True)
     assert tuned == pytest.approx(50.0)
     assert squad_evaluate(gold, preds, na, threshold=tuned_t)["exact"] == pytest.approx(tuned)
 
@@ -131,10 +130,10 @@ def test_squad2_tuned_threshold_equals_official_without_ties_and_can_answer_noth
     gold, preds, na = _threshold_case()
     exact, _ = raw_scores(gold, preds)
     has = {q: bool(a) for q, a in gold.items()}
-    assert realizable_threshold(preds, exact, na, has) == best_threshold(preds, exact, na, has)
+    assert best_threshold(preds, exact, na, has, realizable=True) == best_threshold(preds, exact, na, has)
     # nothing gains: "all no-answer" needs a threshold below every score (0.0 would answer "a")
     gold, preds, na = {"a": [], "b": []}, {"a": "x", "b": "y"}, {"a": -1.0, "b": 2.0}
-    score, t = realizable_threshold(preds, raw_scores(gold, preds)[0], na, {"a": False, "b": False})
+    score, t = best_threshold(preds, raw_scores(gold, preds)[0], na, {"a": False, "b": False}, realizable=True)
     assert score == 100.0 and squad_evaluate(gold, preds, na, threshold=t)["exact"] == 100.0
 
 

@@ -109,7 +109,7 @@ def run(args) -> int:
     train = train_config(args, corpus_level)
     from ember.train.loop import use_threads
 
-    use_threads(train.num_threads)
+    use_threads(train.num_threads)  # now, not at the Trainer: the teacher labels the transfer set first
     if corpus_level:
         from ember.distill.distilbert import DistilBertWeights
         from ember.distill.pretrain_run import PretrainDistillOptions, run_pretrain_distillation

@@ -157,10 +157,10 @@ def score_continuations(model, contexts: list[list[int]], continuations: list[li
     return scores
 
 
-def _summary(values: list[tuple[float, float, np.ndarray]], seeds: list[int]) -> dict:
+def _summary(k: int, values: list[tuple[float, float, np.ndarray]], seeds: list[int]) -> dict:
     accs = [a for a, _, _ in values]
     return {
-        "mean": float(np.mean(accs)), "std": float(np.std(accs)) if len(accs) > 1 else 0.0,
+        "k": k, "mean": float(np.mean(accs)), "std": float(np.std(accs)) if len(accs) > 1 else 0.0,
         "min": min(accs), "max": max(accs), "per_seed": accs, "seeds": seeds,
         "mean_shots_used": float(np.mean([u for _, u, _ in values])),
         # How often each label is predicted: a model that always says one label scores the
@@ -193,7 +193,7 @@ def evaluate_fewshot(model, tokenizer, task: str, shots: list[int], seeds: list[
         from tqdm import tqdm
 
         bar = tqdm(total=len(runs), unit="run", desc=f"few-shot {spec.display_name}")
-    results: dict[str, list[tuple[float, float, np.ndarray]]] = {}
+    results: dict[tuple[int, str], list[tuple[float, float, np.ndarray]]] = {}  # (k, "" | " calibrated")
     for k, seed in runs:
         contexts, used, free = [], [], [[] for _ in CONTENT_FREE]
         for i, ex in enumerate(evaluation):
@@ -205,22 +205,22 @@ def evaluate_fewshot(model, tokenizer, task: str, shots: list[int], seeds: list[
                 for c, cf in enumerate(content_free_queries(ex)):
                     free[c].append(build_context(tokenizer, fmt, demos[len(demos) - n:], cf, room)[0])
         scores = score_continuations(model, contexts, conts, batch_size)
-        variants = {f"k={k}": scores}
+        variants = {"": scores}
         if calibrate:
-            variants[f"k={k} calibrated"] = calibrate_scores(
+            variants[" calibrated"] = calibrate_scores(
                 scores, [score_continuations(model, f, conts, batch_size) for f in free])
-        for key, s in variants.items():
+        for variant, s in variants.items():
             predicted = s.argmax(-1)
             accuracy = float((predicted == labels).float().mean())
             rates = np.bincount(predicted.numpy(), minlength=len(conts)) / len(evaluation)
-            results.setdefault(key, []).append((accuracy, float(np.mean(used)), rates))
+            results.setdefault((k, variant), []).append((accuracy, float(np.mean(used)), rates))
         if bar is not None:
             bar.update(1)
-            bar.set_postfix(k=k, seed=seed, acc=f"{results[f'k={k}'][-1][0]:.3f}")
+            bar.set_postfix(k=k, seed=seed, acc=f"{results[k, ''][-1][0]:.3f}")
     if bar is not None:
         bar.close()
-    for key, values in results.items():
-        report[key] = _summary(values, seeds[:1] if key.split()[0] == "k=0" else seeds)
+    for (k, variant), values in results.items():
+        report[f"k={k}{variant}"] = _summary(k, values, seeds if k > 0 else seeds[:1])
     return report
 
 
@@ -229,11 +229,11 @@ def format_report(report: dict) -> str:
              f"verbalizers {report['verbalizers']}, context {report['max_length']} tokens"]
     for key, r in report.items():
         if key.startswith("k="):
-            if key.split()[0] == "k=0":
+            if r["k"] == 0:
                 spread = " (no demonstrations to draw: one run)"
             else:
                 spread = f" ± {r['std']:.3f} (min {r['min']:.3f}, max {r['max']:.3f}, {len(r['per_seed'])} seeds)"
-            shots = "" if key.split()[0] == "k=0" else f", {r['mean_shots_used']:.2f} shots fit on average"
+            shots = "" if r["k"] == 0 else f", {r['mean_shots_used']:.2f} shots fit on average"
             rates = ", ".join(f"{v.strip()} {p:.2f}" for v, p in zip(report["verbalizers"], r["predicted_label_rate"]))
             lines.append(f"  {key}: accuracy {r['mean']:.3f}{spread}{shots}; predicted: {rates}")
     return "\n".join(lines)

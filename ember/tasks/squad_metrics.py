@@ -100,11 +100,6 @@ def best_threshold(preds: Mapping[str, str], scores: Mapping[str, float], na: Ma
     return 100.0 * best / len(scores), threshold
 
 
-def realizable_threshold(preds, scores, na, has_answer) -> tuple[float, float]:
-    """``best_threshold(..., realizable=True)``: the tie-aware threshold tuning keeps."""
-    return best_threshold(preds, scores, na, has_answer, realizable=True)
-
-
 def _summary(exact: Mapping[str, float], f1: Mapping[str, float], qids: list[str],
              prefix: str = "") -> dict[str, float]:
     n = len(qids)
@@ -141,6 +136,6 @@ def squad_evaluate(gold: Mapping[str, Sequence[str]], preds: Mapping[str, str],
     if na is not None:
         out["best_exact"], out["best_exact_thresh"] = best_threshold(preds, exact, na, has_answer)
         out["best_f1"], out["best_f1_thresh"] = best_threshold(preds, f1, na, has_answer)
-        # what tuning can actually deliver (equal to best_f1 unless scores tie; see realizable_threshold)
-        out["tuned_f1"], out["tuned_f1_thresh"] = realizable_threshold(preds, f1, na, has_answer)
+        # what tuning can actually deliver (equal to best_f1 unless scores tie; see best_threshold)
+        out["tuned_f1"], out["tuned_f1_thresh"] = best_threshold(preds, f1, na, has_answer, realizable=True)
     return out

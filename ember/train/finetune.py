@@ -36,7 +36,7 @@ from ember.tasks.base import GlueAdapter, TaskAdapter, get_adapter
 from ember.tasks.classification import SequenceClassifier, predictions_from_logits
 from ember.train.checkpoint import atomic_write_text, load_weights, save_weights
 from ember.train.layerwise import gradual_unfreezing, lr_scale_fn
-from ember.train.loop import Trainer, use_threads
+from ember.train.loop import Trainer
 from ember.train.rundir import load_run_config, prepare_run_dir, write_run_files
 
 
@@ -131,7 +131,6 @@ def run_finetuning(cfg: RunConfig, run_dir: Path, state: dict | None, tokenizer_
     from ember.tokenizers import load_tokenizer
 
     check_options(cfg)
-    use_threads(cfg.train.num_threads)  # was ignored here before: `--set train.num_threads=1` did nothing
     adapter = get_adapter(cfg.task.name, cfg.model)
     tokenizer = load_tokenizer(tokenizer_path)
     pad_id = pad_token_id(tokenizer)

@@ -66,9 +66,11 @@ def step_clock(name: str) -> Callable[[], float]:
 
 
 def use_threads(num_threads: int) -> None:
-    """Apply ``train.num_threads`` (0: torch's default) to this process. Every training entry
-    point calls it first: on a shared 2-core machine two OpenMP threads per process wait on
-    each other, so one thread per run is often several times faster."""
+    """Apply ``train.num_threads`` (0: torch's default) to this process. The Trainer calls it,
+    so every training run honours the setting; commands that compute before building their
+    Trainer (a teacher labelling the transfer set) call it first themselves. On a shared
+    2-core machine two OpenMP threads per process wait on each other, so one thread per run
+    is often several times faster."""
     if num_threads:
         torch.set_num_threads(num_threads)
 
@@ -99,6 +101,7 @@ class Trainer:
         ``patience``: stop after that many evaluations without a better ``best_metric``.
         """
         self.cfg, self.dist = cfg, dist_info
+        use_threads(cfg.num_threads)
         self.run_dir = Path(run_dir)
         self.module = module.to(cfg.device)
         self.data = data

@@ -13,7 +13,7 @@ from ember.errors import EmberError
 from ember.objectives import build_objective
 from ember.train.checkpoint import save_weights
 from ember.train.distributed import init_distributed, shutdown
-from ember.train.loop import Trainer, use_threads
+from ember.train.loop import Trainer
 from ember.train.rundir import prepare_run_dir, write_run_files
 
 
@@ -56,7 +56,6 @@ def run_pretraining(cfg: RunConfig, run_dir: Path, resume: bool = False, overwri
     run_dir = Path(run_dir)
     if not cfg.data.prepared:
         raise EmberError("data.prepared is not set: pass --data DIR (a folder written by `ember prepare`)")
-    use_threads(cfg.train.num_threads)
     dist_info = init_distributed(cfg.train.device)
     try:
         corpus = TokenCorpus(cfg.data.prepared, "train")

@@ -18,7 +18,7 @@ from ember.errors import EmberError
 from ember.objectives import build_objective
 from ember.tokenizers.words import WordVocab
 from ember.train.distributed import init_distributed, shutdown
-from ember.train.loop import Trainer, use_threads
+from ember.train.loop import Trainer
 from ember.train.pretrain import train_and_save
 from ember.train.rundir import prepare_run_dir
 
@@ -40,7 +40,6 @@ def run_elmo_pretraining(cfg: RunConfig, run_dir: Path, resume: bool = False, ov
     if not cfg.data.prepared:
         raise EmberError("ELMo pre-training reads raw text: pass --data PATH (a text/wiki file, "
                          "folder or glob, e.g. ../shared/data/wiki-en)")
-    use_threads(cfg.train.num_threads)
     dist_info = init_distributed(cfg.train.device)
     try:
         e = cfg.elmo
