@@ -97,7 +97,7 @@ def _method(path: Path, cfg) -> str:
 def load_entry(label: str, path: Path, role: str) -> Entry:
     from ember.tokenizers import load_tokenizer
     from ember.train.finetune import load_run_adapter, load_task_module, pad_token_id
-    from ember.train.rundir import load_run_config
+    from ember.runs.folder import load_run_config
 
     cfg = load_run_config(path, expect_kind="finetune")
     adapter = load_run_adapter(path, cfg)

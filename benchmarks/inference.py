@@ -200,7 +200,7 @@ def main(argv: list[str] | None = None) -> dict:
                   + (f"  {latency:6.1f} ms" if latency else ""))
     if args.run:
         from ember.train.finetune import load_classifier
-        from ember.train.rundir import load_run_config
+        from ember.runs.folder import load_run_config
         from ember.tokenizers import load_tokenizer, special_token_ids
 
         run = Path(args.run)

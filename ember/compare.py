@@ -179,7 +179,7 @@ def config_differences(saved: RunConfig, wanted: RunConfig) -> list[str]:
 
 def prepare_folder(run_dir: Path) -> bool:
     """True to resume (a checkpoint exists); otherwise clears a run that died before its first one."""
-    from ember.train.checkpoint import list_checkpoints
+    from ember.runs.checkpoint import list_checkpoints
 
     if list_checkpoints(run_dir):
         return True
@@ -246,7 +246,7 @@ def pretrain_entry(entry: Entry, budget: float, label_dir: Path, probe_steps: in
                    say) -> dict:
     """Probe (once), then pre-train (or resume) under the budget; returns pretrain.json's content."""
     from ember.train.pretrain import run_pretraining
-    from ember.train.rundir import load_run_config
+    from ember.runs.folder import load_run_config
 
     probe_path = label_dir / "probe.json"
     if probe_path.is_file():  # a resumed run must keep the max_steps its LR schedule was built for
@@ -301,8 +301,8 @@ def finetune_config(task: str, settings: FinetuneSettings, model_cfg, base: Trai
 
 def finetune_inits(entries: list[Entry], root: Path, baseline: bool) -> dict[str, tuple]:
     """label -> (model config, backbone state or None, tokenizer.json, init string)."""
-    from ember.train.init import load_init
-    from ember.train.rundir import load_run_config
+    from ember.runs.init import load_init
+    from ember.runs.folder import load_run_config
 
     inits = {}
     for entry in entries:

@@ -74,8 +74,8 @@ def load_causal_lm(run_dir: str | Path, device: str = "cpu"):
     from ember.models import build_backbone
     from ember.objectives.clm import CausalLM
     from ember.tokenizers import end_of_text_id, load_tokenizer
-    from ember.train.checkpoint import load_weights
-    from ember.train.rundir import check_family, load_run_config
+    from ember.runs.checkpoint import load_weights
+    from ember.runs.folder import check_family, load_run_config
 
     run_dir = Path(run_dir)
     cfg = load_run_config(run_dir)

@@ -141,7 +141,7 @@ def run_glue(init: str, out: str | Path, tasks: list[str] | None = None, seeds: 
     from ember.glue_report import write_reports
     from ember.tasks.glue import get_task
     from ember.train.finetune import run_finetuning
-    from ember.train.init import load_init
+    from ember.runs.init import load_init
 
     out = Path(out)
     tasks = [get_task(t).name for t in (tasks or GLUE_TASKS)]

@@ -35,8 +35,8 @@ def run_quickstart(out: Path, pretrain_steps: int = 300, pretrain_time: float = 
     from ember.tasks.fill_mask import FillMask
     from ember.tokenizers import train_tokenizer
     from ember.train.finetune import run_finetuning
-    from ember.train.init import backbone_weights
-    from ember.train.checkpoint import load_weights
+    from ember.runs.init import backbone_weights
+    from ember.runs.checkpoint import load_weights
     from ember.train.pretrain import run_pretraining
 
     started = time.time()

@@ -35,8 +35,8 @@ def make_gpt_run(root: Path, max_position: int = 64, text: Path | None = None, v
     by default, "auto" for e.g. WikiExtractor files)."""
     from ember.config import DataConfig, RunConfig
     from ember.tokenizers import train_tokenizer
-    from ember.train.checkpoint import save_weights
-    from ember.train.rundir import write_run_files
+    from ember.runs.checkpoint import save_weights
+    from ember.runs.folder import write_run_files
 
     corpus = root / "corpus.txt"
     corpus.write_text("The river runs by the old town. The bank opened a new office. It was good.\n\n"

@@ -35,7 +35,7 @@ def random_run(root: Path, kind: str, tokenizer_path: Path, seed: int = 0) -> Pa
     from ember.models import build_backbone
     from ember.serve.graph import describe
     from ember.tokenizers import load_tokenizer, special_token_ids
-    from ember.train.checkpoint import save_weights
+    from ember.runs.checkpoint import save_weights
 
     run = root / kind
     run.mkdir(parents=True, exist_ok=True)

@@ -145,7 +145,7 @@ def test_albert_equal_embedding_and_hidden_size_exports_an_identity_projection(t
 def test_albert_sequence_classifier_parity_and_finetune_init_from_hf_folder(tmp_path, tiny_tokenizer_path):
     from ember.tasks.glue import get_task
     from ember.train.finetune import build_classifier
-    from ember.train.init import load_init
+    from ember.runs.init import load_init
 
     hf = perturb(transformers.AlbertForSequenceClassification(tiny_config(num_labels=3)), seed=12)
     cfg, state = import_checkpoint(hf.config.to_dict(), hf.state_dict())

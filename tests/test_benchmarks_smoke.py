@@ -59,8 +59,8 @@ def _tiny_sst2_run(folder: Path) -> Path:
     from ember.config import ModelConfig, RunConfig, TaskConfig
     from ember.models import build_backbone
     from ember.tasks.classification import SequenceClassifier
-    from ember.train.checkpoint import save_weights
-    from ember.train.rundir import write_run_files
+    from ember.runs.checkpoint import save_weights
+    from ember.runs.folder import write_run_files
 
     words = ["the", "a", "film", "movie", "good", "bad", "is", "it", "not", "and", "of", "."]
     tok = folder / "tok.json"

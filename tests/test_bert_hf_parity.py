@@ -113,7 +113,7 @@ def test_bert_hf_import_reads_pytorch_model_bin(tmp_path, tiny_tokenizer_path):
         torch.save(hf.state_dict(), hf_dir / "pytorch_model.bin")
     assert not (hf_dir / "model.safetensors").exists()
     (hf_dir / "tokenizer.json").write_bytes(tiny_tokenizer_path.read_bytes())
-    from ember.train.init import load_init
+    from ember.runs.init import load_init
 
     cfg, state, _ = load_init(str(hf_dir))
     torch.testing.assert_close(state["embeddings.word.weight"], hf.bert.embeddings.word_embeddings.weight)

@@ -74,7 +74,7 @@ def test_pretrain_sizes_the_vocabulary_to_the_corpus_tokenizer(wiki_prepared, tm
 
     from conftest import TINY_MODEL
 
-    from ember.train.rundir import load_run_config
+    from ember.runs.folder import load_run_config
 
     tiny = [s for s in TINY_MODEL if not s.startswith("model.vocab_size=")]
     sets = [a for s in tiny + ["train.eval_every=0", "train.save_every=0"] for a in ("--set", s)]

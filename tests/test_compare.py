@@ -143,7 +143,7 @@ def test_compare_report_has_both_recipes_and_the_random_baseline(compared):
 
 def test_compare_max_steps_follow_the_measured_speed(compared):
     out, _ = compared
-    from ember.train.rundir import load_run_config
+    from ember.runs.folder import load_run_config
 
     results = json.loads((out / "results.json").read_text())
     for model in results["models"][:2]:

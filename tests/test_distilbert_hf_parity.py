@@ -100,7 +100,7 @@ def test_distilbert_convert_round_trip_through_folders(tmp_path, tiny_tokenizer_
 def test_distilbert_finetune_init_from_hf_folder_builds_a_classifier(tmp_path, tiny_tokenizer_path):
     from ember.tasks.glue import get_task
     from ember.train.finetune import build_classifier
-    from ember.train.init import load_init
+    from ember.runs.init import load_init
 
     hf = perturb(transformers.DistilBertForMaskedLM(tiny_config()), seed=4)
     hf.save_pretrained(tmp_path / "hf")

@@ -16,7 +16,7 @@ from conftest import TINY_MODEL, real_data
 from ember.cli import main
 from ember.config import ModelConfig, RunConfig, TaskConfig, TrainConfig
 from ember.errors import EmberError
-from ember.train.checkpoint import load_weights
+from ember.runs.checkpoint import load_weights
 from ember.train.finetune import evaluate_run, run_finetuning
 
 TEACHER = ModelConfig(vocab_size=2000, hidden_size=32, num_layers=4, num_heads=2, intermediate_size=64,
@@ -158,7 +158,7 @@ def test_distilbert_cli_starts_from_every_other_teacher_layer_and_fill_mask_read
 
 
 def test_tinybert_general_stage_cli_trains_a_narrower_student_for_finetune_init(wiki_prepared, wiki_teacher, tmp_path):
-    from ember.train.init import load_init
+    from ember.runs.init import load_init
 
     out = tmp_path / "general"
     distill("--method", "tinybert", "--stage", "general", "--teacher", str(wiki_teacher), "--data", str(wiki_prepared),

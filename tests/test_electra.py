@@ -217,9 +217,9 @@ def test_electra_pretraining_loss_goes_down_on_real_text(electra_run):
 
 
 def test_electra_finetune_init_loads_the_discriminator_only(electra_run, wiki_prepared):
-    from ember.train.checkpoint import load_weights
+    from ember.runs.checkpoint import load_weights
     from ember.train.finetune import build_classifier
-    from ember.train.init import load_init
+    from ember.runs.init import load_init
 
     cfg, state, tokenizer = load_init(str(electra_run))
     assert cfg.family == "electra" and cfg.hidden_size == 32 and tokenizer.is_file()
@@ -237,7 +237,7 @@ def test_electra_finetune_from_pretraining_run_on_sst2(electra_run, tmp_path):
     """The `ember finetune --init <electra run>` path end to end, on a slice of real SST-2."""
     from ember.config import RunConfig, TaskConfig, TrainConfig
     from ember.train.finetune import run_finetuning
-    from ember.train.init import load_init
+    from ember.runs.init import load_init
 
     real_data("glue", "SST-2")
     model, state, tokenizer = load_init(str(electra_run))
@@ -284,8 +284,8 @@ def test_electra_run_exports_its_discriminator_to_hf(electra_run, tmp_path):
     from hf_interop_helpers import assert_close_where, load_hf, padded_batch
 
     from ember.interop.convert import export_hf
-    from ember.train.checkpoint import load_weights
-    from ember.train.rundir import load_run_config
+    from ember.runs.checkpoint import load_weights
+    from ember.runs.folder import load_run_config
 
     out = export_hf(electra_run, tmp_path / "hf")
     hf = load_hf(transformers.ElectraForPreTraining, out)

@@ -187,7 +187,7 @@ def test_electra_convert_round_trip_through_folders(tmp_path, tiny_tokenizer_pat
     """HF ElectraForPreTraining folder -> ember run folder -> HF folder: same logits; the
     imported run fine-tunes from its discriminator."""
     from ember.interop.convert import export_hf, import_hf
-    from ember.train.init import load_init
+    from ember.runs.init import load_init
 
     hf = perturb(transformers.ElectraForPreTraining(tiny_config()), seed=12)
     hf_dir = tmp_path / "hf"

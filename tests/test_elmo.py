@@ -274,7 +274,7 @@ def test_elmo_pretrain_resume_is_exact(elmo_run, tmp_path):
     """Killed (SIGKILL) after its step-3 checkpoint, then resumed: same weights at step 6."""
     from test_resume import kill_after_checkpoint
 
-    from ember.train.checkpoint import load_weights
+    from ember.runs.checkpoint import load_weights
 
     run = tmp_path / "run"
     cmd = _pretrain_cmd(run, 6)

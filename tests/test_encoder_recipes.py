@@ -167,7 +167,7 @@ def distilbert_run(wiki_prepared, tmp_path_factory):
 
 
 def test_distilbert_pretraining_loss_goes_down_on_real_text(distilbert_run):
-    from ember.train.checkpoint import load_weights
+    from ember.runs.checkpoint import load_weights
 
     losses = train_losses(distilbert_run)
     assert np.mean(losses[-10:]) < np.mean(losses[:5]) - 0.6
@@ -177,7 +177,7 @@ def test_distilbert_pretraining_loss_goes_down_on_real_text(distilbert_run):
 
 
 def test_distilbert_run_fine_tunes_without_token_types_or_pooler(distilbert_run, tmp_path):
-    from ember.train.checkpoint import load_weights
+    from ember.runs.checkpoint import load_weights
 
     real_data("glue", "RTE")
     # The CLI path end to end, on a sentence-pair task: segment B's token_type_ids of 1 meet
@@ -198,7 +198,7 @@ def test_distilbert_classifier_starts_from_the_run_and_fits_real_sentences(disti
     from ember.tasks.glue import get_task
     from ember.tokenizers import load_tokenizer, special_token_ids
     from ember.train.finetune import build_classifier, featurize_split
-    from ember.train.init import load_init
+    from ember.runs.init import load_init
 
     real_data("glue", "SST-2")
     model_cfg, state, tokenizer_path = load_init(str(distilbert_run))

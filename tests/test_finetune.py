@@ -80,7 +80,7 @@ def test_finetuned_classifier_exports_to_transformers_with_same_logits(sst2_run,
     from ember.tasks.glue import get_task
     from ember.tokenizers import load_tokenizer
     from ember.train.finetune import load_classifier
-    from ember.train.rundir import load_run_config
+    from ember.runs.folder import load_run_config
 
     run, _ = sst2_run
     out = export_hf(run, tmp_path / "hf")
@@ -97,7 +97,7 @@ def test_finetuned_classifier_exports_to_transformers_with_same_logits(sst2_run,
 
 
 def test_init_from_a_run_of_another_family_is_a_clear_error(tmp_path):
-    from ember.train.init import load_init
+    from ember.runs.init import load_init
 
     run = tmp_path / "t5"  # GPT runs fine-tune now (ember.tasks.gpt_classification); T5 does not
     run.mkdir()
@@ -109,7 +109,7 @@ def test_init_from_a_run_of_another_family_is_a_clear_error(tmp_path):
 def test_finetune_from_a_pretraining_run_uses_its_weights(wiki_prepared, tmp_path):
     from ember.config import apply_overrides, load_yaml, run_config_from_dict
     from ember.commands.common import recipe_path
-    from ember.train.init import load_init
+    from ember.runs.init import load_init
     from ember.train.pretrain import run_pretraining
     from conftest import TINY_MODEL
 
@@ -118,7 +118,7 @@ def test_finetune_from_a_pretraining_run_uses_its_weights(wiki_prepared, tmp_pat
     run_pretraining(cfg, tmp_path / "pre", progress=False)
     model_cfg, state, tokenizer = load_init(str(tmp_path / "pre"))
     assert model_cfg.hidden_size == 32 and tokenizer.name == "tokenizer.json"
-    from ember.train.checkpoint import load_weights
+    from ember.runs.checkpoint import load_weights
 
     saved = load_weights(tmp_path / "pre" / "model.safetensors")
     torch.testing.assert_close(state["embeddings.word.weight"], saved["backbone.embeddings.word.weight"])
@@ -133,7 +133,7 @@ def test_finetune_set_model_applies_to_random_init_and_only_free_settings_to_a_p
     from ember.commands.common import recipe_path
     from ember.config import apply_overrides, load_yaml, run_config_from_dict
     from ember.train.pretrain import run_pretraining
-    from ember.train.rundir import load_run_config
+    from ember.runs.folder import load_run_config
 
     real_data("glue", "SST-2")
     common = ["--task", "sst2", "--train-limit", "32", "--epochs", "1", "--max-length", "32", "--no-progress"]

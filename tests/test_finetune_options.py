@@ -278,9 +278,9 @@ def features_run(wiki_prepared, tmp_path_factory):
 def test_features_sst2_cli_records_layer_weights_and_reloads(features_run, tmp_path):
     from ember.cli import main
     from ember.models import build_backbone
-    from ember.train.checkpoint import load_weights
+    from ember.runs.checkpoint import load_weights
     from ember.train.finetune import evaluate_run
-    from ember.train.rundir import load_run_config
+    from ember.runs.folder import load_run_config
 
     out, results = features_run
     cfg = load_run_config(out)
@@ -314,8 +314,8 @@ def test_features_run_export_to_transformers_is_a_clear_error(features_run, tmp_
 def test_predict_regression_run_reads_tsv_and_jsonl(features, tiny_tokenizer_path, tmp_path):
     """STS-B-style regression through `ember predict`: the same scores from TSV and JSONL input."""
     from ember.cli import main
-    from ember.train.checkpoint import save_weights
-    from ember.train.rundir import write_run_files
+    from ember.runs.checkpoint import save_weights
+    from ember.runs.folder import write_run_files
 
     run = tmp_path / "run"
     cfg = dataclasses.replace(cfg_for("stsb", dataclasses.replace(TINY, vocab_size=100), features=features))

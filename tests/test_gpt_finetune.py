@@ -18,8 +18,8 @@ def gpt1_run(tmp_path):
     import dataclasses
 
     from ember.config import DataConfig, RunConfig
-    from ember.train.checkpoint import save_weights
-    from ember.train.rundir import load_run_config, write_run_files
+    from ember.runs.checkpoint import save_weights
+    from ember.runs.folder import load_run_config, write_run_files
 
     run = make_gpt_run(tmp_path, text=real_data("glue", "SST-2", "train.tsv"), vocab=600)
     cfg = load_run_config(run)

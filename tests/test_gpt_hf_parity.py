@@ -13,8 +13,8 @@ from ember.interop import hf_gpt1, hf_gpt2  # noqa: E402
 from ember.interop.convert import export_hf, import_hf  # noqa: E402
 from ember.models import build_backbone  # noqa: E402
 from ember.objectives.clm import CausalLM  # noqa: E402
-from ember.train.checkpoint import load_weights  # noqa: E402
-from ember.train.rundir import load_run_config  # noqa: E402
+from ember.runs.checkpoint import load_weights  # noqa: E402
+from ember.runs.folder import load_run_config  # noqa: E402
 
 VOCAB = 99
 FAMILIES = {

@@ -201,7 +201,7 @@ def test_roberta_finetune_from_hf_folder_trains_and_exports_classifier(tmp_path,
     from ember.tasks.glue import get_task
     from ember.tokenizers import load_tokenizer
     from ember.train.finetune import load_classifier
-    from ember.train.rundir import load_run_config
+    from ember.runs.folder import load_run_config
 
     real_data("glue", "RTE")
     tok = load_tokenizer(wiki_bpe)

@@ -15,7 +15,7 @@ from ember.tasks import base
 from ember.tasks.base import GlueAdapter, TaskAdapter, get_adapter, task_names
 from ember.tasks.glue import get_task
 from ember.tasks.tagging import ConllNerAdapter, TokenClassifier, encode_words
-from ember.train.checkpoint import save_weights
+from ember.runs.checkpoint import save_weights
 from ember.train.finetune import build_task_module, featurize_split, load_task_module
 
 

@@ -58,8 +58,8 @@ def run(args) -> int:
     from ember.errors import EmberError
     from ember.generate import load_causal_lm
     from ember.tasks.fewshot import evaluate_fewshot, format_report
-    from ember.train.checkpoint import atomic_write_text
-    from ember.train.rundir import load_run_config
+    from ember.runs.checkpoint import atomic_write_text
+    from ember.runs.folder import load_run_config
 
     model, tokenizer = load_causal_lm(args.run_dir, args.device)
     positions = model.backbone.config.max_position

@@ -137,7 +137,7 @@ def run(args) -> int:
     import dataclasses
 
     from ember.train.finetune import run_finetuning, summarize_seeds
-    from ember.train.init import load_init
+    from ember.runs.init import load_init
 
     model_cfg, state, tokenizer_path = load_init(args.init, args.model, args.tokenizer)
     model_cfg = model_with_overrides(model_cfg, args.overrides, pretrained=state is not None)

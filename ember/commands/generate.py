@@ -105,7 +105,7 @@ def run(args) -> int:
     if args.out:
         from pathlib import Path
 
-        from ember.train.checkpoint import atomic_write_text
+        from ember.runs.checkpoint import atomic_write_text
 
         rows = [{"prompt": p, "completion": c} for p, c in zip(prompts, completions)]
         atomic_write_text(Path(args.out), "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))

@@ -26,9 +26,9 @@ def register(sub) -> None:
 def run(args) -> int:
     from ember.errors import EmberError
     from ember.tokenizers import load_tokenizer
-    from ember.train.checkpoint import atomic_write_text
+    from ember.runs.checkpoint import atomic_write_text
     from ember.train.finetune import load_run_adapter, load_task_module, pad_token_id
-    from ember.train.rundir import load_run_config
+    from ember.runs.folder import load_run_config
 
     run_dir = Path(args.run_dir)
     cfg = load_run_config(run_dir, expect_kind="finetune")

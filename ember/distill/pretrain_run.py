@@ -21,7 +21,7 @@ from ember.distill.student import (
     check_same_recipe, check_same_tokenizer, count_parameters, init_from_teacher, student_config,
 )
 from ember.errors import EmberError
-from ember.train.checkpoint import atomic_write_text, load_weights, save_weights
+from ember.runs.checkpoint import atomic_write_text, load_weights, save_weights
 
 
 @dataclass
@@ -48,7 +48,7 @@ def run_pretrain_distillation(opts: PretrainDistillOptions) -> dict:
     from ember.tokenizers import load_tokenizer, special_token_ids
     from ember.train.loop import Trainer
     from ember.train.pretrain import evaluate_pretraining
-    from ember.train.rundir import load_run_config, prepare_run_dir, write_run_files
+    from ember.runs.folder import load_run_config, prepare_run_dir, write_run_files
 
     teacher_dir, out = Path(opts.teacher), Path(opts.out)
     teacher_cfg = load_run_config(teacher_dir, expect_kind="pretrain")

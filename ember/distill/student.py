@@ -2,7 +2,7 @@
 
 Three ways to start a student:
 - ``random``: a fresh encoder of the requested preset (BERT initialisation);
-- a pre-trained run or HF checkpoint folder (``ember.train.init.load_init``), whose config
+- a pre-trained run or HF checkpoint folder (``ember.runs.init.load_init``), whose config
   then is the student's shape ("well-read students", Turc et al. 2019);
 - ``teacher``: DistilBERT's initialisation (Sanh et al. 2019, §3 "Student initialization"):
   the student has the teacher's width and every k-th of its layers, k = N / M (one layer out

@@ -27,7 +27,7 @@ from ember.distill.student import (
 )
 from ember.distill.transfer_set import build_transfer_set, cached_teacher_logits
 from ember.errors import EmberError
-from ember.train.checkpoint import atomic_write_text, load_weights, save_weights
+from ember.runs.checkpoint import atomic_write_text, load_weights, save_weights
 from ember.train.finetune import FeatureData
 
 # Per-method defaults (temperature, alpha); see each method's module for the sources.
@@ -62,13 +62,13 @@ class TaskDistillOptions:
 
 def _student_start(opts: TaskDistillOptions, teacher_cfg: RunConfig, teacher_module):
     """(student ModelConfig, classifier state dict to start from, or None for random init)."""
-    from ember.train.init import load_init
+    from ember.runs.init import load_init
 
     if opts.student_init in ("random", "teacher"):
         cfg = student_config(teacher_cfg.model, opts.student, opts.student_layers)
         if opts.student_init == "random":
             return cfg, None
-        from ember.train.init import backbone_weights
+        from ember.runs.init import backbone_weights
 
         teacher_state = teacher_module.state_dict()
         state = {f"backbone.{k}": v for k, v in init_from_teacher(
@@ -109,7 +109,7 @@ def run_task_distillation(opts: TaskDistillOptions) -> dict:
     from ember.tokenizers import load_tokenizer, special_token_ids
     from ember.train.finetune import load_task_module
     from ember.train.loop import Trainer
-    from ember.train.rundir import load_run_config, prepare_run_dir, write_run_files
+    from ember.runs.folder import load_run_config, prepare_run_dir, write_run_files
 
     if opts.method not in METHOD_DEFAULTS:
         raise EmberError(f"--method {opts.method!r} is not a task-level method; choose kd, pkd or tinybert")

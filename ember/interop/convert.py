@@ -19,8 +19,8 @@ from ember.config import DataConfig, RunConfig
 from ember.errors import EmberError
 from ember.interop.common import read_hf_config, read_hf_weights
 from ember.interop.families import import_checkpoint, interop_for_family
-from ember.train.checkpoint import atomic_write_text, load_weights, save_weights
-from ember.train.rundir import load_run_config, write_run_files
+from ember.runs.checkpoint import atomic_write_text, load_weights, save_weights
+from ember.runs.folder import load_run_config, write_run_files
 
 
 def _objective(state: dict, family: str = "bert") -> str:

@@ -1,20 +1,37 @@
-"""Backbones: they map token ids to hidden states and never compute a loss."""
+"""Backbones: they map token ids to hidden states and never compute a loss.
+
+``BACKBONES`` maps each model family (``ModelConfig.family``) to its backbone class, imported
+on first use; a new family is one line here plus its module. Every encoder variant is one
+``Encoder`` class, GPT-1 and GPT-2 one causal ``Decoder``.
+"""
+
+from __future__ import annotations
+
+import importlib
 
 from ember.models.decoder import Decoder, DecoderOutput
 from ember.models.encoder import Encoder, EncoderOutput
 
-__all__ = ["Decoder", "DecoderOutput", "Encoder", "EncoderOutput", "build_backbone"]
+__all__ = ["BACKBONES", "Decoder", "DecoderOutput", "Encoder", "EncoderOutput", "backbone_class",
+           "build_backbone"]
+
+_ENCODER, _DECODER = "ember.models.encoder:Encoder", "ember.models.decoder:Decoder"
+BACKBONES: dict[str, str] = {
+    "bert": _ENCODER, "roberta": _ENCODER, "albert": _ENCODER, "electra": _ENCODER, "distilbert": _ENCODER,
+    "gpt": _DECODER, "gpt2": _DECODER,
+}
+
+
+def backbone_class(family: str) -> type:
+    from ember.errors import EmberError
+
+    try:
+        module_name, _, class_name = BACKBONES[family].partition(":")
+    except KeyError:
+        raise EmberError(f"unknown model family {family!r}; known: {', '.join(BACKBONES)}") from None
+    return getattr(importlib.import_module(module_name), class_name)
 
 
 def build_backbone(cfg):
-    """The backbone for a ``ModelConfig``: every encoder variant is one ``Encoder`` class,
-    GPT-1 and GPT-2 one causal ``Decoder``."""
-    from ember.config import DECODER_FAMILIES, ENCODER_FAMILIES
-    from ember.errors import EmberError
-
-    if cfg.family in ENCODER_FAMILIES:
-        return Encoder(cfg)
-    if cfg.family in DECODER_FAMILIES:
-        return Decoder(cfg)
-    known = ENCODER_FAMILIES + DECODER_FAMILIES
-    raise EmberError(f"unknown model family {cfg.family!r}; known: {', '.join(known)}")
+    """The backbone for a ``ModelConfig``, chosen by its family."""
+    return backbone_class(cfg.family)(cfg)

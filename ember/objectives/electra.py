@@ -20,7 +20,7 @@ corrupted sequence and predicts, for every token, whether it is original or repl
   the hidden size, FFN and heads for ELECTRA-small), so it has its own E -> H_G projection,
   and its MLM decoder is tied to the shared (V, E) word embeddings.
 - Only ``backbone.*`` (the discriminator) is kept for fine-tuning and export; the loader in
-  ember.train.init strips that prefix and ignores ``generator*`` and ``rtd_head.*``.
+  ember.runs.init strips that prefix and ignores ``generator*`` and ``rtd_head.*``.
 """
 
 from __future__ import annotations

@@ -63,7 +63,7 @@ class ServeInfo:
 
 def is_causal_lm(run_dir: str | Path) -> bool:
     """Whether a run folder holds a GPT-1/GPT-2 decoder (served by /generate, serve/generation.py)."""
-    from ember.train.rundir import load_run_config
+    from ember.runs.folder import load_run_config
 
     return load_run_config(Path(run_dir)).model.family in DECODER_FAMILIES
 
@@ -71,7 +71,7 @@ def is_causal_lm(run_dir: str | Path) -> bool:
 def describe(run_dir: str | Path):
     """(ServeInfo, tokenizer) of a run folder or an export folder (both hold config.yaml)."""
     from ember.tokenizers import load_tokenizer, special_token_ids
-    from ember.train.rundir import load_run_config
+    from ember.runs.folder import load_run_config
 
     run_dir = Path(run_dir)
     cfg = load_run_config(run_dir)
@@ -143,7 +143,7 @@ def build_module(info: ServeInfo, state_keys) -> nn.Module:
 
 def load_module(run_dir: str | Path, info: ServeInfo) -> nn.Module:
     """The fp32 task module of a run folder (RUN/model.safetensors), in eval mode."""
-    from ember.train.checkpoint import load_weights
+    from ember.runs.checkpoint import load_weights
 
     state = load_weights(Path(run_dir) / "model.safetensors")
     module = build_module(info, state.keys())

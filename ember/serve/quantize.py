@@ -63,14 +63,14 @@ def int8_state(qmodule: nn.Module) -> dict[str, torch.Tensor]:
 
 
 def save_int8(qmodule: nn.Module, path: Path) -> None:
-    from ember.train.checkpoint import save_weights
+    from ember.runs.checkpoint import save_weights
 
     save_weights(int8_state(qmodule), path, {"format": "ember-int8-dynamic", "dtype": "qint8"})
 
 
 def load_int8(fp32_structure: nn.Module, path: Path) -> nn.Module:
     """Quantize ``fp32_structure`` (weights irrelevant) and load the int8 weights of ``path``."""
-    from ember.train.checkpoint import load_weights
+    from ember.runs.checkpoint import load_weights
 
     state = load_weights(path)
     qmodule = _quantize_dynamic(fp32_structure.eval())

@@ -15,8 +15,8 @@ class FillMask:
         from ember.models import build_backbone
         from ember.objectives.bert import BertPretraining
         from ember.tokenizers import load_tokenizer, special_token_ids
-        from ember.train.checkpoint import load_weights
-        from ember.train.rundir import check_family, load_run_config
+        from ember.runs.checkpoint import load_weights
+        from ember.runs.folder import check_family, load_run_config
 
         run_dir = Path(run_dir)
         cfg = load_run_config(run_dir, expect_kind="pretrain")

@@ -22,9 +22,9 @@ from ember.config import TrainConfig
 from ember.errors import EmberError
 from ember.fileio import atomic_write_text
 from ember.tasks.elmo_classifier import UNK, ElmoClassifier, task_vocabulary
-from ember.train.checkpoint import save_weights
+from ember.runs.checkpoint import save_weights
 from ember.train.loop import Trainer
-from ember.train.rundir import prepare_run_dir
+from ember.runs.folder import prepare_run_dir
 
 
 class _Examples:

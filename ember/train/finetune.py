@@ -34,10 +34,10 @@ from ember.errors import EmberError
 from ember.models import build_backbone
 from ember.tasks.base import GlueAdapter, TaskAdapter, get_adapter
 from ember.tasks.classification import SequenceClassifier, predictions_from_logits
-from ember.train.checkpoint import atomic_write_text, load_weights, save_weights
+from ember.runs.checkpoint import atomic_write_text, load_weights, save_weights
 from ember.train.layerwise import gradual_unfreezing, lr_scale_fn
 from ember.train.loop import Trainer
-from ember.train.rundir import load_run_config, prepare_run_dir, write_run_files
+from ember.runs.folder import load_run_config, prepare_run_dir, write_run_files
 
 
 class FeatureData:

@@ -50,7 +50,7 @@ class MetricsLogger:
     @staticmethod
     def truncate(path: Path, step: int) -> None:
         """Drop records after ``step`` (written by a run that died after its last checkpoint)."""
-        from ember.train.checkpoint import atomic_write_text
+        from ember.runs.checkpoint import atomic_write_text
 
         records = [r for r in MetricsLogger.read(path) if r["step"] <= step]
         if Path(path).is_file():

@@ -26,7 +26,7 @@ from torch import nn
 
 from ember.config import TrainConfig
 from ember.errors import EmberError
-from ember.train import checkpoint as ckpt
+from ember.runs import checkpoint as ckpt
 from ember.train.distributed import DistInfo, all_reduce_sums, barrier
 from ember.train.logging import MetricsLogger
 from ember.train.optim import build_optimizer, lr_factor, set_lr

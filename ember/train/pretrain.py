@@ -11,10 +11,10 @@ import torch
 from ember.config import RunConfig
 from ember.errors import EmberError
 from ember.objectives import build_objective
-from ember.train.checkpoint import save_weights
+from ember.runs.checkpoint import save_weights
 from ember.train.distributed import init_distributed, shutdown
 from ember.train.loop import Trainer
-from ember.train.rundir import prepare_run_dir, write_run_files
+from ember.runs.folder import prepare_run_dir, write_run_files
 
 
 def evaluate_pretraining(module, dataset, n_examples: int, batch_size: int, seed: int, device: str) -> dict:

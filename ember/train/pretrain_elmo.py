@@ -20,7 +20,7 @@ from ember.tokenizers.words import WordVocab
 from ember.train.distributed import init_distributed, shutdown
 from ember.train.loop import Trainer
 from ember.train.pretrain import train_and_save
-from ember.train.rundir import prepare_run_dir
+from ember.runs.folder import prepare_run_dir
 
 
 def bilm_held_out(module, dataset, n_examples: int, batch_size: int, seed: int, device: str) -> dict:

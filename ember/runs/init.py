@@ -11,11 +11,11 @@ from pathlib import Path
 
 from ember.config import DECODER_FAMILIES, ENCODER_FAMILIES, ModelConfig, model_preset
 from ember.errors import EmberError
-from ember.train.checkpoint import load_weights
-from ember.train.rundir import check_family, load_run_config
+from ember.runs.checkpoint import load_weights
+from ember.runs.folder import check_family, load_run_config
 
 # Every encoder variant fine-tunes the same way; GPT decoders the GPT-1 way (ember.tasks.gpt_classification).
-SUPPORTED_FAMILIES = ENCODER_FAMILIES + DECODER_FAMILIES
+SUPPORTED_FAMILIES = ENCODER_FAMILIES + DECODER_FAMILIES  # families that fine-tune today
 
 
 def backbone_weights(state: dict) -> dict:
