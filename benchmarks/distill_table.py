@@ -73,7 +73,7 @@ def parse_student(text: str) -> tuple[str, Path]:
 
 def _check_classification(label: str, path: Path, cfg, adapter) -> None:
     from ember.config import DECODER_FAMILIES
-    from ember.tasks.base import GlueAdapter
+    from ember.tasks.glue_adapter import GlueAdapter
 
     if not isinstance(adapter, GlueAdapter) or adapter.spec.is_regression or adapter.main_metric != "accuracy":
         raise EmberError(f"{label} ({path}) was fine-tuned on {adapter.display_name}; the distillation table "
@@ -96,7 +96,7 @@ def _method(path: Path, cfg) -> str:
 
 def load_entry(label: str, path: Path, role: str) -> Entry:
     from ember.tokenizers import load_tokenizer
-    from ember.train.finetune import load_run_adapter, load_task_module, pad_token_id
+    from ember.tasks.task_model import load_run_adapter, load_task_module, pad_token_id
     from ember.runs.folder import load_run_config
 
     cfg = load_run_config(path, expect_kind="finetune")

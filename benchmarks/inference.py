@@ -199,14 +199,15 @@ def main(argv: list[str] | None = None) -> dict:
             print(f"  {name:16s} {value:9.1f} seq/s  {value / base:5.2f}x"
                   + (f"  {latency:6.1f} ms" if latency else ""))
     if args.run:
-        from ember.train.finetune import load_classifier
+        from ember.tasks.base import get_adapter
+        from ember.tasks.task_model import load_task_module
         from ember.runs.folder import load_run_config
         from ember.tokenizers import load_tokenizer, special_token_ids
 
         run = Path(args.run)
         run_cfg = load_run_config(run, expect_kind="finetune")
         pad = special_token_ids(load_tokenizer(run / "tokenizer.json"))["pad"]
-        tuned = load_classifier(run, run_cfg, "sst2", pad)
+        tuned = load_task_module(run, run_cfg, get_adapter("sst2", run_cfg.model), pad)
         features = dev_features(run, args.smoke)
         with tempfile.TemporaryDirectory(prefix="ember-bench-onnx-") as work:
             extra = {} if args.no_onnx else onnx_contenders(run, features, pad, 32, Path(work))

@@ -143,8 +143,8 @@ def test_albert_equal_embedding_and_hidden_size_exports_an_identity_projection(t
 
 
 def test_albert_sequence_classifier_parity_and_finetune_init_from_hf_folder(tmp_path, tiny_tokenizer_path):
-    from ember.tasks.glue import get_task
-    from ember.train.finetune import build_classifier
+    from ember.tasks.base import get_adapter
+    from ember.tasks.task_model import build_task_module
     from ember.runs.init import load_init
 
     hf = perturb(transformers.AlbertForSequenceClassification(tiny_config(num_labels=3)), seed=12)
@@ -168,7 +168,7 @@ def test_albert_sequence_classifier_parity_and_finetune_init_from_hf_folder(tmp_
     (tmp_path / "hf" / "tokenizer.json").write_bytes(tiny_tokenizer_path.read_bytes())
     model_cfg, backbone_state, tokenizer = load_init(str(tmp_path / "hf"))
     assert model_cfg.family == "albert" and tokenizer.name == "tokenizer.json"
-    classifier = build_classifier(RunConfig(kind="finetune", model=model_cfg), get_task("rte"), backbone_state, 0)
+    classifier = build_task_module(RunConfig(kind="finetune", model=model_cfg), get_adapter("rte"), backbone_state, 0)
     torch.testing.assert_close(classifier.backbone.layers[0].ffn.up.weight,
                                pre.albert.encoder.albert_layer_groups[0].albert_layers[0].ffn.weight)
     torch.testing.assert_close(classifier.backbone.pooler.dense.weight, pre.albert.pooler.weight)

@@ -13,7 +13,7 @@ from ember.errors import EmberError
 from ember.models import build_backbone
 from ember.objectives.bert import BertPretraining
 from ember.objectives.mlm import mask_tokens
-from ember.commands.common import recipe_path
+from ember.recipes import recipe_path
 from conftest import TINY_MODEL
 
 SPECIAL = {"pad": 0, "unk": 1, "cls": 2, "sep": 3, "mask": 4}

@@ -13,8 +13,8 @@ import yaml
 
 from conftest import TINY_MODEL, real_data
 from ember.cli import main
-from ember.compare import assign_labels, parse_budget
-from ember.compare_report import glue_average, render_markdown
+from ember.experiments.compare import assign_labels, parse_budget
+from ember.experiments.compare_report import glue_average, render_markdown
 from ember.errors import EmberError
 
 BUDGET = 4.0  # seconds of pre-training per recipe
@@ -66,7 +66,7 @@ def test_compare_average_and_its_seed_spread_by_hand():
 
 
 def test_compare_durations_read_naturally():
-    from ember.compare import format_duration
+    from ember.durations import format_duration
 
     assert [format_duration(s) for s in (4, 90, 1200, 3725)] == ["4s", "1m30s", "20m", "1h02m"]
 

@@ -99,7 +99,8 @@ def test_distilbert_convert_round_trip_through_folders(tmp_path, tiny_tokenizer_
 
 def test_distilbert_finetune_init_from_hf_folder_builds_a_classifier(tmp_path, tiny_tokenizer_path):
     from ember.tasks.glue import get_task
-    from ember.train.finetune import build_classifier
+    from ember.tasks.base import get_adapter
+    from ember.tasks.task_model import build_task_module
     from ember.runs.init import load_init
 
     hf = perturb(transformers.DistilBertForMaskedLM(tiny_config()), seed=4)
@@ -107,7 +108,7 @@ def test_distilbert_finetune_init_from_hf_folder_builds_a_classifier(tmp_path, t
     (tmp_path / "hf" / "tokenizer.json").write_bytes(tiny_tokenizer_path.read_bytes())
     model_cfg, state, _ = load_init(str(tmp_path / "hf"))
     assert model_cfg.family == "distilbert" and not model_cfg.pooler
-    classifier = build_classifier(RunConfig(kind="finetune", model=model_cfg), get_task("sst2"), state, 0).eval()
+    classifier = build_task_module(RunConfig(kind="finetune", model=model_cfg), get_adapter(get_task("sst2")), state, 0).eval()
     torch.testing.assert_close(classifier.backbone.layers[2].ffn.down.weight,
                                hf.distilbert.transformer.layer[2].ffn.lin2.weight)
     ids, mask = padded_batch(98, SPECIAL["pad"], seed=5)

@@ -17,7 +17,8 @@ from ember.cli import main
 from ember.config import ModelConfig, RunConfig, TaskConfig, TrainConfig
 from ember.errors import EmberError
 from ember.runs.checkpoint import load_weights
-from ember.train.finetune import evaluate_run, run_finetuning
+from ember.tasks.task_model import evaluate_run
+from ember.train.finetune import run_finetuning
 
 TEACHER = ModelConfig(vocab_size=2000, hidden_size=32, num_layers=4, num_heads=2, intermediate_size=64,
                       max_position=64)
@@ -122,7 +123,7 @@ def test_pkd_and_tinybert_task_stage_cli_on_sst2(sst2_teacher, tmp_path):
 
 @pytest.fixture(scope="module")
 def wiki_teacher(wiki_prepared, tmp_path_factory):
-    from ember.commands.common import recipe_path
+    from ember.recipes import recipe_path
     from ember.config import apply_overrides, load_yaml, run_config_from_dict
     from ember.train.pretrain import run_pretraining
 

@@ -4,14 +4,13 @@ learning on real text and fine-tuning from the discriminator (Clark et al. 2020)
 from __future__ import annotations
 
 import dataclasses
-import types
 
 import numpy as np
 import pytest
 import torch
 
 from conftest import TINY_MODEL, real_data
-from ember.commands.common import recipe_path
+from ember.recipes import recipe_path
 from ember.config import (DataConfig, ElectraConfig, ModelConfig, apply_overrides, load_yaml, model_preset,
                           run_config_from_dict)
 from ember.data.pairs import SegmentPair
@@ -218,7 +217,8 @@ def test_electra_pretraining_loss_goes_down_on_real_text(electra_run):
 
 def test_electra_finetune_init_loads_the_discriminator_only(electra_run, wiki_prepared):
     from ember.runs.checkpoint import load_weights
-    from ember.train.finetune import build_classifier
+    from ember.tasks.base import get_adapter
+    from ember.tasks.task_model import build_task_module
     from ember.runs.init import load_init
 
     cfg, state, tokenizer = load_init(str(electra_run))
@@ -227,8 +227,7 @@ def test_electra_finetune_init_loads_the_discriminator_only(electra_run, wiki_pr
     assert any(k.startswith("generator.") for k in saved)
     assert set(state) == {k.removeprefix("backbone.") for k in saved if k.startswith("backbone.")}
     run_cfg = tiny_electra_config(wiki_prepared)
-    classifier = build_classifier(dataclasses.replace(run_cfg, model=cfg), types.SimpleNamespace(num_labels=2),
-                                  state, pad_id=0)
+    classifier = build_task_module(dataclasses.replace(run_cfg, model=cfg), get_adapter("sst2"), state, pad_id=0)
     for name, value in classifier.backbone.state_dict().items():
         torch.testing.assert_close(value, saved[f"backbone.{name}"], atol=0, rtol=0)
 

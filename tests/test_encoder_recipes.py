@@ -12,7 +12,7 @@ import torch
 
 from conftest import TINY_MODEL, real_data
 from ember.cli import main
-from ember.commands.common import RECIPES_DIR, recipe_path
+from ember.recipes import RECIPES_DIR, recipe_path
 from ember.config import apply_overrides, load_yaml, run_config_from_dict
 
 # Encoder recipes (WordPiece corpus fixture); GPT recipes need a BPE corpus with an end-of-text
@@ -52,7 +52,7 @@ def phrase_prepared(wiki_prepared, tmp_path_factory):
 def test_every_recipe_builds_its_objective_and_data_and_takes_a_step(name, wiki_prepared, request):
     from ember.data.shards import TokenCorpus
     from ember.objectives import build_objective
-    from ember.train.pretrain import objective_dataset
+    from ember.objectives.setup import objective_dataset
 
     cfg = recipe(name)
     # ERNIE-style phrase masking needs a corpus prepared with phrase flags.
@@ -197,16 +197,17 @@ def test_distilbert_classifier_starts_from_the_run_and_fits_real_sentences(disti
     from ember.config import RunConfig
     from ember.tasks.glue import get_task
     from ember.tokenizers import load_tokenizer, special_token_ids
-    from ember.train.finetune import build_classifier, featurize_split
+    from ember.tasks.base import get_adapter
+    from ember.tasks.task_model import build_task_module
     from ember.runs.init import load_init
 
     real_data("glue", "SST-2")
     model_cfg, state, tokenizer_path = load_init(str(distilbert_run))
     assert model_cfg.family == "distilbert" and model_cfg.type_vocab_size == 0 and not model_cfg.pooler
     spec, tokenizer = get_task("sst2"), load_tokenizer(tokenizer_path)
-    _, features = featurize_split(spec, "train", tokenizer, 64, limit=32)
+    _, features = get_adapter(spec).load("train", tokenizer, 64, limit=32)
     torch.manual_seed(0)  # the classifier layer's initialisation; makes the fit below deterministic
-    module = build_classifier(RunConfig(kind="finetune", model=model_cfg), spec, state,
+    module = build_task_module(RunConfig(kind="finetune", model=model_cfg), get_adapter(spec), state,
                               special_token_ids(tokenizer)["pad"])
     for name, value in module.backbone.state_dict().items():
         torch.testing.assert_close(value, state[name])  # every backbone tensor is the pre-trained one

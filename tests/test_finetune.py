@@ -13,7 +13,8 @@ import torch
 from conftest import real_data
 from ember.config import ModelConfig, RunConfig, TaskConfig, TrainConfig
 from ember.errors import EmberError
-from ember.train.finetune import evaluate_run, run_finetuning
+from ember.tasks.task_model import evaluate_run
+from ember.train.finetune import run_finetuning
 
 TINY = ModelConfig(vocab_size=2000, hidden_size=64, num_layers=2, num_heads=2, intermediate_size=128,
                    max_position=128)
@@ -77,16 +78,16 @@ def test_finetune_stsb_regression_reports_pearson_and_spearman(wiki_prepared, tm
 def test_finetuned_classifier_exports_to_transformers_with_same_logits(sst2_run, tmp_path):
     transformers = pytest.importorskip("transformers")
     from ember.interop.convert import export_hf
-    from ember.tasks.glue import get_task
     from ember.tokenizers import load_tokenizer
-    from ember.train.finetune import load_classifier
+    from ember.tasks.base import get_adapter
+    from ember.tasks.task_model import load_task_module
     from ember.runs.folder import load_run_config
 
     run, _ = sst2_run
     out = export_hf(run, tmp_path / "hf")
     hf = transformers.BertForSequenceClassification.from_pretrained(out).eval()
     cfg = load_run_config(run)
-    ours = load_classifier(run, cfg, get_task("sst2"), 0)
+    ours = load_task_module(run, cfg, get_adapter("sst2", cfg.model), 0)
     tok = load_tokenizer(run / "tokenizer.json")
     enc = tok.encode("a gripping , beautifully acted story")
     ids = torch.tensor([enc.ids])
@@ -108,7 +109,7 @@ def test_init_from_a_run_of_another_family_is_a_clear_error(tmp_path):
 
 def test_finetune_from_a_pretraining_run_uses_its_weights(wiki_prepared, tmp_path):
     from ember.config import apply_overrides, load_yaml, run_config_from_dict
-    from ember.commands.common import recipe_path
+    from ember.recipes import recipe_path
     from ember.runs.init import load_init
     from ember.train.pretrain import run_pretraining
     from conftest import TINY_MODEL
@@ -130,7 +131,7 @@ def test_finetune_set_model_applies_to_random_init_and_only_free_settings_to_a_p
     """`--set model.K=V` used to be dropped silently (the init's model config replaced it)."""
     from conftest import TINY_MODEL
     from ember.cli import main
-    from ember.commands.common import recipe_path
+    from ember.recipes import recipe_path
     from ember.config import apply_overrides, load_yaml, run_config_from_dict
     from ember.train.pretrain import run_pretraining
     from ember.runs.folder import load_run_config

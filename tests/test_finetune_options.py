@@ -15,7 +15,9 @@ from ember.config import ModelConfig, RunConfig, TaskConfig, TrainConfig
 from ember.errors import EmberError
 from ember.tasks.base import get_adapter
 from ember.tasks.squad_task import SquadAdapter
-from ember.train.finetune import FeatureData, build_task_module, check_options
+from ember.data.in_memory import InMemoryData
+from ember.tasks.task_model import build_task_module
+from ember.train.finetune import check_options
 from ember.train.layerwise import gradual_unfreezing, lr_scale_fn
 from ember.train.loop import Trainer
 from ember.train.optim import build_optimizer, lr_factor, set_lr, stlr_factor
@@ -49,7 +51,7 @@ def test_features_keep_the_encoder_frozen_and_learn_the_layer_mix_on_real_text(t
     frozen = {k: v.clone() for k, v in encoder.state_dict().items()}
     mix_before = mix.weights.detach().clone()
     head_before = {n: p.detach().clone() for n, p in module.named_parameters() if not n.startswith("backbone.")}
-    trainer = Trainer(module, FeatureData(features), cfg.train, tmp_path, progress=False)
+    trainer = Trainer(module, InMemoryData(features), cfg.train, tmp_path, progress=False)
     in_optimizer = {id(p) for g in trainer.optimizer.param_groups for p in g["params"]}
     assert not any(id(p) in in_optimizer for p in encoder.parameters())
     assert id(mix.weights) in in_optimizer and id(mix.gamma) in in_optimizer
@@ -127,7 +129,7 @@ def test_trainer_applies_layer_scales_at_every_step(tmp_path):
              for t, y in (("good film", 1), ("bad film", 0))] * 4
     cfg = cfg_for("sst2", dataclasses.replace(TINY, vocab_size=10))
     module = build_task_module(cfg, get_adapter("sst2"), None, pad_id=0)
-    trainer = Trainer(module, FeatureData(feats), cfg.train, tmp_path, progress=False,
+    trainer = Trainer(module, InMemoryData(feats), cfg.train, tmp_path, progress=False,
                       lr_scale=lr_scale_fn(module, 0.8))
     trainer.train()
     base = cfg.train.lr * lr_factor(cfg.train.max_steps - 1, cfg.train)
@@ -178,7 +180,7 @@ def test_gradual_unfreezing_leaves_lower_layers_untouched_in_training(tmp_path):
     module = build_task_module(cfg, get_adapter("sst2"), None, pad_id=0)
     before = {n: p.detach().clone() for n, p in module.named_parameters()}
     train = dataclasses.replace(cfg.train, max_steps=2, batch_size=4)  # 2 epochs of 8 examples
-    Trainer(module, FeatureData(feats), train, tmp_path, progress=False,
+    Trainer(module, InMemoryData(feats), train, tmp_path, progress=False,
             before_step=gradual_unfreezing(module, steps_per_epoch=2)).train()
     changed = {n for n, p in module.named_parameters() if not torch.equal(p, before[n])}
     assert any(n.startswith("backbone.layers.2.") for n in changed) and "classifier.weight" in changed
@@ -204,7 +206,7 @@ SCORES = [0.1, 0.3, 0.2, 0.25, 0.9, 0.95, 0.96, 0.97]  # dev metric after steps 
 
 
 def toy_trainer(run_dir, patience: int, best_steps: list | None = None) -> Trainer:
-    data = FeatureData([[1.0, 2.0], [3.0, -1.0]])
+    data = InMemoryData([[1.0, 2.0], [3.0, -1.0]])
     cfg = TrainConfig(lr=1e-2, batch_size=2, max_steps=len(SCORES), warmup_steps=1, eval_every=1, save_every=1,
                       keep_checkpoints=20, log_every=1)
     holder = {}
@@ -279,7 +281,7 @@ def test_features_sst2_cli_records_layer_weights_and_reloads(features_run, tmp_p
     from ember.cli import main
     from ember.models import build_backbone
     from ember.runs.checkpoint import load_weights
-    from ember.train.finetune import evaluate_run
+    from ember.tasks.task_model import evaluate_run
     from ember.runs.folder import load_run_config
 
     out, results = features_run

@@ -21,7 +21,7 @@ TASKS = "sst2,mrpc,rte,qnli"  # SNLI is left out: scoring its 9.8k test pairs tw
 @pytest.fixture(scope="module")
 def tiny_run(wiki_prepared, tmp_path_factory):
     """A 2-layer, 32-wide BERT pre-trained for 2 steps on real Wikipedia (weights ~random)."""
-    from ember.commands.common import recipe_path
+    from ember.recipes import recipe_path
     from ember.config import apply_overrides, load_yaml, run_config_from_dict
     from ember.train.pretrain import run_pretraining
 
@@ -140,7 +140,7 @@ def test_glue_rerun_skips_finished_runs_and_redoes_a_missing_one(glue_out, capsy
 
 
 def test_glue_train_file_option_is_checked(tmp_path):
-    from ember.glue_runner import parse_train_files
+    from ember.experiments.glue import parse_train_files
 
     with pytest.raises(EmberError, match="TASK=PATH"):
         parse_train_files(["qnli"])
@@ -153,7 +153,7 @@ def test_glue_train_file_option_is_checked(tmp_path):
 
 def test_glue_qnli_runs_from_a_given_train_file(tmp_path):
     """QNLI has only dev here; a train file in its layout makes it a planned task."""
-    from ember.glue_runner import plan_tasks
+    from ember.experiments.glue import plan_tasks
 
     dev = real_data("glue", "QNLI", "dev.tsv")
     rows = dev.read_text().splitlines()
@@ -165,8 +165,8 @@ def test_glue_qnli_runs_from_a_given_train_file(tmp_path):
 
 
 def test_glue_snli_stands_in_for_mnli_training_on_dev_and_scored_on_test():
-    from ember.glue_report import collect_results, render_markdown
-    from ember.glue_runner import plan_tasks
+    from ember.experiments.glue_report import collect_results, render_markdown
+    from ember.experiments.glue import plan_tasks
 
     real_data("snli")
     plan = plan_tasks(["snli"], {}, train_limit=500)[0]
@@ -181,9 +181,9 @@ def test_glue_snli_stands_in_for_mnli_training_on_dev_and_scored_on_test():
 def test_glue_cell_shows_no_spread_for_a_single_seed():
     """One seed has no standard deviation: the cell (and the compare table, which shares
     summarize_seeds) must not claim "± 0.0"."""
-    from ember.glue_report import _cell
+    from ember.experiments.glue_report import _cell
 
-    from ember.train.finetune import summarize_seeds
+    from ember.tasks.metrics import summarize_seeds
 
     one = summarize_seeds([{"metrics": {"accuracy": 0.636}}])
     two = summarize_seeds([{"metrics": {"accuracy": 0.586}}, {"metrics": {"accuracy": 0.614}}])

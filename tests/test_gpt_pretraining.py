@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from conftest import real_data
-from ember.commands.common import RECIPES_DIR, recipe_path
+from ember.recipes import RECIPES_DIR, recipe_path
 from ember.config import apply_overrides, load_yaml, run_config_from_dict
 
 
@@ -122,7 +122,7 @@ def test_every_gpt_recipe_builds_its_objective_and_takes_a_step(name, wiki_bpe):
     from ember.data.shards import TokenCorpus
     from ember.objectives import build_objective
     from ember.tokenizers import end_of_text_id, load_tokenizer
-    from ember.train.pretrain import objective_dataset
+    from ember.objectives.setup import objective_dataset
 
     cfg = run_config_from_dict(apply_overrides(load_yaml(recipe_path(name)),
                                                [*TINY_DECODER, "model.vocab_size=1000", f"data.prepared={wiki_bpe}"]))

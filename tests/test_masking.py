@@ -237,7 +237,7 @@ def test_bad_masking_settings_are_clear_errors():
 
 def recipe_config(recipe: str, prepared, *extra):
     """A recipe shrunk to a tiny model (conftest.TINY_MODEL) on ``prepared``."""
-    from ember.commands.common import recipe_path
+    from ember.recipes import recipe_path
     from ember.config import apply_overrides, load_yaml, run_config_from_dict
 
     values = apply_overrides(load_yaml(recipe_path(recipe)),

@@ -153,7 +153,7 @@ def test_ner_conll2003_finetune_from_random_init_beats_all_o_baseline(ner_run):
 
 
 def test_ner_evaluate_reloads_best_weights_on_dev_and_test(ner_run):
-    from ember.train.finetune import evaluate_run
+    from ember.tasks.task_model import evaluate_run
 
     run, result = ner_run
     assert evaluate_run(run)["metrics"] == pytest.approx(result["metrics"])
@@ -183,7 +183,7 @@ def test_ner_predict_cli_writes_word_tags_jsonl(ner_run, tmp_path):
 
 def test_ner_evaluate_file_agrees_with_predict_on_the_same_conll_file(ner_run, tmp_path):
     from ember.tasks.conll import read_split
-    from ember.train.finetune import evaluate_run
+    from ember.tasks.task_model import evaluate_run
 
     run, _ = ner_run
     sentences = read_split("dev", limit=60)

@@ -163,9 +163,9 @@ def test_squad2_finetune_cli_from_a_pretraining_run_end_to_end(wiki_prepared, tm
     from conftest import TINY_MODEL
 
     from ember.cli import main
-    from ember.commands.common import recipe_path
+    from ember.recipes import recipe_path
     from ember.config import apply_overrides, load_yaml, run_config_from_dict
-    from ember.train.finetune import evaluate_run
+    from ember.tasks.task_model import evaluate_run
     from ember.train.pretrain import run_pretraining
 
     cfg = run_config_from_dict(apply_overrides(load_yaml(recipe_path("bert-mini")), TINY_MODEL + [

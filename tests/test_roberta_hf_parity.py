@@ -198,9 +198,9 @@ def test_roberta_finetune_from_hf_folder_trains_and_exports_classifier(tmp_path,
     exports to RobertaForSequenceClassification with the same logits."""
     from ember.cli import main
     from ember.interop.convert import export_hf
-    from ember.tasks.glue import get_task
     from ember.tokenizers import load_tokenizer
-    from ember.train.finetune import load_classifier
+    from ember.tasks.base import get_adapter
+    from ember.tasks.task_model import load_task_module
     from ember.runs.folder import load_run_config
 
     real_data("glue", "RTE")
@@ -214,7 +214,7 @@ def test_roberta_finetune_from_hf_folder_trains_and_exports_classifier(tmp_path,
                  "--epochs", "1", "--batch-size", "16", "--max-length", "48", "--no-progress"]) == 0
     cfg = load_run_config(run)
     assert cfg.model.family == "roberta" and cfg.model.pooler  # fresh pooler = RoBERTa's head dense
-    ours = load_classifier(run, cfg, get_task("rte"), SPECIAL["pad"])
+    ours = load_task_module(run, cfg, get_adapter("rte", cfg.model), SPECIAL["pad"])
     word = ours.backbone.embeddings.word.weight
     assert word.shape == hf.roberta.embeddings.word_embeddings.weight.shape
 

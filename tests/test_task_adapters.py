@@ -12,11 +12,12 @@ from conftest import make_wordpiece, real_data
 from ember.config import MODEL_PRESETS, RunConfig, TrainConfig
 from ember.errors import EmberError
 from ember.tasks import base
-from ember.tasks.base import GlueAdapter, TaskAdapter, get_adapter, task_names
+from ember.tasks.glue_adapter import GlueAdapter
+from ember.tasks.base import TaskAdapter, get_adapter, task_names
 from ember.tasks.glue import get_task
 from ember.tasks.tagging import ConllNerAdapter, TokenClassifier, encode_words
 from ember.runs.checkpoint import save_weights
-from ember.train.finetune import build_task_module, featurize_split, load_task_module
+from ember.tasks.task_model import build_task_module, load_task_module
 
 
 def test_registry_maps_glue_and_ner_names_to_adapters():
@@ -40,11 +41,16 @@ def test_registry_unknown_or_unloadable_task_is_a_clear_error(monkeypatch):
         get_adapter("squad")
 
 
-def test_glue_adapter_loads_the_same_features_as_featurize_split():
+def test_glue_adapter_loads_the_reader_examples_encoded_with_the_tokenizer_template():
     real_data("glue", "RTE")
     tok = make_wordpiece(["the", "a", "is", "not"])
     examples, features = get_adapter("rte").load("dev", tok, 32, limit=20)
-    assert (examples, features) == featurize_split(get_task("rte"), "dev", tok, 32, limit=20)
+    from ember.tasks.featurize import encode_examples
+    from ember.tasks.glue import read_examples
+
+    expected = read_examples(get_task("rte"), "dev", limit=20)
+    assert examples == expected and features == encode_examples(expected, tok, 32).features
+    assert features[0]["input_ids"][0] == tok.token_to_id("[CLS]") and len(features) == 20
 
 
 def test_finetune_cli_defaults_come_from_the_adapter():

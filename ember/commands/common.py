@@ -2,33 +2,7 @@
 
 from __future__ import annotations
 
-import re
-from pathlib import Path
-
-from ember.errors import EmberError
-
-RECIPES_DIR = Path(__file__).resolve().parent.parent / "recipes"
-
-
-def parse_duration(text: str) -> float:
-    """'90', '90s', '20m', '1.5h' -> seconds."""
-    match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([smh]?)\s*", str(text))
-    if not match:
-        raise EmberError(f"cannot read duration {text!r}; write e.g. 90s, 20m or 1.5h")
-    value, unit = float(match.group(1)), match.group(2) or "s"
-    return value * {"s": 1, "m": 60, "h": 3600}[unit]
-
-
-def recipe_path(name: str) -> Path:
-    path = Path(name)
-    if path.suffix in (".yaml", ".yml") and path.is_file():
-        return path
-    candidate = RECIPES_DIR / f"{name}.yaml"
-    if candidate.is_file():
-        return candidate
-    known = sorted(p.stem for p in RECIPES_DIR.glob("*.yaml"))
-    raise EmberError(f"unknown recipe {name!r}; known recipes: {', '.join(known)} (or pass a .yaml path)")
-
+from ember.durations import parse_duration
 
 def add_train_options(parser, defaults_note: str = "") -> None:
     parser.add_argument("--seed", type=int, help="random seed (weights, data order, masks, dropout)")

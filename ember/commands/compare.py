@@ -70,7 +70,7 @@ def parse_list(text: str, what: str, cast=str) -> list:
 
 
 def run(args) -> int:
-    from ember.compare import FinetuneSettings, parse_budget, run_compare
+    from ember.experiments.compare import FinetuneSettings, parse_budget, run_compare
 
     if args.probe_steps < 1:
         raise EmberError("--probe-steps must be at least 1")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from ember.commands.common import parse_duration
+from ember.durations import parse_duration
 
 
 def register(sub) -> None:

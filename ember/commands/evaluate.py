@@ -20,7 +20,7 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from ember.train.finetune import evaluate_run
+    from ember.tasks.task_model import evaluate_run
 
     result = evaluate_run(args.run_dir, args.split, args.file, args.task)
     print(json.dumps(result, indent=2))

@@ -136,7 +136,9 @@ def transfer_overrides(args) -> list[str]:
 def run(args) -> int:
     import dataclasses
 
-    from ember.train.finetune import run_finetuning, summarize_seeds
+    from ember.train.finetune import run_finetuning
+
+    from ember.tasks.metrics import summarize_seeds
     from ember.runs.init import load_init
 
     model_cfg, state, tokenizer_path = load_init(args.init, args.model, args.tokenizer)

@@ -64,7 +64,7 @@ def _ints(text: str, flag: str) -> list[int]:
 def run(args) -> int:
     from pathlib import Path
 
-    from ember.glue_runner import parse_train_files, run_glue
+    from ember.experiments.glue import parse_train_files, run_glue
 
     results = run_glue(
         args.init, args.out, tasks=[t.strip() for t in args.tasks.split(",") if t.strip()] or None,

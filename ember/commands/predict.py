@@ -27,7 +27,7 @@ def run(args) -> int:
     from ember.errors import EmberError
     from ember.tokenizers import load_tokenizer
     from ember.runs.checkpoint import atomic_write_text
-    from ember.train.finetune import load_run_adapter, load_task_module, pad_token_id
+    from ember.tasks.task_model import load_run_adapter, load_task_module, pad_token_id
     from ember.runs.folder import load_run_config
 
     run_dir = Path(args.run_dir)

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ember.commands.common import add_train_options, recipe_path, train_overrides
+from ember.commands.common import add_train_options, train_overrides
+
+from ember.recipes import recipe_path
 
 
 def register(sub) -> None:

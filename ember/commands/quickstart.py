@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ember.commands.common import parse_duration
+from ember.durations import parse_duration
 
 
 def register(sub) -> None:
@@ -28,7 +28,7 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from ember.quickstart import run_quickstart
+    from ember.experiments.quickstart import run_quickstart
 
     run_quickstart(Path(args.out), args.pretrain_steps, args.pretrain_time, args.max_docs,
                    args.finetune_epochs, args.finetune_limit or None, progress=not args.no_progress)

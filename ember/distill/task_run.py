@@ -28,7 +28,7 @@ from ember.distill.student import (
 from ember.distill.transfer_set import build_transfer_set, cached_teacher_logits
 from ember.errors import EmberError
 from ember.runs.checkpoint import atomic_write_text, load_weights, save_weights
-from ember.train.finetune import FeatureData
+from ember.data.in_memory import InMemoryData
 
 # Per-method defaults (temperature, alpha); see each method's module for the sources.
 METHOD_DEFAULTS = {"kd": (2.0, 1.0), "pkd": (5.0, 0.5), "tinybert": (1.0, 1.0)}
@@ -83,7 +83,7 @@ def _student_start(opts: TaskDistillOptions, teacher_cfg: RunConfig, teacher_mod
 
 
 def _build_student(cfg: RunConfig, adapter, state: dict | None, pad_id: int):
-    from ember.train.finetune import build_task_module
+    from ember.tasks.task_model import build_task_module
 
     module = build_task_module(cfg, adapter, None, pad_id)
     if state is not None:
@@ -105,9 +105,10 @@ def _layer_loss(method: str, opts: TaskDistillOptions, s, t):
 
 
 def run_task_distillation(opts: TaskDistillOptions) -> dict:
-    from ember.tasks.base import GlueAdapter, get_adapter
+    from ember.tasks.glue_adapter import GlueAdapter
+    from ember.tasks.base import get_adapter
     from ember.tokenizers import load_tokenizer, special_token_ids
-    from ember.train.finetune import load_task_module
+    from ember.tasks.task_model import load_task_module
     from ember.train.loop import Trainer
     from ember.runs.folder import load_run_config, prepare_run_dir, write_run_files
 
@@ -182,7 +183,7 @@ def run_task_distillation(opts: TaskDistillOptions) -> dict:
     print(f"distilling ({opts.method}) {adapter.display_name}: teacher {params['teacher'] / 1e6:.2f}M -> student "
           f"{params['student'] / 1e6:.2f}M parameters, {len(features):,} transfer examples, "
           f"{train_cfg.max_steps} steps, run folder {out}")
-    trainer = Trainer(distiller, FeatureData(features), train_cfg, out, evaluate=evaluate,
+    trainer = Trainer(distiller, InMemoryData(features), train_cfg, out, evaluate=evaluate,
                       best_metric=adapter.main_metric, on_best=save_best, progress=opts.progress)
     trainer.train(resume=opts.resume)
 
@@ -222,7 +223,7 @@ def _tinybert_intermediate(opts: TaskDistillOptions, cfg: RunConfig, student, te
                                   layer_loss=_layer_loss("tinybert", opts, cfg.model, teacher.backbone.config))
         print(f"TinyBERT step 1/2: intermediate-layer distillation, {steps} steps, in {stage_dir}")
         resume = opts.resume and (stage_dir / "checkpoints").is_dir()
-        Trainer(distiller, FeatureData(features), stage_cfg, stage_dir, progress=opts.progress).train(resume=resume)
+        Trainer(distiller, InMemoryData(features), stage_cfg, stage_dir, progress=opts.progress).train(resume=resume)
         save_weights(student.state_dict(), done, {"stage": "tinybert-intermediate"})
     student.load_state_dict(load_weights(done))
     print("TinyBERT step 2/2: prediction-layer distillation")

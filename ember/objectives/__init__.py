@@ -3,11 +3,16 @@
 An objective is an ``nn.Module`` wrapping a backbone with:
   make_batch(examples, rng) -> dict of tensors   (corruption drawn on the fly)
   forward(batch) -> (loss, metrics)              metrics: name -> (sum, count)
+and optionally ``build_dataset(corpus, data_cfg, seed)`` (its own data layout) and
+``derived_metrics(held_out) -> dict`` (e.g. perplexity). Its module has
+``build(cfg, special_ids)`` and, when its data is not the token shards of `ember prepare`,
+``setup_pretraining(cfg, run_dir, resume, progress)`` (``ember.objectives.setup``).
 """
 
 from __future__ import annotations
 
 import importlib
+from types import ModuleType
 
 from ember.errors import EmberError
 
@@ -23,10 +28,14 @@ OBJECTIVES = {
 }
 
 
+def objective_module(name: str) -> ModuleType:
+    try:
+        module_name = OBJECTIVES[name]
+    except KeyError:
+        raise EmberError(f"unknown objective {name!r}; known: {', '.join(OBJECTIVES)}") from None
+    return importlib.import_module(module_name)
+
+
 def build_objective(cfg, special_ids: dict):
     """The pre-training module named by ``cfg.objective``, with a fresh backbone."""
-    try:
-        module_name = OBJECTIVES[cfg.objective]
-    except KeyError:
-        raise EmberError(f"unknown objective {cfg.objective!r}; known: {', '.join(OBJECTIVES)}") from None
-    return importlib.import_module(module_name).build(cfg, special_ids)
+    return objective_module(cfg.objective).build(cfg, special_ids)

@@ -6,9 +6,18 @@ with one softmax over the word vocabulary shared by both directions. A training 
 one sentence ``<s> w_1 .. w_n </s>``: the forward LM's top layer at position k predicts the
 word at k+1, the backward LM's at k predicts the word at k-1. Loss = mean forward NLL + mean
 backward NLL; ``exp`` of each is that direction's perplexity.
+
+Data (``setup_pretraining``): ``data.prepared`` names raw text (a file, folder or glob, e.g.
+../shared/data/wiki-en), read word by word by ``ember.data.word_corpus``; the word vocabulary
+of the shared softmax is built from the training part and saved as ``RUN/words.json`` (a
+resumed run reloads it). Held-out metrics are the forward/backward NLL and perplexities on
+the same held-out sentences each time.
 """
 
 from __future__ import annotations
+
+import math
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -60,6 +69,51 @@ class BiLMObjective(nn.Module):
         return loss, {"loss": (loss.item() * n, n), "fwd_loss": (fwd.item() * n, n),
                       "bwd_loss": (bwd.item() * n, n)}
 
+    @staticmethod
+    def derived_metrics(metrics: dict) -> dict:
+        """Held-out perplexity of each direction from its mean NLL (nats per word)."""
+        return {f"{d}_ppl": math.exp(min(metrics[f"{d}_loss"], 50.0)) for d in ("fwd", "bwd")
+                if f"{d}_loss" in metrics}
+
 
 def build(cfg, special_ids: dict) -> BiLMObjective:
     return BiLMObjective(ElmoBiLM(cfg.elmo), special_ids["vocab_size"], cfg.elmo.dropout)
+
+
+def setup_pretraining(cfg, run_dir: Path, resume: bool, progress: bool):
+    """ELMo's data: words from raw text and a word vocabulary (see the module docstring)."""
+    from ember.config import save_yaml
+    from ember.data.word_corpus import WordCorpus
+    from ember.errors import EmberError
+    from ember.objectives.setup import PretrainingSetup, held_out_metrics
+    from ember.tokenizers.words import WordVocab
+
+    if not cfg.data.prepared:
+        raise EmberError("ELMo pre-training reads raw text: pass --data PATH (a text/wiki file, "
+                         "folder or glob, e.g. ../shared/data/wiki-en)")
+    e = cfg.elmo
+    corpus = WordCorpus(cfg.data.prepared, cfg.data.max_seq_length - 2, e.lowercase, e.max_corpus_words,
+                        e.valid_every, progress=progress)
+    saved_vocab = Path(run_dir) / "words.json"
+    if resume and saved_vocab.is_file():
+        vocab = WordVocab.load(saved_vocab)
+    else:
+        vocab = WordVocab.build(corpus.counts, e.vocab_size, e.lowercase, e.max_word_chars)
+    train_data = corpus.dataset("train", vocab)
+    valid_data = corpus.dataset("valid", vocab) if e.valid_every else None
+    module = build(cfg, {"vocab_size": len(vocab)})
+
+    def evaluate(m):
+        return held_out_metrics(m, valid_data, cfg.data.eval_examples, 64, cfg.train.seed, cfg.train.device)
+
+    def write_files(folder: Path) -> None:
+        save_yaml(cfg, folder / "config.yaml")
+        vocab.save(folder / "words.json")
+
+    params = sum(p.numel() for p in module.backbone.parameters())
+    covered = sum(c for w, c in corpus.counts.items() if w in vocab.index) / max(1, sum(corpus.counts.values()))
+    return PretrainingSetup(
+        cfg, module, train_data, evaluate if valid_data is not None else None, write_files,
+        description=f"pre-training ELMo biLM on {corpus.num_words:,} words ({len(train_data):,} sentences, "
+                    f"vocabulary {len(vocab):,} words covering {covered:.1%} of training words), biLM "
+                    f"{params / 1e6:.1f}M + softmax {module.softmax.weight.numel() / 1e6:.1f}M parameters")

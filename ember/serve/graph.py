@@ -85,7 +85,8 @@ def describe(run_dir: str | Path):
     if cfg.kind == "pretrain":
         return ServeInfo("fill-mask", "mlm", f"{m.family} masked LM", None,
                          min(cfg.data.max_seq_length, m.max_position), **common), tokenizer
-    from ember.tasks.base import GlueAdapter, get_adapter
+    from ember.tasks.glue_adapter import GlueAdapter
+    from ember.tasks.base import get_adapter
 
     if not cfg.task.name:  # e.g. a classifier imported with `ember convert --from-hf`
         raise EmberError(f"{run_dir}/config.yaml names no task (task.name), so the head's meaning is "

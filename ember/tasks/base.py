@@ -6,7 +6,7 @@ are scored. The training loop, checkpointing, best-on-dev selection and seeds ar
 (``ember.train.finetune``). Every head takes an ``ember.models.Encoder`` backbone, so every
 task works with every family (BERT, RoBERTa, ALBERT, ELECTRA, DistilBERT).
 
-Registry: GLUE-style tasks map to ``GlueAdapter`` (wrapping ``ember.tasks.glue`` specs),
+Registry: GLUE-style tasks map to ``ember.tasks.glue_adapter.GlueAdapter`` (wrapping ``ember.tasks.glue`` specs),
 ``conll2003`` to ``ember.tasks.tagging.ConllNerAdapter`` and ``squad``/``squad2`` to
 ``ember.tasks.squad_task.SquadAdapter``. Non-GLUE adapters are imported lazily by module
 path, so a missing optional module only matters when its task is asked for.
@@ -19,7 +19,6 @@ import inspect
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
-import numpy as np
 from tokenizers import Tokenizer
 from torch import nn
 
@@ -56,75 +55,6 @@ class TaskAdapter(Protocol):
         """Output label names written to RUN/labels.json (None: the task has no label set)."""
 
 
-class GlueAdapter:
-    """Sentence (pair) classification / regression (``ember.tasks.glue`` specs, [CLS] head)."""
-
-    def __init__(self, spec) -> None:
-        self.spec = spec
-
-    name = property(lambda self: self.spec.name)
-    display_name = property(lambda self: self.spec.display_name)
-    main_metric = property(lambda self: self.spec.main_metric)
-    hparams = property(lambda self: self.spec.bert_hparams)
-    report_splits: tuple[str, ...] = ()
-
-    def label_names(self) -> list[str]:
-        spec = self.spec
-        return list(spec.label_names or spec.labels) if spec.labels else ["score"]
-
-    def load(self, split, tokenizer, max_length, limit=None, path=None):
-        from ember.train.finetune import featurize_split
-
-        return featurize_split(self.spec, split, tokenizer, max_length, path=path, limit=limit)
-
-    def build_module(self, backbone, pad_id):
-        from ember.tasks.classification import SequenceClassifier
-
-        return SequenceClassifier(backbone, self.spec.num_labels, pad_id)
-
-    def score(self, module, examples, features, batch_size, device):
-        from ember.train.finetune import score
-
-        return score(module, self.spec, features, batch_size, device)
-
-    def encode(self, examples, tokenizer, max_length):
-        """Examples -> features (the tokenizer's own [CLS]/[SEP] template)."""
-        from ember.tasks.featurize import encode_examples
-
-        return encode_examples(examples, tokenizer, max_length)
-
-    def predict_file(self, module, tokenizer, max_length, path, batch_size, device):
-        from ember.tasks.glue import read_tsv_examples
-
-        if Path(path).suffix == ".jsonl":
-            from ember.tasks.jsonl_input import read_jsonl_examples
-
-            examples = read_jsonl_examples(path, self.spec)
-        else:
-            examples = read_tsv_examples(path, self.spec)
-        features, n_truncated = self.encode(examples, tokenizer, max_length)
-        logits = module.predict(features, batch_size, device)
-        names = self.label_names()
-        rows = []
-        for ex, row in zip(examples, logits):
-            if module.is_regression:
-                rows.append({"id": ex.guid, "prediction": float(row[0])})
-            else:
-                probs = np.exp(row - row.max())
-                probs /= probs.sum()
-                rows.append({"id": ex.guid, "prediction": names[int(row.argmax())],
-                             "probabilities": {n: round(float(p), 6) for n, p in zip(names, probs)}})
-        return rows, n_truncated
-
-    def rows_to_tsv(self, rows):
-        """id, prediction and one p_<label> column per label (classification)."""
-        names = [] if self.spec.is_regression else self.label_names()
-        lines = ["\t".join(["id", "prediction"] + [f"p_{n}" for n in names])]
-        for r in rows:
-            lines.append("\t".join([r["id"], str(r["prediction"])] + [str(r["probabilities"][n]) for n in names]))
-        return "\n".join(lines) + "\n"
-
-
 # task name -> "module:Class" of adapters outside GLUE (imported on first use).
 LAZY_ADAPTERS = {
     "conll2003": "ember.tasks.tagging:ConllNerAdapter",
@@ -135,34 +65,42 @@ LAZY_ADAPTERS = {
 }
 ALIASES = {"conll": "conll2003", "conll03": "conll2003", "ner": "conll2003"}
 
+# Backbone families whose input format or head differs from the encoders' ([CLS] head, the
+# tokenizer's template): family -> "module:function" that turns a task's encoder adapter
+# into that family's (or refuses the task with a clear message). Families not listed use
+# the encoder adapters as they are. A new family that fine-tunes differently adds one line.
+FAMILY_ADAPTERS = {
+    "gpt": "ember.tasks.gpt_classification:adapt",  # GPT-1's input transformations, §3.3
+    "gpt2": "ember.tasks.gpt_classification:adapt",
+}
+
 
 def task_names() -> list[str]:
     return sorted(TASKS) + sorted(LAZY_ADAPTERS)
 
 
+def _load(target: str, what: str):
+    module_name, _, name = target.partition(":")
+    try:
+        return getattr(importlib.import_module(module_name), name)
+    except (ImportError, AttributeError) as exc:
+        raise EmberError(f"{what} needs {module_name}.{name}, which cannot be loaded ({exc}); "
+                         "this ember installation does not support it yet") from None
+
+
 def get_adapter(task: str | TaskAdapter, model=None) -> TaskAdapter:
-    """The adapter of a task name (case and ``-``/``_`` insensitive, as ``get_task``).
-
-    With a causal decoder ``model`` config (GPT-1/GPT-2), GLUE-style tasks are fine-tuned the
-    GPT-1 way (``ember.tasks.gpt_classification``).
-    """
-    from ember.config import DECODER_FAMILIES
-
+    """The adapter of a task name (case and ``-``/``_`` insensitive, as ``get_task``), for the
+    backbone family of ``model`` (a ModelConfig; None = an encoder)."""
     adapter = _get_adapter(task)
-    if model is None or model.family not in DECODER_FAMILIES:
-        return adapter
-    if type(adapter) is GlueAdapter:
-        from ember.tasks.gpt_classification import GptGlueAdapter
-
-        return GptGlueAdapter(adapter.spec)
-    if isinstance(adapter, GlueAdapter):
-        return adapter
-    raise EmberError(f"{adapter.display_name} cannot be fine-tuned with a {model.family} decoder yet; "
-                     "GPT models fine-tune on GLUE-style sentence (pair) classification")
+    family = getattr(model, "family", None)
+    if family in FAMILY_ADAPTERS:
+        return _load(FAMILY_ADAPTERS[family], f"fine-tuning a {family} model")(adapter, model)
+    return adapter
 
 
 def _get_adapter(task: str | TaskAdapter) -> TaskAdapter:
     from ember.tasks.glue import TaskSpec, get_task
+    from ember.tasks.glue_adapter import GlueAdapter
 
     if isinstance(task, TaskSpec):
         return GlueAdapter(task)
@@ -172,12 +110,7 @@ def _get_adapter(task: str | TaskAdapter) -> TaskAdapter:
     key = task.lower().replace("-", "").replace("_", "")
     key = ALIASES.get(key, key)
     if key in LAZY_ADAPTERS:
-        module_name, _, class_name = LAZY_ADAPTERS[key].partition(":")
-        try:
-            cls = getattr(importlib.import_module(module_name), class_name)
-        except (ImportError, AttributeError) as exc:
-            raise EmberError(f"task {task!r} needs {module_name}.{class_name}, which cannot be loaded "
-                             f"({exc}); this ember installation does not support it yet") from None
+        cls = _load(LAZY_ADAPTERS[key], f"task {task!r}")
         # One class may serve several names (squad / squad2): it then takes the name.
         return cls(key) if inspect.signature(cls).parameters else cls()
     try:

@@ -10,8 +10,9 @@ attention is causal) feeds a linear classifier, and the LM objective is kept as 
 auxiliary loss, L3 = L2 + lambda * L1 with lambda = 0.5 (eq. 5), which the paper found helps
 generalisation and convergence on the larger datasets.
 
-``GptGlueAdapter`` is what ``get_adapter`` returns for a GLUE-style task when the model is a
-causal decoder, so `ember finetune --task sst2 --init <gpt run>` trains this.
+``adapt`` is registered for the GPT families in ``ember.tasks.base.FAMILY_ADAPTERS``: it turns a
+GLUE-style task's adapter into ``GptGlueAdapter``, so `ember finetune --task sst2 --init <gpt run>`
+trains this.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from tokenizers import Tokenizer
 
 from ember.errors import EmberError
 from ember.nn.lm_loss import next_token_loss
-from ember.tasks.base import GlueAdapter
+from ember.tasks.glue_adapter import GlueAdapter
 from ember.tasks.classification import SequenceClassifier
 from ember.tasks.featurize import Featurized
 from ember.tasks.glue import Example
@@ -114,3 +115,13 @@ class GptGlueAdapter(GlueAdapter):
 
     def build_module(self, backbone, pad_id):
         return GptClassifier(backbone, self.spec.num_labels, pad_id)
+
+
+def adapt(adapter, model) -> GptGlueAdapter:
+    """The GPT-1 form of a task's encoder adapter; GPT fine-tunes sentence (pair) tasks only."""
+    if type(adapter) is GlueAdapter:
+        return GptGlueAdapter(adapter.spec)
+    if isinstance(adapter, GlueAdapter):  # e.g. NSMC / RuSentiment readers: already GLUE-style
+        return adapter
+    raise EmberError(f"{adapter.display_name} cannot be fine-tuned with a {model.family} decoder yet; "
+                     "GPT models fine-tune on GLUE-style sentence (pair) classification")

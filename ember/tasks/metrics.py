@@ -163,3 +163,15 @@ def compute_metrics(spec: TaskSpec | str, preds, labels) -> dict[str, float]:
     if len(out) > 1:
         out["combined"] = float(np.mean(list(out.values())))
     return out
+
+
+def summarize_seeds(results: list[dict]) -> dict:
+    """Per metric over seeds: mean, sample std (None for one seed), median and the values."""
+    names = results[0]["metrics"].keys()
+    summary = {}
+    for name in names:
+        values = np.asarray([r["metrics"][name] for r in results], dtype=np.float64)
+        # one seed has no spread: std None (shown as no "±", as glue_average does), not 0.0
+        summary[name] = {"mean": float(values.mean()), "std": float(values.std(ddof=1)) if len(values) > 1 else None,
+                         "median": float(np.median(values)), "values": values.tolist()}
+    return summary

@@ -35,7 +35,7 @@ import numpy as np
 
 from ember import paths
 from ember.errors import EmberError
-from ember.tasks.base import GlueAdapter
+from ember.tasks.glue_adapter import GlueAdapter
 from ember.tasks.glue import Example, TaskSpec, _lines
 
 # A CSV record longer than this is almost surely a quote that was never closed (the longest

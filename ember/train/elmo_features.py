@@ -19,23 +19,13 @@ import numpy as np
 import torch
 
 from ember.config import TrainConfig
+from ember.data.in_memory import InMemoryData
 from ember.errors import EmberError
 from ember.fileio import atomic_write_text
 from ember.tasks.elmo_classifier import UNK, ElmoClassifier, task_vocabulary
 from ember.runs.checkpoint import save_weights
 from ember.train.loop import Trainer
 from ember.runs.folder import prepare_run_dir
-
-
-class _Examples:
-    def __init__(self, items: list[dict]) -> None:
-        self.items = items
-
-    def __len__(self) -> int:
-        return len(self.items)
-
-    def example(self, index: int, epoch: int) -> dict:
-        return self.items[index]
 
 
 def _words(texts: list, vocab) -> list[list[str]]:
@@ -173,7 +163,7 @@ def run_elmo_features(task: str, run_dir: Path, elmo_run: str | None, use_elmo: 
     def on_best(m, metrics):
         save_weights(m.state_dict(), run_dir / "model.safetensors", {"kind": "elmo-features"})
 
-    trainer = Trainer(module, _Examples(train_items), train_cfg, run_dir, evaluate=evaluate,
+    trainer = Trainer(module, InMemoryData(train_items), train_cfg, run_dir, evaluate=evaluate,
                       best_metric=main_metric, on_best=on_best, progress=progress)
     params = sum(p.numel() for p in module.parameters())
     print(f"{name}: {len(train_items):,} train / {len(dev_items):,} dev sentences, "

@@ -25,85 +25,17 @@ import json
 import math
 from pathlib import Path
 
-import numpy as np
 import torch
-from torch import nn
 
 from ember.config import RunConfig
+from ember.data.in_memory import InMemoryData
 from ember.errors import EmberError
-from ember.models import build_backbone
-from ember.tasks.base import GlueAdapter, TaskAdapter, get_adapter
-from ember.tasks.classification import SequenceClassifier, predictions_from_logits
+from ember.tasks.base import get_adapter
+from ember.tasks.task_model import build_task_module, pad_token_id
 from ember.runs.checkpoint import atomic_write_text, load_weights, save_weights
 from ember.train.layerwise import gradual_unfreezing, lr_scale_fn
 from ember.train.loop import Trainer
-from ember.runs.folder import load_run_config, prepare_run_dir, write_run_files
-
-
-class FeatureData:
-    def __init__(self, features: list[dict]) -> None:
-        self.features = features
-
-    def __len__(self) -> int:
-        return len(self.features)
-
-    def example(self, index: int, epoch: int) -> dict:
-        return self.features[index]
-
-
-def featurize_split(spec, split: str, tokenizer, max_length: int, path: str | None = None,
-                    limit: int | None = None) -> tuple[list, list[dict]]:
-    from ember.tasks.featurize import encode_examples
-    from ember.tasks.glue import read_examples
-
-    examples = read_examples(spec, split, path=path, limit=limit)
-    features, n_truncated = encode_examples(examples, tokenizer, max_length)
-    if n_truncated:
-        print(f"{spec.display_name} {split}: truncated {n_truncated} of {len(examples)} examples "
-              f"to {max_length} tokens (raise --max-length to keep more)")
-    return examples, features
-
-
-def score(module: SequenceClassifier, spec, features: list[dict], batch_size: int, device: str) -> dict:
-    from ember.tasks.metrics import compute_metrics
-
-    logits = module.predict(features, batch_size, device)
-    preds = predictions_from_logits(logits, module.is_regression)
-    labels = np.asarray([f["label"] for f in features])
-    return compute_metrics(spec, preds, labels)
-
-
-def pad_token_id(tokenizer) -> int:
-    """The padding id; GPT-2's vocabulary has no pad token and pads with end-of-text
-    (padding is masked, so any id works)."""
-    from ember.tokenizers import end_of_text_id, special_token_ids
-
-    try:
-        return special_token_ids(tokenizer)["pad"]
-    except EmberError:
-        if tokenizer.token_to_id("<pad>") is not None:
-            return tokenizer.token_to_id("<pad>")
-        return end_of_text_id(tokenizer)
-
-
-def build_task_module(cfg: RunConfig, adapter: TaskAdapter, state: dict | None, pad_id: int) -> nn.Module:
-    """The task head on a fresh backbone, loaded with pre-trained ``state`` when given.
-
-    Seeded with ``train.seed`` so the head's initialisation is part of the run's seed.
-    Pooler weights may be missing (ELECTRA, DistilBERT and RoBERTa checkpoints have none).
-    """
-    torch.manual_seed(cfg.train.seed)
-    backbone = build_backbone(cfg.model)
-    if state is not None:
-        missing, unexpected = backbone.load_state_dict(state, strict=False)
-        if unexpected or [m for m in missing if not m.startswith("pooler.")]:
-            raise EmberError(f"pre-trained weights do not fit the backbone (missing {missing[:3]}, "
-                             f"unexpected {unexpected[:3]})")
-    if cfg.task.features:
-        from ember.tasks.feature_transfer import FeatureBackbone
-
-        backbone = FeatureBackbone(backbone, cfg.task.feature_layers)
-    return adapter.build_module(backbone, pad_id)
+from ember.runs.folder import prepare_run_dir, write_run_files
 
 
 def check_options(cfg: RunConfig) -> None:
@@ -118,11 +50,6 @@ def check_options(cfg: RunConfig) -> None:
     if not 0.0 < task.layer_lr_decay <= 1.0:
         raise EmberError(f"--layer-lr-decay {task.layer_lr_decay} must be in (0, 1]: the factor each layer "
                          "below the head is multiplied by (ULMFiT's 'divide by 2.6' is 0.385)")
-
-
-def build_classifier(cfg: RunConfig, spec, state: dict | None, pad_id: int) -> SequenceClassifier:
-    """GLUE shortcut of ``build_task_module`` (``spec`` needs only ``num_labels``)."""
-    return build_task_module(cfg, GlueAdapter(spec), state, pad_id)
 
 
 def run_finetuning(cfg: RunConfig, run_dir: Path, state: dict | None, tokenizer_path: Path,
@@ -171,7 +98,7 @@ def run_finetuning(cfg: RunConfig, run_dir: Path, state: dict | None, tokenizer_
     # ULMFiT options: per-layer lr scales and the unfreezing hook, both functions of the step only.
     lr_scale = lr_scale_fn(module, cfg.task.layer_lr_decay) if cfg.task.layer_lr_decay != 1.0 else None
     unfreeze = gradual_unfreezing(module, steps_per_epoch) if cfg.task.gradual_unfreeze else None
-    trainer = Trainer(module, FeatureData(train_features), train_cfg, run_dir, evaluate=evaluate,
+    trainer = Trainer(module, InMemoryData(train_features), train_cfg, run_dir, evaluate=evaluate,
                       best_metric=adapter.main_metric, on_best=save_best, progress=progress,
                       lr_scale=lr_scale, before_step=unfreeze, patience=cfg.task.patience)
     trainer.train(resume=resume)
@@ -205,64 +132,3 @@ def run_finetuning(cfg: RunConfig, run_dir: Path, state: dict | None, tokenizer_
             split: evaluate(module, *adapter.load(split, tokenizer, cfg.task.max_length)) for split in others}
     atomic_write_text(run_dir / "results.json", json.dumps(results, indent=2))
     return results
-
-
-def summarize_seeds(results: list[dict]) -> dict:
-    names = results[0]["metrics"].keys()
-    summary = {}
-    for name in names:
-        values = np.asarray([r["metrics"][name] for r in results], dtype=np.float64)
-        # one seed has no spread: std None (shown as no "±", as glue_average does), not 0.0
-        summary[name] = {"mean": float(values.mean()), "std": float(values.std(ddof=1)) if len(values) > 1 else None,
-                         "median": float(np.median(values)), "values": values.tolist()}
-    return summary
-
-
-def evaluate_run(run_dir: Path, split: str = "", path: str | None = None, task: str = "") -> dict:
-    """Score a fine-tuned run folder on a labelled split (or file) with the task's metric."""
-    from ember.tokenizers import load_tokenizer
-
-    cfg = load_run_config(run_dir, expect_kind="finetune")
-    adapter = load_run_adapter(run_dir, cfg, task)
-    split = split or cfg.task.eval_split
-    tokenizer = load_tokenizer(Path(run_dir) / "tokenizer.json")
-    module = load_task_module(run_dir, cfg, adapter, pad_token_id(tokenizer))
-    examples, features = adapter.load(split, tokenizer, cfg.task.max_length, path=path)
-    result = {"task": adapter.display_name, "split": split if path is None else str(path),
-              "metrics": adapter.score(module, examples, features, cfg.task.eval_batch_size, cfg.train.device)}
-    if getattr(adapter, "with_no_answer", False):  # SQuAD 2.0: say which threshold was used
-        result["null_threshold"] = adapter.null_threshold
-    return result
-
-
-def load_run_adapter(run_dir: Path, cfg: RunConfig, task: str = "") -> TaskAdapter:
-    """The run's task adapter with the settings tuned during fine-tuning (RUN/tuned.json)."""
-    adapter = get_adapter(task or cfg.task.name, cfg.model)
-    tuned_path = Path(run_dir) / "tuned.json"
-    if tuned_path.is_file() and hasattr(adapter, "apply_tuned"):
-        try:
-            adapter.apply_tuned(json.loads(tuned_path.read_text()))
-        except (ValueError, KeyError, TypeError) as exc:
-            raise EmberError(f"{tuned_path}: unreadable ({exc}); delete it to use the task's defaults") from None
-    return adapter
-
-
-def load_task_module(run_dir: Path, cfg: RunConfig, adapter: TaskAdapter, pad_id: int) -> nn.Module:
-    """The fine-tuned model of a run folder (RUN/model.safetensors), in eval mode."""
-    backbone = build_backbone(cfg.model)
-    if cfg.task.features:
-        from ember.tasks.feature_transfer import FeatureBackbone
-
-        backbone = FeatureBackbone(backbone, cfg.task.feature_layers)
-    module = adapter.build_module(backbone, pad_id)
-    state = load_weights(Path(run_dir) / "model.safetensors")
-    try:
-        module.load_state_dict(state)
-    except RuntimeError as exc:
-        raise EmberError(f"{run_dir}/model.safetensors does not fit a {adapter.display_name} model: "
-                         f"{str(exc).splitlines()[0]}") from None
-    return module.eval()
-
-
-def load_classifier(run_dir: Path, cfg: RunConfig, spec, pad_id: int) -> nn.Module:
-    return load_task_module(run_dir, cfg, get_adapter(spec, cfg.model), pad_id)

@@ -30,7 +30,7 @@ def task_summary(display_name: str, main_metric: str, seed_metrics: dict[str, di
 
     ``seed_metrics``: seed -> {metric: value} (at least one seed).
     """
-    from ember.train.finetune import summarize_seeds
+    from ember.tasks.metrics import summarize_seeds
 
     summary = summarize_seeds([{"metrics": m} for m in seed_metrics.values()])
     main = summary[main_metric]
@@ -104,3 +104,14 @@ def grouped_bar_chart(path: Path, groups: list[str], series: list[tuple[str, lis
     fig.savefig(tmp, dpi=110)
     plt.close(fig)
     os.replace(tmp, path)
+
+
+def clean(value):
+    """JSON-safe copy: NaN/inf (an undefined correlation) become null."""
+    if isinstance(value, dict):
+        return {k: clean(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [clean(v) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value

@@ -10,10 +10,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ember.compare import clean, format_duration
+from ember.durations import format_duration
 from ember.fileio import atomic_write_text
-from ember.report_common import format_score as _score
-from ember.report_common import glue_average, grouped_bar_chart, read_seed_metrics, task_summary
+from ember.experiments.report_common import clean, format_score as _score
+from ember.experiments.report_common import glue_average, grouped_bar_chart, read_seed_metrics, task_summary
 
 
 def collect_results(out: Path, models: list[tuple[str, str]], meta: dict) -> dict:

@@ -11,7 +11,7 @@ What a GLUE table in the BERT-era papers reports, made with what is here:
 * Settings: each task's ``BertHParams`` (Devlin et al. 2019, §4.1 and appendix A.3: batch
   32, 3 epochs, 10% warm-up, max length 128, lr 2e-5 from the paper's grid), with
   ``--lr/--epochs/--max-length/--train-limit`` applied to every task alike. The config is
-  built by ``ember.compare.finetune_config``, the same one `ember compare` fine-tunes with.
+  built by ``ember.experiments.compare.finetune_config``, the same one `ember compare` fine-tunes with.
 * Seeds: one run per task and seed (``ember.train.finetune.run_finetuning``: best-on-dev
   weights over the epochs), summarised as mean ± sample std and median.
 
@@ -20,7 +20,7 @@ Layout of OUT::
     OUT/glue_settings.json         the settings (a re-run must use the same ones)
     OUT/runs/<task>-seed<k>/       one fine-tuning run folder (results.json when finished)
     OUT/glue.md, glue.json, glue.png   rebuilt from the run folders after every run
-                                   (``ember.glue_report``)
+                                   (``ember.experiments.glue_report``)
 
 Re-running the same command skips finished runs and resumes an interrupted one from its
 last checkpoint; adding seeds or tasks later runs only the new ones.
@@ -35,21 +35,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ember.errors import EmberError
+from ember.experiments.glue_report import GLUE_TASKS
 from ember.fileio import atomic_write_text
 
-# (column as the papers head it, ember task or None when ember has no such task here,
-#  metrics printed in the cell: BERT's Table 1 metric first, then the GLUE companion one)
-PAPER_COLUMNS = (
-    ("MNLI-m (SNLI)", "snli", ("accuracy",)),  # SNLI stands in for MNLI, absent here
-    ("QQP", None, ("f1", "accuracy")),
-    ("QNLI", "qnli", ("accuracy",)),
-    ("SST-2", "sst2", ("accuracy",)),
-    ("CoLA", "cola", ("mcc",)),
-    ("STS-B", "stsb", ("pearson", "spearman")),
-    ("MRPC", "mrpc", ("f1", "accuracy")),
-    ("RTE", "rte", ("accuracy",)),
-)
-GLUE_TASKS = tuple(task for _, task, _ in PAPER_COLUMNS if task)
 # Tasks whose data lacks a train split: (train split, eval split) to use instead.
 SPLITS = {"snli": ("dev", "test")}
 
@@ -136,9 +124,9 @@ def run_glue(init: str, out: str | Path, tasks: list[str] | None = None, seeds: 
 
     Returns glue.json's content plus ``ran``: how many fine-tuning runs this call ran.
     """
-    from ember.compare import Clock, FinetuneSettings, finetune_config, prepare_folder
+    from ember.experiments.compare import Clock, FinetuneSettings, finetune_config, prepare_folder
     from ember.config import TrainConfig
-    from ember.glue_report import write_reports
+    from ember.experiments.glue_report import write_reports
     from ember.tasks.glue import get_task
     from ember.train.finetune import run_finetuning
     from ember.runs.init import load_init

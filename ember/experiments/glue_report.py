@@ -14,13 +14,25 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ember.compare import clean
 from ember.fileio import atomic_write_text
-from ember.glue_runner import PAPER_COLUMNS
-from ember.report_common import format_score, glue_average, grouped_bar_chart, read_seed_metrics, task_summary
+from ember.experiments.report_common import clean, format_score, glue_average, grouped_bar_chart, read_seed_metrics, task_summary
 
 METRIC_NAMES = {"accuracy": "acc", "f1": "F1", "mcc": "MCC", "pearson": "Pearson", "spearman": "Spearman"}
 DASH = "–"
+
+# (column as the papers head it, ember task or None when ember has no such task here,
+#  metrics printed in the cell: BERT's Table 1 metric first, then the GLUE companion one)
+PAPER_COLUMNS = (
+    ("MNLI-m (SNLI)", "snli", ("accuracy",)),  # SNLI stands in for MNLI, absent here
+    ("QQP", None, ("f1", "accuracy")),
+    ("QNLI", "qnli", ("accuracy",)),
+    ("SST-2", "sst2", ("accuracy",)),
+    ("CoLA", "cola", ("mcc",)),
+    ("STS-B", "stsb", ("pearson", "spearman")),
+    ("MRPC", "mrpc", ("f1", "accuracy")),
+    ("RTE", "rte", ("accuracy",)),
+)
+GLUE_TASKS = tuple(task for _, task, _ in PAPER_COLUMNS if task)
 
 
 def collect_results(out: Path, plans: list, meta: dict) -> dict:

@@ -29,7 +29,7 @@ def banner(text: str) -> None:
 def run_quickstart(out: Path, pretrain_steps: int = 300, pretrain_time: float = 360.0,
                    max_docs: int = 1500, finetune_epochs: float = 1.0, finetune_limit: int | None = 20000,
                    progress: bool = True) -> dict:
-    from ember.commands.common import recipe_path
+    from ember.recipes import recipe_path
     from ember.config import apply_overrides, load_yaml, run_config_from_dict
     from ember.data.prepare import prepare_corpus
     from ember.tasks.fill_mask import FillMask

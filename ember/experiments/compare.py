@@ -29,7 +29,7 @@ Everything lands in OUT::
     OUT/runs/<label>/pretrain.json      its summary (steps, tokens, time, held-out metrics)
     OUT/runs/<label>/<task>-seed<k>/    one fine-tuning run folder (results.json when done)
     OUT/results.json, results.md, comparison.png   rebuilt from the run folders after each
-                                        run (ember.compare_report)
+                                        run (ember.experiments.compare_report)
 
 Re-running the same command skips finished runs and resumes an interrupted one from its last
 checkpoint, so a killed comparison loses at most the run that was in progress.
@@ -46,7 +46,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ember.config import RunConfig, TaskConfig, TrainConfig, to_dict
+from ember.durations import format_duration
 from ember.errors import EmberError
+from ember.experiments.report_common import clean
 from ember.fileio import atomic_write_text
 
 DEFAULT_TASKS = ("sst2", "cola", "mrpc", "rte", "stsb")
@@ -57,7 +59,7 @@ PROBE_STEPS = 10
 
 def parse_budget(text: str) -> float:
     """'90s', '20m', '1.5h' or plain seconds -> seconds (> 0)."""
-    from ember.commands.common import parse_duration
+    from ember.durations import parse_duration
 
     try:
         seconds = parse_duration(text)
@@ -67,16 +69,6 @@ def parse_budget(text: str) -> float:
     if seconds <= 0:
         raise EmberError(f"--budget {text!r}: the pre-training budget must be more than zero")
     return seconds
-
-
-def format_duration(seconds: float) -> str:
-    """3725 -> '1h02m', 1200 -> '20m', 90 -> '1m30s', 4 -> '4s'."""
-    seconds = int(round(seconds))
-    if seconds >= 3600:
-        return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
-    if seconds >= 60:
-        return f"{seconds // 60}m" + (f"{seconds % 60:02d}s" if seconds % 60 else "")
-    return f"{seconds}s"
 
 
 @dataclass(frozen=True)
@@ -129,7 +121,7 @@ def assign_labels(recipes: list[str], labels: list[str]) -> list[tuple[str, str]
 
 def build_entries(recipes: list[str], labels: list[str], data: Path, overrides: list[str],
                   seed: int) -> list[Entry]:
-    from ember.commands.common import recipe_path
+    from ember.recipes import recipe_path
     from ember.config import apply_overrides, load_yaml, run_config_from_dict
     from ember.data.shards import TokenCorpus
 
@@ -327,7 +319,7 @@ def run_compare(recipes: list[str], data: str | Path, budget: float, out: str | 
     Returns the content of OUT/results.json plus ``ran``: how many probes, pre-trainings and
     fine-tunings this call actually ran (the rest were found finished in OUT).
     """
-    from ember.compare_report import write_reports
+    from ember.experiments.compare_report import write_reports
     from ember.tasks.glue import get_task, read_examples
     from ember.train.finetune import run_finetuning
 
@@ -417,14 +409,3 @@ class Clock:
         rate = self.ft_seconds / self.ft_work if self.ft_work else 0.0
         left += sum(self.n_train[task] * self.epochs * rate for _, task, _ in finetune_left)
         self.say(f"{what}; time left: ~{format_duration(left)}")
-
-
-def clean(value):
-    """JSON-safe copy: NaN/inf (an undefined correlation) become null."""
-    if isinstance(value, dict):
-        return {k: clean(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [clean(v) for v in value]
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    return value

@@ -1,0 +1,92 @@
+"""Sentence (pair) classification and regression tasks (GLUE-style ``ember.tasks.glue`` specs).
+
+The task adapter of SST-2, CoLA, MRPC, RTE, STS-B, QNLI, SNLI (and, through subclasses,
+NSMC and RuSentiment): it reads a split with the spec's reader, encodes it with the
+tokenizer's own template (``[CLS] a [SEP] b [SEP]``), puts a ``SequenceClassifier`` on the
+backbone and scores with the task's official metric (``ember.tasks.metrics``). Other
+backbones change the input format and the head through their own subclass (GPT-1:
+``ember.tasks.gpt_classification``), chosen in ``ember.tasks.base.get_adapter``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+
+class GlueAdapter:
+    """Sentence (pair) classification / regression (``ember.tasks.glue`` specs, [CLS] head)."""
+
+    def __init__(self, spec) -> None:
+        self.spec = spec
+
+    name = property(lambda self: self.spec.name)
+    display_name = property(lambda self: self.spec.display_name)
+    main_metric = property(lambda self: self.spec.main_metric)
+    hparams = property(lambda self: self.spec.bert_hparams)
+    report_splits: tuple[str, ...] = ()
+
+    def label_names(self) -> list[str]:
+        spec = self.spec
+        return list(spec.label_names or spec.labels) if spec.labels else ["score"]
+
+    def load(self, split, tokenizer, max_length, limit=None, path=None):
+        from ember.tasks.glue import read_examples
+
+        examples = read_examples(self.spec, split, path=path, limit=limit)
+        features, n_truncated = self.encode(examples, tokenizer, max_length)
+        if n_truncated:
+            print(f"{self.spec.display_name} {split}: truncated {n_truncated} of {len(examples)} examples "
+                  f"to {max_length} tokens (raise --max-length to keep more)")
+        return examples, features
+
+    def build_module(self, backbone, pad_id):
+        from ember.tasks.classification import SequenceClassifier
+
+        return SequenceClassifier(backbone, self.spec.num_labels, pad_id)
+
+    def score(self, module, examples, features, batch_size, device):
+        from ember.tasks.classification import predictions_from_logits
+        from ember.tasks.metrics import compute_metrics
+
+        logits = module.predict(features, batch_size, device)
+        labels = np.asarray([f["label"] for f in features])
+        return compute_metrics(self.spec, predictions_from_logits(logits, module.is_regression), labels)
+
+    def encode(self, examples, tokenizer, max_length):
+        """Examples -> features (the tokenizer's own [CLS]/[SEP] template)."""
+        from ember.tasks.featurize import encode_examples
+
+        return encode_examples(examples, tokenizer, max_length)
+
+    def predict_file(self, module, tokenizer, max_length, path, batch_size, device):
+        from ember.tasks.glue import read_tsv_examples
+
+        if Path(path).suffix == ".jsonl":
+            from ember.tasks.jsonl_input import read_jsonl_examples
+
+            examples = read_jsonl_examples(path, self.spec)
+        else:
+            examples = read_tsv_examples(path, self.spec)
+        features, n_truncated = self.encode(examples, tokenizer, max_length)
+        logits = module.predict(features, batch_size, device)
+        names = self.label_names()
+        rows = []
+        for ex, row in zip(examples, logits):
+            if module.is_regression:
+                rows.append({"id": ex.guid, "prediction": float(row[0])})
+            else:
+                probs = np.exp(row - row.max())
+                probs /= probs.sum()
+                rows.append({"id": ex.guid, "prediction": names[int(row.argmax())],
+                             "probabilities": {n: round(float(p), 6) for n, p in zip(names, probs)}})
+        return rows, n_truncated
+
+    def rows_to_tsv(self, rows):
+        """id, prediction and one p_<label> column per label (classification)."""
+        names = [] if self.spec.is_regression else self.label_names()
+        lines = ["\t".join(["id", "prediction"] + [f"p_{n}" for n in names])]
+        for r in rows:
+            lines.append("\t".join([r["id"], str(r["prediction"])] + [str(r["probabilities"][n]) for n in names]))
+        return "\n".join(lines) + "\n"

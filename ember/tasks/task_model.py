@@ -1,0 +1,105 @@
+"""A task model of a run: build it for fine-tuning, load a fine-tuned one, score a run folder.
+
+Everything here reads run folders through ``ember.runs`` and tasks through their adapters
+(``ember.tasks.base``), never through the trainer, so evaluation, prediction, serving and
+distillation load a fine-tuned model without importing ``ember.train``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from ember.config import RunConfig
+from ember.errors import EmberError
+from ember.models import build_backbone
+from ember.runs.checkpoint import load_weights
+from ember.runs.folder import load_run_config
+from ember.tasks.base import TaskAdapter, get_adapter
+
+
+def _backbone(cfg: RunConfig) -> nn.Module:
+    """A fresh backbone, wrapped for feature-based transfer when the run is one (--features)."""
+    backbone = build_backbone(cfg.model)
+    if cfg.task.features:
+        from ember.tasks.feature_transfer import FeatureBackbone
+
+        backbone = FeatureBackbone(backbone, cfg.task.feature_layers)
+    return backbone
+
+
+def pad_token_id(tokenizer) -> int:
+    """The padding id; GPT-2's vocabulary has no pad token and pads with end-of-text
+    (padding is masked, so any id works)."""
+    from ember.tokenizers import end_of_text_id, special_token_ids
+
+    try:
+        return special_token_ids(tokenizer)["pad"]
+    except EmberError:
+        if tokenizer.token_to_id("<pad>") is not None:
+            return tokenizer.token_to_id("<pad>")
+        return end_of_text_id(tokenizer)
+
+
+def build_task_module(cfg: RunConfig, adapter: TaskAdapter, state: dict | None, pad_id: int) -> nn.Module:
+    """The task head on a fresh backbone, loaded with pre-trained ``state`` when given.
+
+    Seeded with ``train.seed`` so the head's initialisation is part of the run's seed.
+    Pooler weights may be missing (ELECTRA, DistilBERT and RoBERTa checkpoints have none).
+    """
+    torch.manual_seed(cfg.train.seed)
+    backbone = build_backbone(cfg.model)
+    if state is not None:
+        missing, unexpected = backbone.load_state_dict(state, strict=False)
+        if unexpected or [m for m in missing if not m.startswith("pooler.")]:
+            raise EmberError(f"pre-trained weights do not fit the backbone (missing {missing[:3]}, "
+                             f"unexpected {unexpected[:3]})")
+    if cfg.task.features:
+        from ember.tasks.feature_transfer import FeatureBackbone
+
+        backbone = FeatureBackbone(backbone, cfg.task.feature_layers)
+    return adapter.build_module(backbone, pad_id)
+
+
+def load_run_adapter(run_dir: Path, cfg: RunConfig, task: str = "") -> TaskAdapter:
+    """The run's task adapter with the settings tuned during fine-tuning (RUN/tuned.json)."""
+    adapter = get_adapter(task or cfg.task.name, cfg.model)
+    tuned_path = Path(run_dir) / "tuned.json"
+    if tuned_path.is_file() and hasattr(adapter, "apply_tuned"):
+        try:
+            adapter.apply_tuned(json.loads(tuned_path.read_text()))
+        except (ValueError, KeyError, TypeError) as exc:
+            raise EmberError(f"{tuned_path}: unreadable ({exc}); delete it to use the task's defaults") from None
+    return adapter
+
+
+def load_task_module(run_dir: Path, cfg: RunConfig, adapter: TaskAdapter, pad_id: int) -> nn.Module:
+    """The fine-tuned model of a run folder (RUN/model.safetensors), in eval mode."""
+    module = adapter.build_module(_backbone(cfg), pad_id)
+    state = load_weights(Path(run_dir) / "model.safetensors")
+    try:
+        module.load_state_dict(state)
+    except RuntimeError as exc:
+        raise EmberError(f"{run_dir}/model.safetensors does not fit a {adapter.display_name} model: "
+                         f"{str(exc).splitlines()[0]}") from None
+    return module.eval()
+
+
+def evaluate_run(run_dir: Path, split: str = "", path: str | None = None, task: str = "") -> dict:
+    """Score a fine-tuned run folder on a labelled split (or file) with the task's metric."""
+    from ember.tokenizers import load_tokenizer
+
+    cfg = load_run_config(run_dir, expect_kind="finetune")
+    adapter = load_run_adapter(run_dir, cfg, task)
+    split = split or cfg.task.eval_split
+    tokenizer = load_tokenizer(Path(run_dir) / "tokenizer.json")
+    module = load_task_module(run_dir, cfg, adapter, pad_token_id(tokenizer))
+    examples, features = adapter.load(split, tokenizer, cfg.task.max_length, path=path)
+    result = {"task": adapter.display_name, "split": split if path is None else str(path),
+              "metrics": adapter.score(module, examples, features, cfg.task.eval_batch_size, cfg.train.device)}
+    if getattr(adapter, "with_no_answer", False):  # SQuAD 2.0: say which threshold was used
+        result["null_threshold"] = adapter.null_threshold
+    return result
