@@ -40,8 +40,8 @@ from _bench import load, machine  # noqa: E402
 from ember.train.loop import step_clock  # noqa: E402
 
 from ember.cli import main as ember_cli  # noqa: E402
-from ember.durations import parse_duration
-from ember.commands.common import recipe_path  # noqa: E402
+from ember.durations import parse_duration  # noqa: E402
+from ember.recipes import recipe_path  # noqa: E402
 from ember.config import apply_overrides, load_yaml, run_config_from_dict  # noqa: E402
 
 SMOKE_MODEL = ["model.hidden_size=32", "model.num_layers=1", "model.num_heads=2", "model.intermediate_size=64",

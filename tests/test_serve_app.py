@@ -52,7 +52,8 @@ def client(run):
 
 def test_classify_single_pair_and_list_match_the_pytorch_model(run, client):
     from ember.serve.graph import describe, load_module
-    from ember.serve.inputs import TextEncoder, pad_arrays
+    from ember.serve.inputs import pad_arrays
+    from ember.tasks.requests import TextEncoder
 
     texts = ["a gripping , beautifully acted story", "a dull and lifeless mess"]
     got = client.post("/classify", json={"texts": texts}).json()
@@ -170,6 +171,7 @@ def test_concurrent_requests_are_micro_batched(run):
     class SlowRunner:  # a forward that takes 50 ms lets requests queue up behind it
         def __init__(self, inner):
             self.inner, self.backend, self.batch_sizes = inner, inner.backend, []
+            self.logits_axes = inner.logits_axes
 
         def __call__(self, arrays, need_hidden=False):
             self.batch_sizes.append(arrays["input_ids"].shape[0])
@@ -200,7 +202,7 @@ def test_concurrent_requests_are_micro_batched(run):
 
 def test_batcher_answers_queued_requests_on_close_and_refuses_new_ones():
     from ember.serve.batching import MicroBatcher
-    from ember.serve.requests import RequestError
+    from ember.errors import RequestError
 
     def process(kind, requests):
         time.sleep(0.02)
@@ -226,6 +228,7 @@ def test_a_failing_model_gives_500_json_and_the_server_keeps_serving(run):
     class Flaky:
         def __init__(self, inner):
             self.inner, self.backend, self.fail = inner, inner.backend, True
+            self.logits_axes = inner.logits_axes
 
         def __call__(self, arrays, need_hidden=False):
             if self.fail:
@@ -300,7 +303,7 @@ def test_graceful_shutdown_finishes_the_request_in_flight(run):
 
     class Slow:
         def __init__(self, inner):
-            self.inner, self.backend = inner, inner.backend
+            self.inner, self.backend, self.logits_axes = inner, inner.backend, inner.logits_axes
 
         def __call__(self, arrays, need_hidden=False):
             entered.set()

@@ -52,9 +52,9 @@ def wiki_prompts():
 
 def make_app(run_dir, max_wait_ms=5.0, limits=None, backend="", max_length=None):
     from ember.serve.app import create_app
-    from ember.serve.generation import load_generation_predictor
+    from ember.serve.predictor import load_predictor
 
-    predictor = load_generation_predictor(run_dir, backend, max_length=max_length)
+    predictor = load_predictor(run_dir, backend, max_length=max_length)
     return create_app(predictor, limits, max_wait_ms=max_wait_ms), predictor
 
 
@@ -75,7 +75,7 @@ def test_greedy_generate_equals_ember_generate_on_real_text(served, wiki_prompts
         cfg = GenerationConfig(max_new_tokens=12)
         assert result["text"] == generate_text(predictor.model, predictor.tokenizer, [prompt], cfg)[0]
         ids = predictor.tokenizer.encode(prompt, add_special_tokens=False).ids
-        new = generate_ids(predictor.model, [ids], cfg, predictor.eot_id)[0]
+        new = generate_ids(predictor.model, [ids], cfg, predictor.methods["generate"].eot_id)[0]
         assert result["prompt_tokens"] == len(ids) and result["generated_tokens"] == len(new)
         assert result["finish_reason"] == ("length" if len(new) == 12 else "end_of_text")
         assert result["truncated"] is False
@@ -146,7 +146,7 @@ def test_stop_sequences_cut_the_text_and_say_so(served, wiki_prompts):
     prompt = wiki_prompts[0][1]
     full = client.post("/generate", json={"prompt": prompt, "max_new_tokens": 16}).json()["results"][0]
     ids = predictor.tokenizer.encode(prompt, add_special_tokens=False).ids
-    new = generate_ids(predictor.model, [ids], GenerationConfig(max_new_tokens=16), predictor.eot_id)[0]
+    new = generate_ids(predictor.model, [ids], GenerationConfig(max_new_tokens=16), predictor.methods["generate"].eot_id)[0]
     # The text of the 4th generated token as the stop sequence: generation must end by then.
     texts = (predictor.tokenizer.decode(new[k : k + 1]).strip() for k in range(3, len(new)))
     stop = next(s for s in texts if s and "\ufffd" not in s)  # a whole printable token
@@ -169,7 +169,7 @@ def test_long_prompts_are_cut_from_the_left_and_flagged(served, wiki_prompts):
     got = client.post("/generate", json={"prompt": article, "max_new_tokens": 10}).json()
     result = got["results"][0]
     kept = ids[-(CONTEXT - 10):]  # the end of the prompt, which the continuation follows
-    new = generate_ids(predictor.model, [kept], GenerationConfig(max_new_tokens=10), predictor.eot_id)[0]
+    new = generate_ids(predictor.model, [kept], GenerationConfig(max_new_tokens=10), predictor.methods["generate"].eot_id)[0]
     assert result["text"] == predictor.tokenizer.decode(new)
     assert result["prompt_tokens"] == CONTEXT - 10 and result["truncated"] is True and got["truncated"] is True
     short = client.post("/generate", json={"prompts": ["The river", article], "max_new_tokens": 10}).json()
@@ -267,7 +267,8 @@ def _bert_app(run_dir):
 
 def test_a_failing_generation_gives_500_json_and_the_server_keeps_serving(wiki_run):
     app, predictor = make_app(wiki_run)
-    real = predictor._generate
+    method = predictor.methods["generate"]
+    real = method._generate
     calls = []
 
     def flaky(*args):
@@ -276,7 +277,7 @@ def test_a_failing_generation_gives_500_json_and_the_server_keeps_serving(wiki_r
             raise RuntimeError("boom")
         return real(*args)
 
-    predictor._generate = flaky
+    method._generate = flaky
     with TestClient(app, raise_server_exceptions=False) as c:
         first = c.post("/generate", json={"prompt": "The river", "max_new_tokens": 3})
         assert first.status_code == 500 and "boom" in first.json()["error"]
@@ -289,11 +290,11 @@ def test_onnx_is_refused_at_startup_and_int8_generates(wiki_run, tmp_path):
     from ember.cli import main
     from ember.errors import EmberError
     from ember.serve.export import export_run
-    from ember.serve.generation import load_generation_predictor
+    from ember.serve.predictor import load_predictor
 
     for backend in ("onnx", "onnx-int8"):
         with pytest.raises(EmberError, match=f"drop --{backend}"):
-            load_generation_predictor(wiki_run, backend)
+            load_predictor(wiki_run, backend)
     assert main(["serve", str(wiki_run), "--onnx"]) == 1  # fails before binding a port
     with pytest.raises(EmberError, match="no inference graph to export"):
         export_run(wiki_run, "onnx", tmp_path / "out")
@@ -345,12 +346,13 @@ def test_a_fine_tuned_gpt_classifier_is_refused_with_a_clear_message(wiki_run, t
     import shutil
 
     from ember.errors import EmberError
-    from ember.serve.generation import load_generation_predictor
+    from ember.serve.predictor import load_predictor
 
     run = tmp_path / "gpt-sst2"
     shutil.copytree(wiki_run, run)
     config = (run / "config.yaml").read_text()
-    assert "kind: pretrain" in config
-    (run / "config.yaml").write_text(config.replace("kind: pretrain", "kind: finetune"))
-    with pytest.raises(EmberError, match="fine-tuned gpt2 classifier.*ember predict"):
-        load_generation_predictor(run)
+    assert "kind: pretrain" in config and "  name: ''" in config
+    (run / "config.yaml").write_text(config.replace("kind: pretrain", "kind: finetune")
+                                     .replace("  name: ''", "  name: sst2"))
+    with pytest.raises(EmberError, match="fine-tuned gpt2 SST-2 model.*ember predict"):
+        load_predictor(run)

@@ -47,11 +47,8 @@ def register(sub) -> None:
 def run(args) -> int:
     from ember.errors import EmberError
     from ember.serve.app import create_app, run_server
-    from ember.serve.generation import load_generation_predictor
-    from ember.serve.graph import is_causal_lm
-    from ember.serve.predictor import Predictor
+    from ember.serve.predictor import load_predictor
     from ember.serve.requests import Limits
-    from ember.serve.runners import load_runner
 
     for flag in ("max_batch", "max_texts", "max_body_bytes", "max_new_tokens"):
         if getattr(args, flag) < 1:
@@ -59,11 +56,7 @@ def run(args) -> int:
     if args.max_length is not None and args.max_length < 8:
         raise EmberError("--max-length must be at least 8 tokens")
     backend = "onnx" if args.onnx else "int8" if args.int8 else "onnx-int8" if args.onnx_int8 else ""
-    if is_causal_lm(args.run_dir):
-        predictor = load_generation_predictor(args.run_dir, backend, args.threads, args.max_length, args.max_batch)
-    else:
-        runner, info, tokenizer = load_runner(args.run_dir, backend, threads=args.threads)
-        predictor = Predictor(runner, info, tokenizer, args.max_length, max_batch=args.max_batch)
+    predictor = load_predictor(args.run_dir, backend, args.threads, args.max_length, args.max_batch)
     info = predictor.info
     limits = Limits(max_body_bytes=args.max_body_bytes, max_texts=args.max_texts,
                     max_new_tokens=args.max_new_tokens)

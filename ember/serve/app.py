@@ -9,10 +9,11 @@
     POST /generate     {"prompt" | "prompts", max_new_tokens, temperature, top_k, top_p, stop, seed}
                                                                                (GPT pre-training runs)
 
-The app serves a Predictor (serve/predictor.py: encoders, one forward per batch) or a
-GenerationPredictor (serve/generation.py: GPT runs, a decoding loop per batch); both expose
-``run(kind, requests)``, ``endpoints``, ``info``, ``backend``, ``max_length`` and ``forwards``.
-GPT runs serve /generate only (no /embed).
+The app serves a Predictor (serve/predictor.py): one POST route per inference method the
+loaded model has (``predictor.methods``, from its task or objective: ``ember.tasks.inference``),
+each parsing its body with the method's own ``parse`` and answering through the micro-batcher.
+A new task or family serves through its methods with no change here. GPT runs serve /generate
+only (no /embed: they have no inference graph).
 
 Errors are JSON ``{"error": message}`` with a 4xx status for anything the client can fix
 (see requests.py); an endpoint the loaded model does not have is a 404 saying which it has.
@@ -30,8 +31,7 @@ import logging
 
 from ember.errors import EmberError
 from ember.serve.batching import MicroBatcher
-from ember.serve.requests import (Limits, RequestError, parse_answer, parse_classify, parse_embed,
-                                  parse_fill_mask, parse_generate, parse_tag, read_json)
+from ember.serve.requests import Limits, RequestError, read_json
 
 log = logging.getLogger("ember.serve")
 
@@ -72,6 +72,10 @@ def create_app(predictor, limits: Limits | None = None, max_batch: int = 32, max
 
     @app.exception_handler(HTTPException)
     async def http_error(request, exc: HTTPException):  # 404 unknown path, 405 wrong method
+        if exc.status_code == 404 and request.method == "POST":  # a method this model does not have
+            return JSONResponse({"error": f"this model ({info.display_name}) does not serve "
+                                 f"{request.url.path}; its endpoints: {', '.join(predictor.endpoints)}"},
+                                status_code=404)
         return JSONResponse({"error": str(exc.detail)}, status_code=exc.status_code)
 
     @app.exception_handler(RequestValidationError)
@@ -83,52 +87,25 @@ def create_app(predictor, limits: Limits | None = None, max_batch: int = 32, max
         log.exception("unexpected error on %s", request.url.path)
         return JSONResponse({"error": f"internal error: {type(exc).__name__}: {exc}"}, status_code=500)
 
-    def needs(kind: str) -> None:
-        if f"/{kind}" not in predictor.endpoints:
-            raise RequestError(404, f"this model ({info.display_name}) does not serve /{kind}; "
-                               f"its endpoints: {', '.join(predictor.endpoints)}")
-
     @app.get("/healthz")
     async def healthz():
         served = {"max_body_bytes": limits.max_body_bytes, "max_texts": limits.max_texts,
                   "max_chars": limits.max_chars}
-        if "/generate" in predictor.endpoints:
-            served["max_new_tokens"] = limits.max_new_tokens
+        for method in predictor.methods.values():  # limits only some methods use (max_new_tokens)
+            served.update({name: getattr(limits, name) for name in getattr(method, "limits", ())})
         return {"status": "ok", "model": info.summary(), "backend": predictor.backend,
                 "endpoints": predictor.endpoints, "max_length": predictor.max_length, "limits": served,
                 "batching": {**batcher.stats(), "forwards": predictor.forwards}}
 
-    @app.post("/classify")
-    async def classify(request: Request):
-        needs("classify")
-        return await batcher.submit("classify", parse_classify(await read_json(request, limits), limits))
+    def route(name: str):
+        async def handle(request: Request):
+            request_body = predictor.parse(name, await read_json(request, limits), limits)
+            return await batcher.submit(name, request_body)
 
-    @app.post("/embed")
-    async def embed(request: Request):
-        needs("embed")
-        req = parse_embed(await read_json(request, limits), limits, info.num_layers)
-        return await batcher.submit("embed", req)
+        return handle
 
-    @app.post("/fill-mask")
-    async def fill_mask(request: Request):
-        needs("fill-mask")
-        return await batcher.submit("fill-mask", parse_fill_mask(await read_json(request, limits), limits))
-
-    @app.post("/tag")
-    async def tag(request: Request):
-        needs("tag")
-        return await batcher.submit("tag", parse_tag(await read_json(request, limits), limits))
-
-    @app.post("/answer")
-    async def answer(request: Request):
-        needs("answer")
-        return await batcher.submit("answer", parse_answer(await read_json(request, limits), limits))
-
-    @app.post("/generate")
-    async def generate(request: Request):
-        needs("generate")
-        req = parse_generate(await read_json(request, limits), limits, predictor.max_length, predictor.vocab_size)
-        return await batcher.submit("generate", req)
+    for name in predictor.methods:
+        app.add_api_route(f"/{name}", route(name), methods=["POST"], name=name)
 
     return app
 

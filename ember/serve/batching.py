@@ -21,7 +21,7 @@ import threading
 import time
 from typing import Callable
 
-from ember.serve.requests import RequestError
+from ember.errors import RequestError
 
 _STOP = object()
 

@@ -48,14 +48,14 @@ def _write(fmt: str, run_dir: Path, tmp: Path, info, module):
         from ember.interop.convert import export_hf
 
         export_hf(run_dir, tmp)
-        return (lambda: load_hf_runner(tmp, info.kind)), tmp / "model.safetensors"
+        return (lambda: load_hf_runner(tmp)), tmp / "model.safetensors"
     _copy_run_files(run_dir, tmp)
     if fmt == "int8":
         save_int8(quantize_int8(module), tmp / INT8_FILE)
         (tmp / "export.json").write_text(json.dumps({"format": "int8"}))  # load_runner reads it
         # Verify the reloaded file, not the in-memory copy: that is what `ember serve` runs.
         return (lambda: load_runner(tmp)[0]), tmp / INT8_FILE
-    graph = InferenceGraph(module, info.kind)
+    graph = InferenceGraph(module)
     if fmt == "onnx":
         export_onnx(graph, tmp / ONNX_FILE, example_inputs(info))
     else:
@@ -91,13 +91,14 @@ def export_run(run_dir: str | Path, fmt: str, out: str | Path, verify: bool = Tr
         started = time.perf_counter()
         make_candidate, weights = _write(fmt, run_dir, tmp, info, module)
         report = {"format": fmt, "source": str(run_dir.resolve()), "model": info.summary(),
+                  "state_keys": list(module.state_dict()),
                   "export_seconds": round(time.perf_counter() - started, 2),
                   "size_bytes": {"original_weights": _size(run_dir / "model.safetensors"),
                                  "exported_weights": _size(weights), "folder": _size(tmp)}}
         if verify:
             rows, where = verification_rows(info, tokenizer, verify_file, limit)
-            reference = TorchRunner(InferenceGraph(module, info.kind))
-            result = compare(reference, make_candidate(), rows, info.kind, info.pad_id, batch_size,
+            reference = TorchRunner(InferenceGraph(module))
+            result = compare(reference, make_candidate(), rows, module.compare_view, info.pad_id, batch_size,
                              regression=info.is_regression)
             report["verification"] = {"inputs_from": where, **result}
             if fmt in ("hf", "onnx") and result["max_abs_diff"] > tolerance:

@@ -1,17 +1,15 @@
-"""A run's task model as one inference graph, and what serving needs to know about it.
+"""A run's inference model as one graph, and what serving needs to know about the run.
 
-``InferenceGraph.forward(input_ids, attention_mask, token_type_ids)`` returns the task's
-logits and every layer's hidden states from ONE backbone pass, so a single exported graph
-(ONNX, int8) serves both the task endpoint and ``/embed``:
+``describe(run)`` reads a run (or export) folder and finds its *provider*
+(``ember.tasks.inference``): a fine-tuned run's task adapter, or for a pre-training run the
+entry of its objective in ``ember.tasks.pretrained``. The provider builds the inference model
+on the backbone and names the methods it serves; nothing here knows about particular tasks.
 
-    classify   logits (B, num_labels)      [CLS] (through the pooler when there is one)
-    tag        logits (B, T, num_labels)   per token (CoNLL NER)
-    answer     logits (B, 2, T)            start / end per token; padding set to -1e4 (SQuAD)
-    fill-mask  logits (B, T, V)            MLM head over the vocabulary (pre-training runs)
-    hidden_states (L + 1, B, T, H)         embeddings output first, then each layer
-
-The heads are applied exactly as the task modules' own ``logits`` methods do (dropout is a
-no-op in eval mode); ``tests/test_serve_export.py`` checks the graph against them.
+``InferenceGraph.forward(input_ids, attention_mask, token_type_ids)`` runs ONE backbone pass
+and returns the head's logits (``module.head_logits``: (B, C) per sequence, (B, T, C) per
+token, (B, 2, T) start/end, as the module's ``logits_axes`` say) and every layer's hidden
+states (L + 1, B, T, H), so a single exported graph (ONNX, int8) serves the task's methods
+and ``embed``. ``tests/test_serve_export.py`` checks the graph against the task modules.
 """
 
 from __future__ import annotations
@@ -23,37 +21,39 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from ember.config import DECODER_FAMILIES, RunConfig
+from ember.config import RunConfig
 from ember.errors import EmberError
-
-# kind -> the HTTP endpoints a model of that kind serves (besides /healthz and /embed).
-KIND_ENDPOINTS = {"classify": "/classify", "tag": "/tag", "answer": "/answer", "fill-mask": "/fill-mask"}
-ADAPTER_KINDS = {"ConllNerAdapter": "tag", "SquadAdapter": "answer"}
 
 
 @dataclass
 class ServeInfo:
     """What the predictor and the exporters need besides the weights."""
 
-    kind: str  # classify | tag | answer | fill-mask | generate (GPT runs, serve/generation.py)
-    task: str  # sst2, conll2003, squad2, ... or "mlm" / "clm" for a pre-training run
+    kind: str  # the run's main method (classify, tag, answer, fill-mask, embed, generate, ...)
+    task: str  # sst2, conll2003, squad2, ... or "mlm" / "clm" / "embed" for a pre-training run
     display_name: str
     labels: list[str] | None
-    max_length: int  # default truncation length (the run's task.max_length)
+    max_length: int  # default truncation length (the run's task.max_length / training length)
     max_position: int
     num_layers: int
     hidden_size: int
     family: str
     special: dict[str, int]  # pad/unk/cls/sep/mask ids (eot/pad for a causal LM)
     cfg: RunConfig = field(repr=False)
+    provider: object = field(repr=False, default=None)  # task adapter or pre-training provider
 
     @property
     def is_regression(self) -> bool:
-        return self.kind == "classify" and self.labels == ["score"]
+        return self.labels == ["score"]
 
     @property
     def pad_id(self) -> int:
         return self.special["pad"]
+
+    @property
+    def has_graph(self) -> bool:
+        """False for models served by their own decoding loop (generation), not a graph."""
+        return getattr(self.provider, "graph", True)
 
     def summary(self) -> dict:
         return {"kind": self.kind, "task": self.task, "display_name": self.display_name,
@@ -61,93 +61,95 @@ class ServeInfo:
                 "num_layers": self.num_layers, "hidden_size": self.hidden_size}
 
 
-def is_causal_lm(run_dir: str | Path) -> bool:
-    """Whether a run folder holds a GPT-1/GPT-2 decoder (served by /generate, serve/generation.py)."""
-    from ember.runs.folder import load_run_config
+def special_ids(tokenizer) -> dict[str, int]:
+    """pad/unk/cls/sep/mask ids; a GPT vocabulary without them pads with end-of-text."""
+    from ember.tokenizers import end_of_text_id, special_token_ids
 
-    return load_run_config(Path(run_dir)).model.family in DECODER_FAMILIES
+    try:
+        return special_token_ids(tokenizer)
+    except EmberError:
+        eot = end_of_text_id(tokenizer)
+        return {"eot": eot, "pad": eot}
 
 
-def describe(run_dir: str | Path):
-    """(ServeInfo, tokenizer) of a run folder or an export folder (both hold config.yaml)."""
-    from ember.tokenizers import load_tokenizer, special_token_ids
-    from ember.runs.folder import load_run_config
+def weight_names(run_dir: Path) -> list[str]:
+    """The tensor names stored in a run's weights (read from the header, no tensors loaded)."""
+    from safetensors import safe_open
 
-    run_dir = Path(run_dir)
-    cfg = load_run_config(run_dir)
-    tokenizer = load_tokenizer(run_dir / "tokenizer.json")
-    m = cfg.model
-    if m.family in DECODER_FAMILIES:
-        return _describe_causal_lm(run_dir, cfg, tokenizer), tokenizer
-    special = special_token_ids(tokenizer)
-    common = dict(max_position=m.max_position, num_layers=m.num_layers, hidden_size=m.hidden_size,
-                  family=m.family, special=special, cfg=cfg)
+    path = Path(run_dir) / "model.safetensors"
+    if not path.is_file():
+        raise EmberError(f"{path} is missing: the run has no final weights yet (finish or resume "
+                         "its training, or import a checkpoint with `ember convert`)")
+    with safe_open(str(path), "pt") as fh:
+        return list(fh.keys())
+
+
+def _provider(run_dir: Path, cfg: RunConfig, keys):
     if cfg.kind == "pretrain":
-        return ServeInfo("fill-mask", "mlm", f"{m.family} masked LM", None,
-                         min(cfg.data.max_seq_length, m.max_position), **common), tokenizer
-    from ember.tasks.glue_adapter import GlueAdapter
-    from ember.tasks.base import get_adapter
+        from ember.tasks.pretrained import pretrained_provider
+
+        return pretrained_provider(cfg, keys)
+    from ember.tasks.task_model import load_run_adapter
 
     if not cfg.task.name:  # e.g. a classifier imported with `ember convert --from-hf`
         raise EmberError(f"{run_dir}/config.yaml names no task (task.name), so the head's meaning is "
                          "unknown; fine-tune it with `ember finetune --task ...` or set task.name")
-    adapter = get_adapter(cfg.task.name)
-    # The adapter class says which head the run has (imported lazily, like the registry does).
-    kind = "classify" if isinstance(adapter, GlueAdapter) else ADAPTER_KINDS.get(type(adapter).__name__)
-    if kind is None:
-        raise EmberError(f"{run_dir}: serving does not support {adapter.display_name} models yet")
-    labels_file = run_dir / "labels.json"
-    labels = json.loads(labels_file.read_text()) if labels_file.is_file() else adapter.label_names()
-    return ServeInfo(kind, adapter.name, adapter.display_name, labels, cfg.task.max_length, **common), tokenizer
+    adapter = load_run_adapter(run_dir, cfg)  # with its tuned settings (SQuAD 2.0's threshold)
+    if getattr(adapter, "inference_methods", None) is None:
+        raise EmberError(f"{run_dir} holds a fine-tuned {cfg.model.family} {adapter.display_name} model, which "
+                         "`ember serve` does not serve yet; use `ember predict` or `ember evaluate` on the run "
+                         "folder")
+    return adapter
 
 
-def _describe_causal_lm(run_dir: Path, cfg: RunConfig, tokenizer) -> ServeInfo:
-    """A GPT-1/GPT-2 pre-training run: served by /generate (serve.generation), not by a graph.
-    Its context is the training block length, within the positions (as `ember fewshot`)."""
-    from ember.tokenizers import end_of_text_id
+def describe(run_dir: str | Path, state_keys=None):
+    """(ServeInfo, tokenizer) of a run folder or an export folder (both hold config.yaml)."""
+    from ember.runs.folder import load_run_config
+    from ember.tokenizers import load_tokenizer
 
+    run_dir = Path(run_dir)
+    cfg = load_run_config(run_dir)
+    tokenizer = load_tokenizer(run_dir / "tokenizer.json")
+    keys = state_keys if state_keys is not None else (weight_names(run_dir) if cfg.kind == "pretrain" else ())
+    provider = _provider(run_dir, cfg, keys)
     m = cfg.model
-    if cfg.kind != "pretrain":
-        raise EmberError(f"{run_dir} holds a fine-tuned {m.family} classifier, which `ember serve` does not "
-                         "serve yet; classify with `ember predict`, or serve the GPT pre-training run it "
-                         "started from (/generate)")
-    eot = end_of_text_id(tokenizer)  # GPT vocabularies may have no pad/cls/mask: pad with end-of-text
-    context = min(cfg.data.max_seq_length, m.max_position)
-    return ServeInfo("generate", "clm", f"{m.family} causal LM", None, context, m.max_position,
-                     m.num_layers, m.hidden_size, m.family, {"eot": eot, "pad": eot}, cfg)
+    if cfg.kind == "pretrain":
+        labels, max_length = None, min(cfg.data.max_seq_length, m.max_position)
+    else:
+        labels_file = run_dir / "labels.json"
+        labels = json.loads(labels_file.read_text()) if labels_file.is_file() else provider.label_names()
+        max_length = cfg.task.max_length
+    info = ServeInfo(getattr(provider, "kind", "") or "", getattr(provider, "task", "") or provider.name,
+                     provider.display_name, labels, max_length, m.max_position, m.num_layers, m.hidden_size,
+                     m.family, special_ids(tokenizer), cfg, provider)
+    return info, tokenizer
 
 
-def build_module(info: ServeInfo, state_keys) -> nn.Module:
-    """The task module of ``info`` with fresh (unloaded) weights; ``state_keys`` picks the
-    pre-training sentence head (NSP or SOP) so a strict load fits."""
+def build_module(info: ServeInfo) -> nn.Module:
+    """The inference model of ``info`` with fresh (unloaded) weights."""
     from ember.models import build_backbone
 
-    if info.kind == "generate":
+    if not info.has_graph:
         raise EmberError(f"{info.display_name} runs have no inference graph to export (ONNX, int8 file): "
-                         "`ember serve RUN` generates with PyTorch (fp32 or --int8), and `ember convert "
+                         "`ember serve RUN` runs them with PyTorch (fp32 or --int8), and `ember convert "
                          "--to-hf` writes a Hugging Face folder")
     backbone = build_backbone(info.cfg.model)
-    if info.kind == "fill-mask":
-        from ember.config import DataConfig
-        from ember.objectives.bert import BertPretraining
+    if info.cfg.task.features:
+        from ember.tasks.feature_transfer import FeatureBackbone
 
-        keys = set(state_keys)
-        if "mlm.dense.weight" not in keys:
-            raise EmberError("this pre-training run has no masked-LM head (e.g. an ELECTRA discriminator); "
-                             "serve a fine-tuned run or an MLM pre-training run")
-        sentence = "nsp" if "nsp.weight" in keys else "sop" if "sop.weight" in keys else "none"
-        return BertPretraining(backbone, info.special, DataConfig(), sentence)
-    from ember.tasks.base import get_adapter
-
-    return get_adapter(info.task).build_module(backbone, info.pad_id)
+        backbone = FeatureBackbone(backbone, info.cfg.task.feature_layers)
+    return info.provider.build_module(backbone, info.pad_id)
 
 
 def load_module(run_dir: str | Path, info: ServeInfo) -> nn.Module:
-    """The fp32 task module of a run folder (RUN/model.safetensors), in eval mode."""
+    """The fp32 inference model of a run folder (RUN/model.safetensors), in eval mode."""
     from ember.runs.checkpoint import load_weights
 
     state = load_weights(Path(run_dir) / "model.safetensors")
-    module = build_module(info, state.keys())
+    module = build_module(info)
+    if not getattr(info.provider, "load_strict", True):  # heads the inference model does not use
+        wanted = module.state_dict()
+        state = {k: v for k, v in state.items() if k in wanted}
     # Runs imported from HF masked-LM checkpoints carry no pooler; the MLM never uses it.
     missing, unexpected = module.load_state_dict(state, strict=False)
     if unexpected or [k for k in missing if not k.startswith("backbone.pooler.")]:
@@ -157,29 +159,16 @@ def load_module(run_dir: str | Path, info: ServeInfo) -> nn.Module:
 
 
 class InferenceGraph(nn.Module):
-    def __init__(self, module: nn.Module, kind: str) -> None:
+    def __init__(self, module: nn.Module) -> None:
         super().__init__()
-        if kind not in KIND_ENDPOINTS:
-            raise ValueError(f"unknown model kind {kind!r}")
         self.module = module
-        self.kind = kind
+        self.logits_axes = module.logits_axes
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor,
                 need_hidden: bool = True):
         m = self.module
         out = m.backbone(input_ids, attention_mask, token_type_ids, output_hidden_states=need_hidden)
-        h = out.last_hidden_state  # (B, T, H)
-        if self.kind == "classify":
-            pooled = out.pooled if out.pooled is not None else h[:, 0]
-            logits = m.classifier(pooled)  # (B, L)
-        elif self.kind == "tag":
-            logits = m.classifier(h)  # (B, T, L)
-        elif self.kind == "answer":
-            pad = attention_mask == 0
-            start, end = m.qa_outputs(h).unbind(-1)  # (B, T) each
-            logits = torch.stack([start.masked_fill(pad, -1e4), end.masked_fill(pad, -1e4)], dim=1)
-        else:
-            logits = m.mlm(h, m.backbone.word_embeddings)  # (B, T, V)
+        logits = m.head_logits(out, attention_mask)
         if not need_hidden:
             return logits, None
         return logits, torch.stack(out.hidden_states)  # (L + 1, B, T, H)

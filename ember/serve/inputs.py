@@ -1,4 +1,4 @@
-"""Texts -> token ids with explicit truncation, padding to arrays, and real verification inputs."""
+"""Token rows -> padded arrays, and real inputs to verify an export with."""
 
 from __future__ import annotations
 
@@ -10,28 +10,6 @@ from tokenizers import Tokenizer
 
 from ember.errors import EmberError
 from ember.serve.graph import ServeInfo
-
-
-class TextEncoder:
-    """Single sentences or pairs -> (ids, type_ids, truncated), truncated to ``max_length``.
-
-    One private tokenizer copy is configured once (``longest_first``, BERT's pair rule) and
-    reused for every request; ``truncated`` is read from the encoding's overflow, so the
-    response can say which inputs were cut.
-    """
-
-    def __init__(self, tokenizer: Tokenizer, max_length: int) -> None:
-        self.tokenizer = Tokenizer.from_str(tokenizer.to_str())
-        self.tokenizer.no_padding()
-        room = max_length - self.tokenizer.num_special_tokens_to_add(True)
-        if room < 2:
-            raise EmberError(f"max_length={max_length} leaves no room for text after special tokens")
-        self.tokenizer.enable_truncation(max_length, strategy="longest_first")
-        self.max_length = max_length
-
-    def __call__(self, texts: Sequence[str], pairs: Sequence[str] | None = None) -> list[tuple[list, list, bool]]:
-        inputs = list(texts) if pairs is None else list(zip(texts, pairs))
-        return [(e.ids, e.type_ids, bool(e.overflowing)) for e in self.tokenizer.encode_batch(inputs)]
 
 
 def pad_arrays(rows: Sequence[tuple[Sequence[int], Sequence[int]]], pad_id: int) -> dict[str, np.ndarray]:
@@ -56,7 +34,7 @@ def verification_rows(info: ServeInfo, tokenizer: Tokenizer, path: str | Path | 
     own format: GLUE TSV, CoNLL file, SQuAD JSON); a pre-training run uses SST-2 dev sentences
     (or ``path``: plain text, one sentence per line).
     """
-    if info.kind == "fill-mask":
+    if info.cfg.kind == "pretrain":
         if path is not None:
             lines = [line.strip() for line in Path(path).read_text(encoding="utf-8").splitlines()]
             texts, where = [t for t in lines if t], str(path)
@@ -67,12 +45,12 @@ def verification_rows(info: ServeInfo, tokenizer: Tokenizer, path: str | Path | 
         texts = texts[:limit] if limit else texts
         if not texts:
             raise EmberError(f"{where}: no sentences to verify with")
+        from ember.tasks.requests import TextEncoder
+
         encoded = TextEncoder(tokenizer, info.max_length)(texts)
         return [(ids, types) for ids, types, _ in encoded], f"{where} ({len(texts)} sentences)"
-    from ember.tasks.base import get_adapter
-
     split = info.cfg.task.eval_split
-    _, features = get_adapter(info.task).load(split, tokenizer, info.max_length, limit=limit, path=path)
+    _, features = info.provider.load(split, tokenizer, info.max_length, limit=limit, path=path)
     if not features:
         raise EmberError(f"{path or split}: no examples to verify with")
     where = str(path) if path is not None else f"{info.display_name} {split}"

@@ -8,7 +8,8 @@ sequence-length check in the embeddings is a Python ``if`` and is not part of th
 the caller (server, verifier) keeps inputs within ``max_position``.
 
 Inputs: input_ids, attention_mask, token_type_ids, each (batch, seq) int64.
-Outputs: logits (shape per kind, see graph.py) and hidden_states (L + 1, batch, seq, H).
+Outputs: logits (axes as the inference model's ``logits_axes`` name them, see graph.py) and
+hidden_states (L + 1, batch, seq, H).
 """
 
 from __future__ import annotations
@@ -35,17 +36,11 @@ def _require(module: str, extra: str = "serve"):
                          f"pip install 'ember[{extra}]'") from None
 
 
-def output_axes(kind: str) -> dict[str, dict[int, str]]:
-    logits = {"classify": {0: "batch"}, "tag": {0: "batch", 1: "seq"}, "answer": {0: "batch", 2: "seq"},
-              "fill-mask": {0: "batch", 1: "seq"}}[kind]
-    return {"logits": logits, "hidden_states": {1: "batch", 2: "seq"}}
-
-
 def export_onnx(graph: torch.nn.Module, path: Path, example: dict[str, torch.Tensor], opset: int = OPSET) -> Path:
     """Write ``graph`` (an InferenceGraph in eval mode) to ``path``; ``example`` are real inputs."""
     _require("onnx")
     axes = {name: {0: "batch", 1: "seq"} for name in INPUT_NAMES}
-    axes.update(output_axes(graph.kind))
+    axes.update({"logits": graph.logits_axes, "hidden_states": {1: "batch", 2: "seq"}})
     args = tuple(example[name] for name in INPUT_NAMES)
     with warnings.catch_warnings():  # tracer notes about the Python-level length check
         warnings.simplefilter("ignore")

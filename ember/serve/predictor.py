@@ -1,10 +1,13 @@
-"""What each endpoint computes, for a micro-batch of validated requests of one kind.
+"""Runs a loaded model's inference methods (``ember.tasks.inference``) for a micro-batch.
 
-``Predictor.run(kind, requests)`` tokenizes every request of the micro-batch, runs the rows
-through the model in as few forward passes as possible (rows sorted by length, padded per
-chunk of at most ``max_batch`` rows), and returns one response dict per request, or a
-``RequestError`` for a request that cannot be answered (e.g. a fill-mask text whose masks
-were all truncated away); one bad request never fails the others.
+``Predictor.run(name, requests)`` hands a micro-batch of validated requests to the method
+called ``name``; the method encodes them, calls ``forward`` once for all their rows, and
+decodes one response (or a ``RequestError``) per request, so one bad request never fails the
+others. ``forward`` sorts the rows by length, pads per chunk of at most ``max_batch`` rows, runs
+the backend (``runners.py``) and trims each row's logits to its length along the head's
+sequence axis. Which methods a model has comes from its provider (the task adapter of a
+fine-tuned run, ``ember.tasks.pretrained`` for a pre-training run), plus ``embed`` for every
+model with an inference graph; nothing here branches on a task.
 
 Inputs longer than ``max_length`` tokens are truncated, and every result says whether its
 input was (``"truncated": true``).
@@ -13,187 +16,118 @@ input was (``"truncated": true``).
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 from typing import Sequence
 
-import numpy as np
-
-from ember.serve.graph import KIND_ENDPOINTS, ServeInfo
-from ember.serve.inputs import TextEncoder, pad_arrays
-from ember.serve.requests import RequestError
+from ember.errors import EmberError
+from ember.serve.graph import ServeInfo
+from ember.serve.inputs import pad_arrays
 
 
-def _softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
-    e = np.exp(x - x.max(axis=axis, keepdims=True))
-    return e / e.sum(axis=axis, keepdims=True)
+def inference_context(info: ServeInfo, tokenizer, max_length: int | None = None, max_batch: int = 32,
+                      model=None):
+    from ember.tasks.inference import InferenceContext
+
+    max_length = min(max_length or info.max_length, info.max_position)
+    return InferenceContext(tokenizer, max_length, info.special, info.labels, info.num_layers,
+                            info.hidden_size, max_batch, model, info.cfg.model.vocab_size)
+
+
+def build_methods(info: ServeInfo, ctx) -> list:
+    """The provider's methods, plus ``embed`` wherever there is a graph (hidden states)."""
+    from ember.tasks.embedding import EmbedMethod
+
+    methods = list(info.provider.inference_methods(ctx))
+    if info.has_graph:
+        methods.append(EmbedMethod(ctx))
+    return methods
 
 
 class Predictor:
     def __init__(self, runner, info: ServeInfo, tokenizer, max_length: int | None = None,
-                 max_batch: int = 32) -> None:
-        max_length = min(max_length or info.max_length, info.max_position)
+                 max_batch: int = 32, model=None, backend: str = "") -> None:
         self.runner, self.info, self.tokenizer = runner, info, tokenizer
-        self.max_length, self.max_batch = max_length, max_batch
-        self.encoder = TextEncoder(tokenizer, max_length)
-        self.forwards = 0  # forward passes run (micro-batching shows as forwards < requests)
+        self.ctx = inference_context(info, tokenizer, max_length, max_batch, model)
+        self.max_length, self.max_batch = self.ctx.max_length, max_batch
+        self.methods = {m.name: m for m in build_methods(info, self.ctx)}
+        self._backend = backend
+        if runner is not None:  # the head's sequence axis, per row (batch axis dropped)
+            seq = [axis for axis, name in runner.logits_axes.items() if name == "seq"]
+            self._seq_axis = seq[0] - 1 if seq else None
         self._lock = threading.Lock()  # one forward at a time, whichever thread calls
 
     @property
     def backend(self) -> str:
-        return self.runner.backend
+        return self.runner.backend if self.runner is not None else self._backend or "torch"
+
+    @property
+    def forwards(self) -> int:
+        """Forward passes run (or decoding loops): micro-batching shows as forwards < requests."""
+        return self.ctx.counters["forwards"]
 
     @property
     def endpoints(self) -> list[str]:
-        return [KIND_ENDPOINTS[self.info.kind], "/embed"]
+        return [f"/{name}" for name in self.methods]
 
-    def run(self, kind: str, requests: Sequence[dict]) -> list:
-        handler = {"classify": self._classify, "embed": self._embed, "fill-mask": self._fill_mask,
-                   "tag": self._tag, "answer": self._answer}[kind]
-        return handler(requests)
+    @property
+    def model(self):
+        """The PyTorch model of a method with its own decoding loop (None for graph models)."""
+        return self.ctx.model
 
-    # -- the shared forward --------------------------------------------------------------------
+    @property
+    def vocab_size(self) -> int:
+        return self.ctx.vocab_size
+
+    def parse(self, name: str, data: dict, limits) -> dict:
+        return self.methods[name].parse(data, limits)
+
+    def run(self, name: str, requests: Sequence[dict]) -> list:
+        return self.methods[name](requests, self.forward)
+
     def forward(self, rows: Sequence[tuple[list, list]], need_hidden: bool = False) -> list:
         """Per row: (logits trimmed to the row's length, hidden (L+1, n, H) or None)."""
+        if self.runner is None:
+            raise EmberError(f"{self.info.display_name} has no inference graph to run rows through")
         order = sorted(range(len(rows)), key=lambda i: len(rows[i][0]))
         out: list = [None] * len(rows)
         with self._lock:
             for first in range(0, len(order), self.max_batch):
                 chunk = order[first : first + self.max_batch]
                 logits, hidden = self.runner(pad_arrays([rows[i] for i in chunk], self.info.pad_id), need_hidden)
-                self.forwards += 1
+                self.ctx.counters["forwards"] += 1
                 for j, i in enumerate(chunk):
                     n = len(rows[i][0])
-                    row = logits[j] if self.info.kind == "classify" else (
-                        logits[j, :, :n] if self.info.kind == "answer" else logits[j, :n])
+                    row = logits[j]
+                    if self._seq_axis is not None:
+                        row = row.take(range(n), axis=self._seq_axis)
                     out[i] = (row, None if hidden is None else hidden[:, j, :n])
         return out
 
-    def _encode_all(self, requests: Sequence[dict]):
-        """Flatten the texts of all requests; returns (rows, truncated flags, slices per request)."""
-        rows, flags, spans = [], [], []
-        for req in requests:
-            encoded = self.encoder(req["texts"], req.get("pairs"))
-            spans.append(slice(len(rows), len(rows) + len(encoded)))
-            rows += [(ids, types) for ids, types, _ in encoded]
-            flags += [cut for _, _, cut in encoded]
-        return rows, flags, spans
 
-    # -- endpoints -------------------------------------------------------------------------------
-    def _classify(self, requests):
-        rows, flags, spans = self._encode_all(requests)
-        outs = self.forward(rows)
-        labels = self.info.labels or []
-        results = []
-        for i, (logits, _) in enumerate(outs):
-            if self.info.is_regression:
-                results.append({"score": float(logits[0]), "truncated": flags[i]})
-            else:
-                probs = _softmax(logits.astype(np.float64))
-                names = labels if len(labels) == len(probs) else [str(k) for k in range(len(probs))]
-                results.append({"label": names[int(probs.argmax())],
-                                "probabilities": {n: float(p) for n, p in zip(names, probs)},
-                                "truncated": flags[i]})
-        return [{"results": results[s], "truncated": any(flags[s])} for s in spans]
+def load_predictor(path: str | Path, backend: str = "", threads: int = 0, max_length: int | None = None,
+                   max_batch: int = 32) -> Predictor:
+    """A Predictor for a run or export folder: a graph on ``backend`` (torch, int8, onnx,
+    onnx-int8), or, for a model served by its own decoding loop, the PyTorch model (fp32 or int8)."""
+    from ember.serve.runners import load_runner
 
-    def _embed(self, requests):
-        rows, flags, spans = self._encode_all(requests)
-        outs = self.forward(rows, need_hidden=True)
-        responses = []
-        for req, s in zip(requests, spans):
-            results = []
-            for (_, hidden), (ids, _), cut in zip(outs[s], rows[s], flags[s]):
-                if req["layer_weights"] is not None:
-                    # ELMo's scalar mix (Peters et al. 2018, eq. 1) with fixed weights: softmax(w)
-                    w = _softmax(np.asarray(req["layer_weights"], dtype=np.float64))
-                    states = np.tensordot(w, hidden, axes=1)  # (n, H)
-                else:
-                    states = hidden[req["layer"]]  # (n, H)
-                if req["pooling"] == "none":
-                    vectors = states
-                    result = {"tokens": [self.tokenizer.id_to_token(t) for t in ids]}
-                else:
-                    vectors = states[0] if req["pooling"] == "cls" else states.mean(0)  # no padding here
-                    result = {}
-                if req["normalize"]:
-                    vectors = vectors / np.maximum(np.linalg.norm(vectors, axis=-1, keepdims=True), 1e-12)
-                key = "embeddings" if req["pooling"] == "none" else "embedding"
-                result.update({key: np.asarray(vectors, dtype=np.float32).tolist(), "truncated": cut})
-                results.append(result)
-            responses.append({"results": results, "truncated": any(flags[s]),
-                              "dimension": int(self.info.hidden_size)})
-        return responses
+    from ember.serve.graph import describe
 
-    def _fill_mask(self, requests):
-        mask_id = self.info.special["mask"]
-        mask_token = self.tokenizer.id_to_token(mask_id)
-        rows, flags, spans = self._encode_all(requests)
-        outs = self.forward(rows)
-        responses = []
-        for req, s in zip(requests, spans):
-            (logits, _), (ids, _), cut = outs[s][0], rows[s][0], flags[s][0]
-            positions = [p for p, t in enumerate(ids) if t == mask_id]
-            if not positions:
-                where = f" within the first {self.max_length} tokens" if cut else ""
-                responses.append(RequestError(422, f"no {mask_token} token in 'text'{where}; write e.g. "
-                                              f"'Paris is the capital of {mask_token}.'"))
-                continue
-            masks = []
-            for p in positions:
-                probs = _softmax(logits[p].astype(np.float64))
-                top = np.argsort(-probs, kind="stable")[: req["top_k"]]
-                masks.append([{"token": self.tokenizer.id_to_token(int(t)), "probability": float(probs[t])}
-                              for t in top])
-            responses.append({"masks": masks, "truncated": cut})
-        return responses
+    info, tokenizer = describe(path)
+    if info.has_graph:
+        runner, info, tokenizer = load_runner(path, backend, threads)
+        return Predictor(runner, info, tokenizer, max_length, max_batch)
+    import torch
 
-    def _tag(self, requests):
-        from ember.tasks.ner_metrics import get_entities
-        from ember.tasks.tagging import encode_words
+    backend = backend or "torch"
+    if backend not in ("torch", "int8"):
+        raise EmberError(f"{path} holds a {info.display_name}, which `ember serve` runs in PyTorch only: "
+                         f"drop --{backend} (--int8 quantizes its Linear layers and works)")
+    if threads:
+        torch.set_num_threads(threads)
+    model = info.provider.load_model(path)
+    if backend == "int8":
+        from ember.serve.quantize import quantize_int8
 
-        sentences = [req["words"] for req in requests]  # per request: sentences, each a list of words
-        flat = [words for words_list in sentences for words in words_list]
-        features, _ = encode_words(flat, self.tokenizer, self.max_length)
-        outs = self.forward([(f["input_ids"], f["token_type_ids"]) for f in features])
-        labels = self.info.labels
-        responses, k = [], 0
-        for words_list in sentences:
-            results = []
-            for words in words_list:
-                f, (logits, _) = features[k], outs[k]
-                k += 1
-                starts = np.asarray(f["word_starts"], dtype=np.int64)
-                token_pred = logits.argmax(-1)
-                tags = [labels[int(token_pred[p])] if p >= 0 else "O" for p in starts]
-                # Cut-off words have no sub-token (-1); a full-length row with such words was truncated.
-                cut = len(f["input_ids"]) >= self.max_length and bool((starts < 0).any())
-                entities = [{"type": t, "start": a, "end": b + 1, "text": " ".join(words[a : b + 1])}
-                            for t, a, b in get_entities(tags)]
-                results.append({"words": words, "tags": tags, "entities": entities, "truncated": cut})
-            responses.append({"results": results, "truncated": any(r["truncated"] for r in results)})
-        return responses
+        model = quantize_int8(model)
+    return Predictor(None, info, tokenizer, max_length, max_batch, model=model, backend=backend)
 
-    def _answer(self, requests):
-        from ember.tasks.base import get_adapter
-        from ember.tasks.qa import decode_answers
-        from ember.tasks.squad import SquadExample, featurize_squad
-
-        adapter = get_adapter(self.info.task)
-        examples = [SquadExample(str(i), "", r["question"], r["context"], (), False) for i, r in enumerate(requests)]
-        features = featurize_squad(examples, self.tokenizer, self.max_length, adapter.doc_stride,
-                                   adapter.max_query_length)
-        outs = self.forward([(f["input_ids"], f["token_type_ids"]) for f in features])
-        answers = decode_answers([ex.context for ex in examples], features,
-                                 [(logits[0], logits[1]) for logits, _ in outs], adapter.n_best,
-                                 adapter.max_answer_length)
-        responses = []
-        for req, ex, answer in zip(requests, examples, answers):
-            question_tokens = len(self.encoder.tokenizer.encode(ex.question, add_special_tokens=False).ids)
-            null = adapter.with_no_answer and answer.null_minus_best > adapter.null_threshold
-            responses.append({
-                "answer": "" if null else answer.text, "best_span": answer.text,
-                "score": answer.score if np.isfinite(answer.score) else None,
-                "no_answer_score": answer.null_minus_best if adapter.with_no_answer and np.isfinite(answer.score) else None,
-                "nbest": [{"text": t, "score": v} for t, v in answer.nbest[: req["top_k"]]],
-                # Contexts are read in overlapping windows (never cut); long questions are.
-                "truncated": question_tokens > adapter.max_query_length,
-            })
-        return responses

@@ -3,7 +3,8 @@
     runner(arrays, need_hidden) -> (logits, hidden_states or None)   (numpy in, numpy out)
 
 ``arrays`` holds input_ids / attention_mask / token_type_ids, each (B, T) int64; the
-outputs are laid out as in ``graph.py``. Backends: PyTorch fp32 ("torch"), PyTorch int8
+outputs are laid out as in ``graph.py``, and ``runner.logits_axes`` names the logits' batch
+and sequence axes (from the inference model, or read back from an ONNX file). Backends: PyTorch fp32 ("torch"), PyTorch int8
 dynamic ("int8"), ONNX Runtime ("onnx", "onnx-int8"), and a transformers model loaded from
 an HF export ("hf", used only to verify that export).
 """
@@ -29,6 +30,7 @@ class TorchRunner:
     def __init__(self, graph: InferenceGraph, backend: str = "torch") -> None:
         self.graph = graph.eval()
         self.backend = backend
+        self.logits_axes = graph.logits_axes
         self.calls = 0  # forward passes run (tests check that micro-batching batches)
 
     def __call__(self, arrays: dict[str, np.ndarray], need_hidden: bool = False):
@@ -43,6 +45,9 @@ class OnnxRunner:
     def __init__(self, session, backend: str = "onnx", cleanup: Path | None = None) -> None:
         self.session = session
         self.backend = backend
+        # The dynamic axes the export named ("batch", "seq"), read back from the file itself.
+        shape = next(o.shape for o in session.get_outputs() if o.name == "logits")
+        self.logits_axes = {i: d for i, d in enumerate(shape) if isinstance(d, str)}
         self.calls = 0
         self._cleanup = cleanup  # temporary folder of an on-the-fly export
 
@@ -60,11 +65,11 @@ class OnnxRunner:
 
 
 class HFRunner:
-    """A transformers model from an HF export, mapped to the graph's logits layout."""
+    """A transformers model from an HF export, mapped to the graph's logits layout (a QA model's
+    start/end logits stacked as (B, 2, T), as ember's span head gives them)."""
 
-    def __init__(self, model, kind: str) -> None:
+    def __init__(self, model) -> None:
         self.model = model.eval()
-        self.kind = kind
         self.backend = "hf"
         self.calls = 0
 
@@ -77,7 +82,7 @@ class HFRunner:
             t.pop("token_type_ids", None)
         with torch.inference_mode():
             out = self.model(**t, output_hidden_states=need_hidden)
-        if self.kind == "answer":
+        if hasattr(out, "start_logits"):
             pad = t["attention_mask"] == 0
             logits = torch.stack([out.start_logits.masked_fill(pad, -1e4), out.end_logits.masked_fill(pad, -1e4)], 1)
         else:  # *ForPreTraining models name their MLM logits prediction_logits
@@ -86,7 +91,7 @@ class HFRunner:
         return logits.float().numpy(), hidden
 
 
-def load_hf_runner(hf_dir: Path, kind: str) -> HFRunner:
+def load_hf_runner(hf_dir: Path) -> HFRunner:
     try:
         import transformers
     except ImportError:
@@ -97,7 +102,7 @@ def load_hf_runner(hf_dir: Path, kind: str) -> HFRunner:
     cls = getattr(transformers, arch, None)
     if cls is None:
         raise EmberError(f"{hf_dir}/config.json names architecture {arch!r}, unknown to transformers")
-    return HFRunner(cls.from_pretrained(str(hf_dir)), kind)
+    return HFRunner(cls.from_pretrained(str(hf_dir)))
 
 
 def read_manifest(path: Path) -> dict | None:
@@ -108,6 +113,21 @@ def read_manifest(path: Path) -> dict | None:
         return json.loads(file.read_text())
     except ValueError as exc:
         raise EmberError(f"{file}: not valid JSON ({exc}); export the run again") from None
+
+
+def export_state_keys(path: Path, manifest: dict) -> list[str]:
+    """The weight names of the inference model an export holds (they choose a pre-training run's
+    provider: an MLM head means fill-mask). Exports record them; older ones only said their kind."""
+    if "state_keys" in manifest:
+        return manifest["state_keys"]
+    if manifest.get("format") == "int8":
+        from safetensors import safe_open
+
+        from ember.serve.quantize import INT8_FILE
+
+        with safe_open(str(path / INT8_FILE), "pt") as fh:
+            return [k.replace(".weight_int8", ".weight") for k in fh.keys()]
+    return ["mlm.dense.weight"] if manifest.get("model", {}).get("kind") == "fill-mask" else []
 
 
 def example_inputs(info: ServeInfo) -> dict[str, torch.Tensor]:
@@ -134,7 +154,6 @@ def load_runner(path: str | Path, backend: str = "", threads: int = 0):
         raise EmberError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
     if threads:
         torch.set_num_threads(threads)
-    info, tokenizer = describe(path)
     manifest = read_manifest(path)
     if manifest is not None:
         fmt = manifest.get("format")
@@ -143,24 +162,22 @@ def load_runner(path: str | Path, backend: str = "", threads: int = 0):
         if backend and backend != fmt:
             raise EmberError(f"{path} holds a {fmt!r} export, not {backend!r}; drop the flag or serve "
                              "the original run folder")
+        info, tokenizer = describe(path, export_state_keys(path, manifest))
         if fmt == "int8":
-            from safetensors import safe_open
-
-            with safe_open(str(path / INT8_FILE), "pt") as fh:
-                keys = [k.replace(".weight_int8", ".weight") for k in fh.keys()]
-            module = load_int8(build_module(info, keys), path / INT8_FILE)
-            return TorchRunner(InferenceGraph(module, info.kind), "int8"), info, tokenizer
+            module = load_int8(build_module(info), path / INT8_FILE)
+            return TorchRunner(InferenceGraph(module), "int8"), info, tokenizer
         return OnnxRunner(onnx_session(path / ONNX_FILE, threads), fmt), info, tokenizer
 
+    info, tokenizer = describe(path)
     module = load_module(path, info)
     backend = backend or "torch"
     if backend == "torch":
-        return TorchRunner(InferenceGraph(module, info.kind)), info, tokenizer
+        return TorchRunner(InferenceGraph(module)), info, tokenizer
     if backend == "int8":
-        return TorchRunner(InferenceGraph(quantize_int8(module), info.kind), "int8"), info, tokenizer
+        return TorchRunner(InferenceGraph(quantize_int8(module)), "int8"), info, tokenizer
     tmp = Path(tempfile.mkdtemp(prefix="ember-onnx-"))
     try:
-        onnx_path = export_onnx(InferenceGraph(module, info.kind), tmp / ONNX_FILE, example_inputs(info))
+        onnx_path = export_onnx(InferenceGraph(module), tmp / ONNX_FILE, example_inputs(info))
         if backend == "onnx-int8":
             onnx_path = quantize_onnx(onnx_path, tmp / "model-int8.onnx")
         session = onnx_session(onnx_path, threads)

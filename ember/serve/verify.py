@@ -1,8 +1,9 @@
 """Compare an exported model with its original on real inputs, and time both.
 
 Reported: the largest and mean absolute logit difference over real (non-padding)
-positions, the fraction of predictions that agree (arg-max label per sentence, per token
-for tagging and fill-mask, start/end token for QA; none for regression), and each model's
+positions, the fraction of predictions that agree (as the inference model's ``compare_view``
+defines them: arg-max label per sentence, per token for tagging and fill-mask, start/end token
+for QA; none for regression or embeddings), and each model's
 sentences per second. Batches (sorted by length, padded per batch as the server does) go
 through the two models alternately, so a busy machine slows both alike.
 """
@@ -17,27 +18,10 @@ import numpy as np
 from ember.serve.inputs import pad_arrays
 
 
-def _valid(kind: str, logits: np.ndarray, mask: np.ndarray) -> np.ndarray:
-    """Boolean array broadcastable to ``logits`` marking real positions."""
-    if kind == "classify":
-        return np.ones(logits.shape, dtype=bool)
-    if kind == "answer":  # (B, 2, T)
-        return np.broadcast_to(mask[:, None, :].astype(bool), logits.shape)
-    return np.broadcast_to(mask[:, :, None].astype(bool), logits.shape)  # (B, T, C)
-
-
-def _predictions(kind: str, logits: np.ndarray, mask: np.ndarray, regression: bool) -> np.ndarray | None:
-    if regression:
-        return None
-    if kind == "classify":
-        return logits.argmax(-1)  # (B,)
-    if kind == "answer":
-        return logits.argmax(-1).reshape(-1)  # start and end token per row
-    return logits.argmax(-1)[mask.astype(bool)]  # per real token
-
-
-def compare(reference, candidate, rows: Sequence[tuple[list, list]], kind: str, pad_id: int,
+def compare(reference, candidate, rows: Sequence[tuple[list, list]], view, pad_id: int,
             batch_size: int = 32, regression: bool = False) -> dict:
+    """``view(logits, attention_mask, regression) -> (real positions, predictions or None)`` is the
+    inference model's ``compare_view``: which logits are real and what they predict."""
     order = np.argsort([len(ids) for ids, _ in rows], kind="stable")
     max_diff, diff_sum, n_values, agree, n_preds = 0.0, 0.0, 0, 0, 0
     seconds = {"reference": 0.0, "candidate": 0.0}
@@ -49,13 +33,12 @@ def compare(reference, candidate, rows: Sequence[tuple[list, list]], kind: str, 
             outs[name], _ = runner(arrays)
             seconds[name] += time.perf_counter() - t0
         ref, cand = outs["reference"], outs["candidate"]
-        valid = _valid(kind, ref, arrays["attention_mask"])
+        valid, p_ref = view(ref, arrays["attention_mask"], regression)
         diff = np.abs(ref.astype(np.float64) - cand)[valid]
         max_diff = max(max_diff, float(diff.max()))
         diff_sum, n_values = diff_sum + float(diff.sum()), n_values + diff.size
-        p_ref = _predictions(kind, ref, arrays["attention_mask"], regression)
         if p_ref is not None:
-            p_cand = _predictions(kind, cand, arrays["attention_mask"], regression)
+            _, p_cand = view(cand, arrays["attention_mask"], regression)
             agree, n_preds = agree + int((p_ref == p_cand).sum()), n_preds + p_ref.size
     n = len(rows)
     return {

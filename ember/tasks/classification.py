@@ -12,11 +12,16 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ember.tasks.featurize import collate
 from ember.nn.linear_head import BackboneWithLinearHead
+from ember.tasks.featurize import collate
+from ember.tasks.inference import encode_texts, sequence_view, softmax
+from ember.tasks.requests import parse_texts
 
 
 class SequenceClassifier(BackboneWithLinearHead):
+    logits_axes = {0: "batch"}  # (B, num_labels): no sequence axis
+    compare_view = staticmethod(sequence_view)
+
     @property
     def is_regression(self) -> bool:
         return self.num_labels == 1
@@ -24,10 +29,14 @@ class SequenceClassifier(BackboneWithLinearHead):
     def make_batch(self, features: list[dict], rng: np.random.Generator | None = None) -> dict:
         return collate(features, self.pad_id)
 
-    def logits(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:  # (B, num_labels)
-        out = self.backbone(batch["input_ids"], batch["attention_mask"], batch.get("token_type_ids"))
+    def head_logits(self, out, attention_mask: torch.Tensor) -> torch.Tensor:  # (B, num_labels)
+        """The head on one backbone pass: [CLS] (through the pooler when there is one)."""
         pooled = out.pooled if out.pooled is not None else out.last_hidden_state[:, 0]
         return self.classifier(self.dropout(pooled))
+
+    def logits(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:  # (B, num_labels)
+        out = self.backbone(batch["input_ids"], batch["attention_mask"], batch.get("token_type_ids"))
+        return self.head_logits(out, batch["attention_mask"])
 
     def forward(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict]:
         logits = self.logits(batch).float()
@@ -58,3 +67,30 @@ class SequenceClassifier(BackboneWithLinearHead):
 
 def predictions_from_logits(logits: np.ndarray, regression: bool) -> np.ndarray:
     return logits[:, 0] if regression else logits.argmax(-1)
+
+
+class ClassifyMethod:
+    """``classify``: texts (or pairs) -> label and probabilities per label, or a score (regression)."""
+
+    name = "classify"
+
+    def __init__(self, ctx) -> None:
+        self.encoder = ctx.encoder()
+        self.labels = ctx.labels or []
+        self.regression = self.labels == ["score"]
+
+    def parse(self, data: dict, limits) -> dict:
+        return parse_texts(data, limits)
+
+    def __call__(self, requests, forward) -> list[dict]:
+        rows, flags, spans = encode_texts(self.encoder, requests)
+        results = []
+        for i, (logits, _) in enumerate(forward(rows, False)):
+            if self.regression:
+                results.append({"score": float(logits[0]), "truncated": flags[i]})
+                continue
+            probs = softmax(logits.astype(np.float64))
+            names = self.labels if len(self.labels) == len(probs) else [str(k) for k in range(len(probs))]
+            results.append({"label": names[int(probs.argmax())],
+                            "probabilities": {n: float(p) for n, p in zip(names, probs)}, "truncated": flags[i]})
+        return [{"results": results[s], "truncated": any(flags[s])} for s in spans]

@@ -54,7 +54,8 @@ class FeatureBackbone(nn.Module):
         return [float(w) for w in self.mix.layer_weights().detach().cpu()]
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
-                token_type_ids: torch.Tensor | None = None, **_) -> EncoderOutput:
+                token_type_ids: torch.Tensor | None = None, output_hidden_states: bool = False,
+                **_) -> EncoderOutput:
         if attention_mask is None:
             attention_mask = torch.ones_like(input_ids)
         with torch.no_grad():
@@ -64,4 +65,6 @@ class FeatureBackbone(nn.Module):
         x = self.project(self.mix(layers, attention_mask))  # (B, T, H)
         m = attention_mask.to(x.dtype)[..., None]  # (B, T, 1)
         pooled = (x * m).sum(1) / m.sum(1).clamp(min=1.0)  # (B, H) masked mean
-        return EncoderOutput(last_hidden_state=x, pooled=pooled)
+        # The frozen encoder's own layers are what embeddings of this run are made of.
+        return EncoderOutput(last_hidden_state=x, pooled=pooled,
+                             hidden_states=out.hidden_states if output_hidden_states else None)

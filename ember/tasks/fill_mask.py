@@ -1,22 +1,91 @@
-"""Fill-mask inference with a pre-trained MLM: the top-k tokens for each [MASK]."""
+"""Masked-LM inference: the MLM head of a pre-training run, and fill-mask (top-k per [MASK]).
+
+Any run whose weights hold an MLM head (``mlm.*``: BERT, RoBERTa, ALBERT, SpanBERT, an imported
+``XForMaskedLM``) is served by ``MaskedLM``: the backbone and that head, nothing else (the NSP,
+SOP or SBO heads a run may also carry are left unloaded). ``FillMaskMethod`` decodes its
+logits; ``FillMask`` is the same for one text at a time (`ember fill-mask`, the quickstart).
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import torch
+from torch import nn
 
-from ember.errors import EmberError
+from ember.errors import EmberError, RequestError
+from ember.nn.heads import MaskedLMHead
+from ember.tasks.inference import encode_texts, softmax, token_view
+from ember.tasks.requests import check_fields, int_field, text_field
+
+
+class MaskedLM(nn.Module):
+    """Backbone + MLM head (state names ``backbone.*``, ``mlm.*`` as in every MLM objective)."""
+
+    logits_axes = {0: "batch", 1: "seq"}  # (B, T, V)
+    compare_view = staticmethod(token_view)
+
+    def __init__(self, backbone: nn.Module) -> None:
+        super().__init__()
+        cfg = backbone.config
+        self.backbone = backbone
+        self.mlm = MaskedLMHead(cfg.hidden_size, cfg.vocab_size, cfg.hidden_act, cfg.layer_norm_eps,
+                                cfg.embedding_size or None)
+
+    def head_logits(self, out, attention_mask: torch.Tensor) -> torch.Tensor:  # (B, T, V)
+        return self.mlm(out.last_hidden_state, self.backbone.word_embeddings)
+
+
+class FillMaskMethod:
+    """``fill-mask``: a text with mask tokens -> the top-k tokens and probabilities per mask."""
+
+    name = "fill-mask"
+
+    def __init__(self, ctx) -> None:
+        self.encoder, self.tokenizer, self.max_length = ctx.encoder(), ctx.tokenizer, ctx.max_length
+        self.mask_id = ctx.special["mask"]
+        self.mask_token = self.tokenizer.id_to_token(self.mask_id)
+
+    def parse(self, data: dict, limits) -> dict:
+        """{"text": str with mask tokens, "top_k": int (default 5)}."""
+        check_fields(data, {"text", "top_k"})
+        if "text" not in data:
+            raise RequestError(422, "'text' is required")
+        return {"texts": [text_field(data["text"], "text", limits)], "pairs": None,
+                "top_k": int_field(data, "top_k", 5, 1, 100)}
+
+    def __call__(self, requests, forward) -> list:
+        rows, flags, spans = encode_texts(self.encoder, requests)
+        outs = forward(rows, False)
+        responses = []
+        for req, s in zip(requests, spans):
+            (logits, _), (ids, _), cut = outs[s][0], rows[s][0], flags[s][0]
+            positions = [p for p, t in enumerate(ids) if t == self.mask_id]
+            if not positions:
+                where = f" within the first {self.max_length} tokens" if cut else ""
+                responses.append(RequestError(422, f"no {self.mask_token} token in 'text'{where}; write e.g. "
+                                              f"'Paris is the capital of {self.mask_token}.'"))
+                continue
+            masks = []
+            for p in positions:
+                probs = softmax(logits[p].astype(np.float64))
+                top = np.argsort(-probs, kind="stable")[: req["top_k"]]
+                masks.append([{"token": self.tokenizer.id_to_token(int(t)), "probability": float(probs[t])}
+                              for t in top])
+            responses.append({"masks": masks, "truncated": cut})
+        return responses
 
 
 class FillMask:
+    """`ember fill-mask`: the top-k tokens for each mask token of one text."""
+
     def __init__(self, run_dir: str | Path, device: str = "cpu") -> None:
-        from ember.config import ENCODER_FAMILIES, DataConfig
+        from ember.config import ENCODER_FAMILIES
         from ember.models import build_backbone
-        from ember.objectives.bert import BertPretraining
-        from ember.tokenizers import load_tokenizer, special_token_ids
         from ember.runs.checkpoint import load_weights
         from ember.runs.folder import check_family, load_run_config
+        from ember.tokenizers import load_tokenizer, special_token_ids
 
         run_dir = Path(run_dir)
         cfg = load_run_config(run_dir, expect_kind="pretrain")
@@ -26,16 +95,9 @@ class FillMask:
         state = load_weights(run_dir / "model.safetensors")
         if "mlm.dense.weight" not in state:
             raise EmberError(f"{run_dir} has no masked-LM head (objective {cfg.objective!r}, e.g. an ELECTRA "
-                             "discriminator); fill-mask needs a model pre-trained with masked LM")
-        # The sentence head (NSP for BERT, SOP for ALBERT) is loaded for a strict fit but unused.
-        sentence_task = "nsp" if "nsp.weight" in state else "sop" if "sop.weight" in state else "none"
-        self.model = BertPretraining(build_backbone(cfg.model), self.special, DataConfig(), sentence_task)
-        # A run imported from an XForMaskedLM checkpoint has no pooler weights; MLM never uses it.
-        missing, unexpected = self.model.load_state_dict(state, strict=False)
-        if unexpected or [k for k in missing if not k.startswith("backbone.pooler.")]:
-            raise EmberError(f"{run_dir}/model.safetensors does not fit its config.yaml "
-                             f"(missing {missing[:3]}, unexpected {unexpected[:3]})")
-        self.model.to(device).eval()
+                             "discriminator or an imported encoder without its MLM head); fill-mask needs a "
+                             "model pre-trained with masked LM")
+        self.model = load_masked_lm(build_backbone(cfg.model), state, run_dir).to(device).eval()
         self.device = device
         self.mask_token = self.tokenizer.id_to_token(self.special["mask"])
 
@@ -51,13 +113,41 @@ class FillMask:
         max_pos = self.model.backbone.config.max_position
         if ids.shape[1] > max_pos:
             raise EmberError(f"the text has {ids.shape[1]} tokens; the model takes at most {max_pos}")
-        batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids),
-                 "token_type_ids": torch.tensor([enc.type_ids], device=self.device)}
-        logits, _ = self.model.logits(batch)
+        mask = torch.ones_like(ids)
+        out = self.model.backbone(ids, mask, torch.tensor([enc.type_ids], device=self.device))
+        logits = self.model.head_logits(out, mask)
         results = []
         for pos in positions.tolist():
-            probs = logits[0, pos].softmax(-1)
-            top = probs.topk(top_k)
+            top = logits[0, pos].softmax(-1).topk(top_k)
             results.append([(self.tokenizer.id_to_token(i), float(p))
                             for p, i in zip(top.values.tolist(), top.indices.tolist())])
         return results
+
+
+def load_masked_lm(backbone: nn.Module, state: dict, where) -> MaskedLM:
+    """A ``MaskedLM`` with a run's backbone and MLM head; other heads in ``state`` are ignored,
+    and a pooler may be missing (imported ``XForMaskedLM`` checkpoints have none; MLM never uses it)."""
+    model = MaskedLM(backbone)
+    missing, _ = model.load_state_dict({k: v for k, v in state.items() if k.startswith(("backbone.", "mlm."))},
+                                       strict=False)
+    if [k for k in missing if not k.startswith("backbone.pooler.")]:
+        raise EmberError(f"{where}: the weights do not fit the run's config.yaml (missing {missing[:3]})")
+    return model
+
+
+class MaskedLMProvider:
+    """What a pre-training run with an MLM head serves: fill-mask (and, as every encoder, embed)."""
+
+    kind = "fill-mask"
+    task = "mlm"
+    graph = True
+    load_strict = False  # NSP/SOP/SBO heads in the run are not part of the inference model
+
+    def __init__(self, cfg, state_keys=()) -> None:
+        self.display_name = f"{cfg.model.family} masked LM"
+
+    def build_module(self, backbone: nn.Module, pad_id: int) -> MaskedLM:
+        return MaskedLM(backbone)
+
+    def inference_methods(self, ctx) -> list:
+        return [FillMaskMethod(ctx)]

@@ -18,6 +18,8 @@ import numpy as np
 class GlueAdapter:
     """Sentence (pair) classification / regression (``ember.tasks.glue`` specs, [CLS] head)."""
 
+    kind = "classify"  # its inference method (``inference_methods``)
+
     def __init__(self, spec) -> None:
         self.spec = spec
 
@@ -45,6 +47,11 @@ class GlueAdapter:
         from ember.tasks.classification import SequenceClassifier
 
         return SequenceClassifier(backbone, self.spec.num_labels, pad_id)
+
+    def inference_methods(self, ctx) -> list:
+        from ember.tasks.classification import ClassifyMethod
+
+        return [ClassifyMethod(ctx)]
 
     def score(self, module, examples, features, batch_size, device):
         from ember.tasks.classification import predictions_from_logits

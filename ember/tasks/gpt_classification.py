@@ -100,6 +100,8 @@ class GptClassifier(SequenceClassifier):
 class GptGlueAdapter(GlueAdapter):
     """A GLUE-style task fine-tuned the GPT-1 way (causal decoder backbones)."""
 
+    inference_methods = None  # not served yet: `ember predict` classifies with it
+
     def encode(self, examples, tokenizer, max_length) -> Featurized:
         return encode_gpt_examples(examples, tokenizer, max_length)
 

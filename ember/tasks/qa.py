@@ -28,7 +28,16 @@ from torch import nn
 from ember.tasks.featurize import collate
 
 
+def span_view(logits: np.ndarray, mask: np.ndarray, regression: bool = False):
+    """``compare_view`` of start/end logits (B, 2, T): real tokens only; the start and end token
+    of each row are its predictions."""
+    return np.broadcast_to(mask[:, None, :].astype(bool), logits.shape), logits.argmax(-1).reshape(-1)
+
+
 class QuestionAnswering(nn.Module):
+    logits_axes = {0: "batch", 2: "seq"}  # (B, 2, T): start and end logits per token
+    compare_view = staticmethod(span_view)
+
     def __init__(self, backbone: nn.Module, pad_id: int) -> None:
         super().__init__()
         cfg = backbone.config
@@ -47,12 +56,17 @@ class QuestionAnswering(nn.Module):
             batch["end_positions"] = torch.tensor([f["end_position"] for f in features])
         return batch
 
+    def head_logits(self, out, attention_mask: torch.Tensor) -> torch.Tensor:
+        """Start and end logits stacked (B, 2, T); padding positions are set to -inf-like values."""
+        pad = attention_mask == 0
+        start, end = self.qa_outputs(out.last_hidden_state).float().unbind(-1)  # (B, T) each
+        return torch.stack([start.masked_fill(pad, -1e4), end.masked_fill(pad, -1e4)], dim=1)
+
     def logits(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
         """Start and end logits, each (B, T); padding positions are set to -inf-like values."""
         out = self.backbone(batch["input_ids"], batch["attention_mask"], batch.get("token_type_ids"))
-        start, end = self.qa_outputs(out.last_hidden_state).float().unbind(-1)  # (B, T) each
-        pad = batch["attention_mask"] == 0
-        return start.masked_fill(pad, -1e4), end.masked_fill(pad, -1e4)
+        start, end = self.head_logits(out, batch["attention_mask"]).unbind(1)
+        return start, end
 
     def forward(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict]:
         start, end = self.logits(batch)

@@ -42,6 +42,9 @@ DEFAULT_FILE = ("squad2-dev-half", "dev-v2.0.json")
 
 
 class SquadAdapter:
+    """`--task squad` / `--task squad2`: extractive QA with the official EM/F1 (see the module docstring)."""
+
+    kind = "answer"  # its inference method (``inference_methods``)
 
     def __init__(self, version: str = "squad2", doc_stride: int = 128, max_query_length: int = 64,
                  n_best: int = 20, max_answer_length: int = 30, null_threshold: float = 0.0,
@@ -91,6 +94,9 @@ class SquadAdapter:
 
     def build_module(self, backbone, pad_id: int) -> QuestionAnswering:
         return QuestionAnswering(backbone, pad_id)
+
+    def inference_methods(self, ctx) -> list:
+        return [AnswerMethod(self, ctx)]
 
     def answers(self, module: QuestionAnswering, examples: Sequence[SquadExample],
                 features: Sequence[dict], batch_size: int = 64, device: str = "cpu"):
@@ -153,3 +159,50 @@ class SquadAdapter:
             text = r["prediction"].replace("\t", " ").replace("\n", " ")
             lines.append(f"{r['id']}\t{text}\t{'' if r['no_answer_score'] is None else r['no_answer_score']}")
         return "\n".join(lines) + "\n"
+
+
+class AnswerMethod:
+    """``answer``: a question and its context -> the best span ("" = no answer for SQuAD 2.0 at the
+    run's tuned threshold), its score, the no-answer score and the n-best spans. Contexts are
+    read in overlapping windows (never cut); only overlong questions are truncated."""
+
+    name = "answer"
+
+    def __init__(self, adapter: SquadAdapter, ctx) -> None:
+        self.adapter, self.tokenizer, self.max_length = adapter, ctx.tokenizer, ctx.max_length
+
+    def parse(self, data: dict, limits) -> dict:
+        """{"question": str, "context": str, "top_k": int (n-best spans returned, default 3)}."""
+        from ember.errors import RequestError
+        from ember.tasks.requests import check_fields, int_field, text_field
+
+        check_fields(data, {"question", "context", "top_k"})
+        for name in ("question", "context"):
+            if name not in data:
+                raise RequestError(422, f"'{name}' is required")
+        return {"question": text_field(data["question"], "question", limits),
+                "context": text_field(data["context"], "context", limits),
+                "top_k": int_field(data, "top_k", 3, 1, 20)}
+
+    def __call__(self, requests, forward) -> list[dict]:
+        import numpy as np
+
+        a = self.adapter
+        examples = [SquadExample(str(i), "", r["question"], r["context"], (), False) for i, r in enumerate(requests)]
+        features = featurize_squad(examples, self.tokenizer, self.max_length, a.doc_stride, a.max_query_length)
+        outs = forward([(f["input_ids"], f["token_type_ids"]) for f in features], False)
+        answers = decode_answers([ex.context for ex in examples], features,
+                                 [(logits[0], logits[1]) for logits, _ in outs], a.n_best, a.max_answer_length)
+        responses = []
+        for req, ex, answer in zip(requests, examples, answers):
+            question_tokens = len(self.tokenizer.encode(ex.question, add_special_tokens=False).ids)
+            found = np.isfinite(answer.score)
+            null = a.with_no_answer and answer.null_minus_best > a.null_threshold
+            responses.append({
+                "answer": "" if null else answer.text, "best_span": answer.text,
+                "score": answer.score if found else None,
+                "no_answer_score": answer.null_minus_best if a.with_no_answer and found else None,
+                "nbest": [{"text": t, "score": v} for t, v in answer.nbest[: req["top_k"]]],
+                "truncated": question_tokens > a.max_query_length,
+            })
+        return responses

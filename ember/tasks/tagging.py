@@ -25,9 +25,10 @@ from tokenizers import Tokenizer
 from torch import nn
 
 from ember.errors import EmberError
+from ember.nn.linear_head import BackboneWithLinearHead
 from ember.tasks.featurize import collate
 from ember.tasks.glue import BertHParams
-from ember.nn.linear_head import BackboneWithLinearHead
+from ember.tasks.inference import token_view
 
 IGNORE = -100  # cross_entropy's ignore_index: non-first sub-tokens, specials, padding
 
@@ -86,12 +87,18 @@ def collate_tagged(features: Sequence[dict], pad_id: int) -> dict[str, torch.Ten
 class TokenClassifier(BackboneWithLinearHead):
     """Dropout + one linear layer on every position of ``last_hidden_state`` (B, T, H) -> (B, T, L)."""
 
+    logits_axes = {0: "batch", 1: "seq"}
+    compare_view = staticmethod(token_view)
+
     def make_batch(self, features: list[dict], rng: np.random.Generator | None = None) -> dict:
         return collate_tagged(features, self.pad_id)
 
+    def head_logits(self, out, attention_mask: torch.Tensor) -> torch.Tensor:  # (B, T, num_labels)
+        return self.classifier(self.dropout(out.last_hidden_state))
+
     def logits(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:  # (B, T, num_labels)
         out = self.backbone(batch["input_ids"], batch["attention_mask"], batch.get("token_type_ids"))
-        return self.classifier(self.dropout(out.last_hidden_state))
+        return self.head_logits(out, batch["attention_mask"])
 
     def forward(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict]:
         logits = self.logits(batch).float()
@@ -165,11 +172,77 @@ def _jsonl_sentences(path: Path) -> list[tuple[str, list[str]]]:
     return out
 
 
+# -- inference -------------------------------------------------------------------------------
+
+
+class TagMethod:
+    """``tag``: sentences (text split into CoNLL-like words, or pre-split words) -> a tag per word
+    and the entities they spell."""
+
+    name = "tag"
+
+    def __init__(self, ctx) -> None:
+        self.tokenizer, self.max_length, self.labels = ctx.tokenizer, ctx.max_length, ctx.labels
+
+    def parse(self, data: dict, limits) -> dict:
+        """{"text": str} | {"texts": [str]} (split into words) | {"words": [[str]]} (pre-split)."""
+        from ember.errors import RequestError
+        from ember.tasks.requests import check_fields, text_field, texts_field
+
+        check_fields(data, {"text", "texts", "words"})
+        if "words" not in data:
+            words = [split_words(t) for t in texts_field(data, "text", "texts", limits)]
+            empty = [i for i, w in enumerate(words) if not w]
+            if empty:
+                raise RequestError(422, f"text {empty[0]} has no words")
+            return {"words": words}
+        if "text" in data or "texts" in data:
+            raise RequestError(422, "send 'words' or 'text'/'texts', not both")
+        sentences = data["words"]
+        if not isinstance(sentences, list) or not sentences:
+            raise RequestError(422, "'words' must be a non-empty list of sentences, each a list of words")
+        if len(sentences) > limits.max_texts:
+            raise RequestError(422, f"'words' has {len(sentences)} sentences; the limit is {limits.max_texts}")
+        out = []
+        for i, words in enumerate(sentences):
+            if not isinstance(words, list) or not words:
+                raise RequestError(422, f"'words[{i}]' must be a non-empty list of words")
+            out.append([text_field(w, f"words[{i}][{j}]", limits) for j, w in enumerate(words)])
+        if sum(len(" ".join(w)) for w in out) > limits.max_chars * limits.max_texts:
+            raise RequestError(422, "the sentences are too long in total")
+        return {"words": out}
+
+    def __call__(self, requests, forward) -> list[dict]:
+        from ember.tasks.ner_metrics import get_entities
+
+        flat = [words for req in requests for words in req["words"]]
+        features, _ = encode_words(flat, self.tokenizer, self.max_length)
+        outs = forward([(f["input_ids"], f["token_type_ids"]) for f in features], False)
+        responses, k = [], 0
+        for req in requests:
+            results = []
+            for words in req["words"]:
+                f, (logits, _) = features[k], outs[k]
+                k += 1
+                starts = np.asarray(f["word_starts"], dtype=np.int64)
+                token_pred = logits.argmax(-1)
+                tags = [self.labels[int(token_pred[p])] if p >= 0 else "O" for p in starts]
+                # Cut-off words have no sub-token (-1); a full-length row with such words was truncated.
+                cut = len(f["input_ids"]) >= self.max_length and bool((starts < 0).any())
+                entities = [{"type": t, "start": a, "end": b + 1, "text": " ".join(words[a : b + 1])}
+                            for t, a, b in get_entities(tags)]
+                results.append({"words": words, "tags": tags, "entities": entities, "truncated": cut})
+            responses.append({"results": results, "truncated": any(r["truncated"] for r in results)})
+        return responses
+
+
 # -- the task adapter --------------------------------------------------------------------------
 
 
 class ConllNerAdapter:
     """`--task conll2003`: English NER, entity-level F1 (conlleval) on dev, also reported on test."""
+
+    kind = "tag"  # its inference method (``inference_methods``)
 
     name = "conll2003"
     display_name = "CoNLL-2003"
@@ -203,6 +276,9 @@ class ConllNerAdapter:
 
     def build_module(self, backbone: nn.Module, pad_id: int) -> TokenClassifier:
         return TokenClassifier(backbone, len(self.labels), pad_id)
+
+    def inference_methods(self, ctx) -> list:
+        return [TagMethod(ctx)]
 
     def score(self, module: TokenClassifier, examples: list, features: list[dict], batch_size: int,
               device: str) -> dict[str, float]:

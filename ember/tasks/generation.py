@@ -1,0 +1,198 @@
+"""Text generation as an inference method: ``generate`` continues prompts with a GPT-1/GPT-2 run.
+
+``GenerateMethod`` answers a micro-batch of validated requests (``parse``). Decoding is
+``ember.generate.generate_ids``: left-padded batches, positions counting real tokens only, a
+key/value cache. How requests share a batch:
+
+* greedy requests (temperature 0) with the same ``max_new_tokens`` are generated together,
+  all their prompts in left-padded batches of at most ``max_batch`` rows. Greedy decoding
+  of a left-padded row does not depend on the other rows (tests/test_gpt_generate.py), so
+  batching changes nothing but the speed. Stop sequences are per row (``stop_check``), so
+  requests with different ``stop`` lists still share a batch. Different ``max_new_tokens``
+  are not mixed: every row of a batch runs until the longest is done, and a row whose own
+  budget was spent would then decode past the positions its prompt was truncated for.
+* a sampling request (temperature > 0) runs on its own, all its prompts in one batch with
+  one generator seeded by its ``seed`` (as `ember generate` does for one batch), so the same
+  request always gets the same text whatever else the server is doing.
+
+Prompts longer than the context allows are cut from the left: the last
+``context - max_new_tokens`` tokens are kept (the end of a prompt is what its continuation
+follows), and the result says ``"truncated": true``. ``context`` is the run's training block
+length (data.max_seq_length, as `ember fewshot`), or ``--max-length``, within the model's
+positions: positions past the training blocks have untrained embeddings.
+"""
+
+from __future__ import annotations
+
+import secrets
+import threading
+from typing import Sequence
+
+from ember.errors import RequestError
+from ember.generate import GenerationConfig, cut_at_stop, generate_ids
+from ember.tasks.requests import Limits, check_fields, int_field, number_field, texts_field
+
+MAX_STOP = 16  # stop sequences per request
+MAX_STOP_CHARS = 200
+MIN_TEMPERATURE = 1e-4  # below this, logits / T can overflow float32 (sampling NaN); use 0 for greedy
+MAX_TEMPERATURE = 100.0
+DEFAULT_NEW_TOKENS = 50  # as `ember generate`
+
+
+def parse_generate(data: dict, limits: Limits, context: int, vocab_size: int) -> dict:
+    """{"prompt": str} | {"prompts": [str]}, optional max_new_tokens, temperature, top_k, top_p,
+    stop (list of strings), seed -> {"prompts", "config": GenerationConfig}.
+
+    ``context`` is the tokens a prompt plus its continuation may span: max_new_tokens is at
+    most min(limits.max_new_tokens, context - 1), so at least one prompt token fits. As in
+    `ember generate`, temperature 0 is greedy, and top_k / top_p alone imply sampling at
+    temperature 1; with temperature 0 they are refused rather than silently ignored. A
+    sampling request without a seed gets a random one, returned in the response.
+    """
+    check_fields(data, {"prompt", "prompts", "max_new_tokens", "temperature", "top_k", "top_p", "stop", "seed"})
+    prompts = texts_field(data, "prompt", "prompts", limits)
+    high = min(limits.max_new_tokens, context - 1)
+    new_tokens = int_field(data, "max_new_tokens", min(DEFAULT_NEW_TOKENS, high), 1, high,
+                      f" (the server's cap is {limits.max_new_tokens}; the model's context of {context} "
+                      "tokens must also hold at least one prompt token)")
+    top_k = int_field(data, "top_k", 0, 0, vocab_size)
+    top_p = number_field(data, "top_p", 1.0)
+    if not 0.0 < top_p <= 1.0:
+        raise RequestError(422, f"'top_p' must be in (0, 1] (1 = no nucleus cut), got {top_p}")
+    temperature = number_field(data, "temperature", None)
+    cuts = top_k > 0 or top_p < 1.0
+    if temperature is None:
+        temperature = 1.0 if cuts else 0.0
+    elif temperature != 0.0 and not MIN_TEMPERATURE <= temperature <= MAX_TEMPERATURE:
+        raise RequestError(422, f"'temperature' must be 0 (greedy) or between {MIN_TEMPERATURE:g} and "
+                           f"{MAX_TEMPERATURE:g} (sampling), got {temperature}")
+    elif temperature == 0.0 and cuts:
+        raise RequestError(422, "'top_k' and 'top_p' only apply when sampling; with 'temperature' 0 (greedy) "
+                           "drop them, or set 'temperature' above 0")
+    stop = data.get("stop", [])
+    if not isinstance(stop, list) or not all(isinstance(s, str) for s in stop):
+        raise RequestError(422, "'stop' must be a list of strings, e.g. [\".\", \"\\n\"]")
+    if len(stop) > MAX_STOP:
+        raise RequestError(422, f"'stop' has {len(stop)} items; the limit is {MAX_STOP}")
+    for i, s in enumerate(stop):
+        if not s or len(s) > MAX_STOP_CHARS:
+            raise RequestError(422, f"'stop[{i}]' must have 1 to {MAX_STOP_CHARS} characters")
+    seed = data.get("seed")
+    if seed is None:
+        seed = secrets.randbelow(2**31) if temperature > 0 else 0
+    seed = int_field({"seed": seed}, "seed", 0, 0, 2**63 - 1)
+    config = GenerationConfig(max_new_tokens=new_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
+                              stop=tuple(stop), seed=seed)
+    return {"prompts": prompts, "config": config}
+
+
+def finish_reason(text_stopped: bool, generated: int, max_new_tokens: int) -> str:
+    """Why a continuation ended: "stop" (a stop sequence, cut off), "length" (max_new_tokens
+    reached) or "end_of_text" (the model produced its end-of-text token)."""
+    if text_stopped:
+        return "stop"
+    return "length" if generated >= max_new_tokens else "end_of_text"
+
+
+class GenerateMethod:
+    """``generate``: prompts -> continuations, greedy or sampled (see the module docstring)."""
+
+    name = "generate"
+    limits = ("max_new_tokens",)  # the request limits this method reads besides the common ones
+
+    def __init__(self, ctx) -> None:
+        from ember.tokenizers import end_of_text_id
+
+        self.model, self.tokenizer = ctx.model, ctx.tokenizer
+        self.max_batch, self.vocab_size = ctx.max_batch, ctx.vocab_size
+        self.max_length = ctx.max_length  # prompt + new tokens must fit here
+        self.eot_id = end_of_text_id(ctx.tokenizer)
+        self.counters = ctx.counters  # generate_ids calls (batches of rows generated together)
+        self.lock = threading.Lock()
+
+    def parse(self, data: dict, limits: Limits) -> dict:
+        return parse_generate(data, limits, self.max_length, self.vocab_size)
+
+    def __call__(self, requests: Sequence[dict], forward=None) -> list:
+        encoded = [self._encode(req) for req in requests]
+        results: list = [None] * len(requests)
+        greedy: dict[int, list[int]] = {}  # max_new_tokens -> indices of greedy requests
+        jobs: list[list[int]] = []
+        for i, req in enumerate(requests):
+            if req["config"].greedy:
+                greedy.setdefault(req["config"].max_new_tokens, []).append(i)
+            else:
+                jobs.append([i])
+        jobs += list(greedy.values())
+        for job in jobs:
+            try:
+                outputs = self._generate([encoded[i] for i in job], [requests[i] for i in job])
+            except Exception as exc:  # one failed job answers its own requests with a 500
+                outputs = [exc] * len(job)
+            for i, out in zip(job, outputs):
+                results[i] = out
+        return results
+
+    def _encode(self, req: dict) -> list[tuple[list[int], bool]]:
+        """Per prompt: (token ids, truncated), keeping the last context - max_new_tokens tokens."""
+        room = self.max_length - req["config"].max_new_tokens  # >= 1: parse_generate checks it
+        out = []
+        for prompt in req["prompts"]:
+            ids = self.tokenizer.encode(prompt, add_special_tokens=False).ids
+            out.append((ids[-room:], len(ids) > room))
+        return out
+
+    def _generate(self, encoded: list[list[tuple[list[int], bool]]], requests: list[dict]) -> list[dict]:
+        """One job: requests sharing a GenerationConfig up to their stop sequences."""
+        rows = [(ids, cut, req["config"].stop) for enc, req in zip(encoded, requests) for ids, cut in enc]
+        cfg = requests[0]["config"]
+        # A greedy job is cut into batches of max_batch rows; a sampling request is one batch so
+        # its generator draws the same numbers whatever max_batch is.
+        size = self.max_batch if cfg.greedy else len(rows)
+        new_ids: list[list[int]] = []
+        for first in range(0, len(rows), size):
+            chunk = rows[first : first + size]
+
+            def stop_check(i: int, ids: list[int], chunk=chunk) -> bool:
+                stop = chunk[i][2]
+                return bool(stop) and cut_at_stop(self.tokenizer.decode(ids), stop)[1]
+
+            with self.lock:
+                new_ids += generate_ids(self.model, [ids for ids, _, _ in chunk], cfg, self.eot_id,
+                                        stop_check if any(stop for _, _, stop in chunk) else None)
+                self.counters["forwards"] += 1
+        responses, k = [], 0
+        for enc, req in zip(encoded, requests):
+            c = req["config"]
+            results = []
+            for ids, cut in enc:
+                new = new_ids[k]
+                text, stopped = cut_at_stop(self.tokenizer.decode(new), c.stop)
+                results.append({"text": text, "finish_reason": finish_reason(stopped, len(new), c.max_new_tokens),
+                                "prompt_tokens": len(ids), "generated_tokens": len(new), "truncated": cut})
+                k += 1
+            settings = {"max_new_tokens": c.max_new_tokens, "temperature": c.temperature, "top_k": c.top_k,
+                        "top_p": c.top_p, "stop": list(c.stop), "seed": None if c.greedy else c.seed}
+            responses.append({"results": results, "truncated": any(r["truncated"] for r in results),
+                              "settings": settings})
+        return responses
+
+
+class CausalLMProvider:
+    """What a GPT-1/GPT-2 pre-training run serves: generate. It runs the PyTorch model in a
+    decoding loop (fp32 or int8), not an exported graph (no key/value cache in one)."""
+
+    kind = "generate"
+    task = "clm"
+    graph = False
+
+    def __init__(self, cfg, state_keys=()) -> None:
+        self.display_name = f"{cfg.model.family} causal LM"
+
+    def load_model(self, run_dir):
+        from ember.generate import load_causal_lm
+
+        return load_causal_lm(run_dir)[0]
+
+    def inference_methods(self, ctx) -> list:
+        return [GenerateMethod(ctx)]
