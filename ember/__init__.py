@@ -1,3 +1,22 @@
-"""ember: pre-train, fine-tune, evaluate, distil and serve BERT-era language models."""
+"""ember: pre-train, fine-tune, evaluate, distil and serve BERT-era language models.
+
+    import ember
+    run = ember.pretrain("bert-mini", "runs/bert-mini", data="runs/wiki", overrides=["train.max_time=600"])
+    result = ember.finetune("sst2", "runs/sst2", init=run.run_dir, lr=1e-4)
+    print(result.metrics["accuracy"])
+
+The functions are imported on first use (``import ember`` stays light, and ``ember --help`` fast).
+"""
 
 __version__ = "0.1.0"
+
+_API = {"pretrain", "finetune", "distill", "evaluate", "RunResult"}
+__all__ = sorted(_API) + ["__version__"]
+
+
+def __getattr__(name: str):
+    if name in _API:
+        import ember.api
+
+        return getattr(ember.api, name)
+    raise AttributeError(f"module 'ember' has no attribute {name!r}; its API: {', '.join(sorted(_API))}")

@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from ember.config import ModelConfig, TrainConfig
-from ember.distill.kd import KDSettings, TaskDistiller
-from ember.distill.student import init_from_teacher, student_config, teacher_layer_choice
+from ember.distillation.kd import KDSettings, TaskDistiller
+from ember.distillation.student import init_from_teacher, student_config, teacher_layer_choice
 from ember.errors import EmberError
 from ember.models import Encoder
 from ember.tasks.classification import SequenceClassifier
@@ -110,8 +110,8 @@ def test_hard_label_loss_is_mixed_only_where_a_gold_label_exists():
     batch = d.make_batch(feats)
     assert batch["labels"].tolist()[1:] == [-100, -100, -100]
     loss, metrics = d(batch)
-    from ember.distill.kd import classifier_forward
-    from ember.distill.losses import soft_cross_entropy
+    from ember.distillation.kd import classifier_forward
+    from ember.distillation.losses import soft_cross_entropy
 
     logits, _ = classifier_forward(student, batch)
     soft = soft_cross_entropy(logits, batch["teacher_logits"], 2.0)
@@ -127,8 +127,8 @@ def live_teacher() -> SequenceClassifier:
 
 @pytest.mark.parametrize("method", ["pkd", "tinybert"])
 def test_layer_distillation_with_a_live_teacher_lowers_its_loss_and_trains_only_the_student(method, tmp_path):
-    from ember.distill.pkd import PatienceLoss
-    from ember.distill.tinybert import TinyBertLayerLoss
+    from ember.distillation.pkd import PatienceLoss
+    from ember.distillation.tinybert import TinyBertLayerLoss
 
     teacher = live_teacher()
     torch.manual_seed(2)
@@ -169,7 +169,7 @@ def test_layer_distillation_with_a_live_teacher_lowers_its_loss_and_trains_only_
 def test_distilbert_triple_loss_goes_down_and_matches_its_parts():
     from ember.config import DataConfig
     from ember.data.pairs import SegmentPair
-    from ember.distill.distilbert import DistilBertDistiller, DistilBertWeights
+    from ember.distillation.distilbert import DistilBertDistiller, DistilBertWeights
     from ember.objectives.bert import BertPretraining
 
     special = {"pad": 0, "unk": 1, "cls": 2, "sep": 3, "mask": 4}

@@ -79,7 +79,7 @@ def test_kd_cli_on_sst2_and_wikipedia_writes_a_run_that_evaluate_reads(sst2_teac
 
 
 def test_transfer_set_keeps_gold_labels_only_within_the_train_limit(wiki_prepared):
-    from ember.distill.transfer_set import build_transfer_set
+    from ember.distillation.transfer_set import build_transfer_set
     from ember.tasks.base import get_adapter
     from ember.tokenizers import load_tokenizer
 

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from ember.distill.losses import (
+from ember.distillation.losses import (
     attention_mse, cosine_hidden_loss, logit_mse, masked_mse, patience_loss, pkd_layer_map,
     soft_cross_entropy, uniform_layer_map,
 )

@@ -89,7 +89,12 @@ FORBIDDEN = [
     ("models", "objectives"), ("models", "tasks"), ("models", "train"),
     ("runs", "train"), ("runs", "tasks"), ("runs", "objectives"), ("runs", "serve"),
     ("tasks", "train"), ("objectives", "train"), ("interop", "train"), ("serve", "train"),
-    ("distill", "commands"), ("serve", "commands"), ("tasks", "serve"), ("train", "serve"),
+    ("distillation", "commands"), ("serve", "commands"), ("tasks", "serve"), ("train", "serve"),
+    # the public functions (ember.api) sit above the engine and serving; the experiments above them
+    *[(low, "api") for low in ("nn", "models", "objectives", "tasks", "runs", "train", "serve", "interop",
+                               "distillation", "data", "tokenizers")],
+    *[(low, "experiments") for low in ("nn", "models", "objectives", "tasks", "runs", "train", "serve",
+                                       "interop", "distillation", "api")],
 ]
 
 

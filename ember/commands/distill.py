@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 
 from ember.commands.common import add_train_options, train_overrides
 
@@ -86,60 +85,25 @@ def register(sub) -> None:
     p.set_defaults(run=run)
 
 
-def train_config(args, corpus_level: bool):
-    from ember.config import TrainConfig, apply_overrides, run_config_from_dict, to_dict
-
-    values = {"train": to_dict(TrainConfig())}
-    if corpus_level:
-        values["train"].update(lr=5e-4, max_steps=10000, warmup_ratio=0.01, eval_every=500, save_every=500)
-    else:  # as `ember finetune`: evaluate and save once per epoch
-        values["train"].update(lr=5e-5, warmup_ratio=0.1, eval_every=0, save_every=0, log_every=20, adam_eps=1e-8)
-    for flag, key in (("lr", "lr"), ("batch_size", "batch_size"), ("warmup_ratio", "warmup_ratio"),
-                      ("max_steps", "max_steps")):
-        if getattr(args, flag) is not None:
-            values["train"][key] = getattr(args, flag)
-    values = apply_overrides(values, train_overrides(args))
-    return run_config_from_dict(values, where="distill settings").train
-
-
 def run(args) -> int:
-    from ember.errors import EmberError
+    from ember.api import distill
+    from ember.api.distill import is_corpus_level
 
-    corpus_level = args.method == "distilbert" or (args.method == "tinybert" and args.stage == "general")
-    train = train_config(args, corpus_level)
-    from ember.train.loop import use_threads
-
-    use_threads(train.num_threads)  # now, not at the Trainer: the teacher labels the transfer set first
+    corpus_level = is_corpus_level(args.method, args.stage)
+    names = ("student", "student_layers", "temperature") + (() if corpus_level else (
+        "max_unlabeled", "train_limit", "task_unlabeled", "alpha", "soft_loss", "beta", "pkd_strategy", "epochs",
+        "intermediate_epochs", "logits_cache"))
+    options = {name: getattr(args, name) for name in names}
+    options["student_init"] = args.student_init or None  # None: the method's default
+    result = distill(args.method, args.teacher, args.out, stage=args.stage, data=args.data, unlabeled=args.unlabeled,
+                     overrides=train_overrides(args), lr=args.lr, batch_size=args.batch_size,
+                     warmup_ratio=args.warmup_ratio, max_steps=args.max_steps,
+                     distilbert_weights=(args.ce_weight, args.mlm_weight, args.cos_weight), resume=args.resume,
+                     overwrite=args.overwrite, progress=not args.no_progress, **options)
+    r = result.result
     if corpus_level:
-        from ember.distill.distilbert import DistilBertWeights
-        from ember.distill.pretrain_run import PretrainDistillOptions, run_pretrain_distillation
-
-        if not args.data:
-            raise EmberError(f"--method {args.method} distils on a corpus: pass --data PREPARED (from `ember prepare`)")
-        if args.unlabeled:
-            raise EmberError("--unlabeled is for task-level methods; corpus-level ones read --data")
-        weights = DistilBertWeights(args.ce_weight, args.mlm_weight, args.cos_weight, args.temperature or 2.0)
-        opts = PretrainDistillOptions(Path(args.teacher), Path(args.data), Path(args.out), args.method, args.student,
-                                      args.student_layers, args.student_init, weights, train, args.resume,
-                                      args.overwrite, not args.no_progress)
-        result = run_pretrain_distillation(opts)
-        print(f"stopped at step {result['step']} after {result['elapsed'] / 60:.1f} min; run folder: {args.out}")
+        print(f"stopped at step {r['step']} after {r['elapsed'] / 60:.1f} min; run folder: {args.out}")
         return 0
-    from ember.distill.task_run import TaskDistillOptions, run_task_distillation
-
-    if args.data:
-        raise EmberError("--data is for distilbert / tinybert --stage general; task-level methods read "
-                         "--unlabeled and the task's training set")
-    opts = TaskDistillOptions(
-        teacher=Path(args.teacher), out=Path(args.out), method=args.method, student=args.student,
-        student_layers=args.student_layers, student_init=args.student_init or "random", unlabeled=args.unlabeled,
-        max_unlabeled=args.max_unlabeled, train_limit=args.train_limit, task_unlabeled=args.task_unlabeled,
-        temperature=args.temperature,
-        alpha=args.alpha, soft_loss=args.soft_loss, beta=args.beta, pkd_strategy=args.pkd_strategy,
-        epochs=args.epochs, intermediate_epochs=args.intermediate_epochs, train=train,
-        logits_cache=Path(args.logits_cache) if args.logits_cache else None, resume=args.resume,
-        overwrite=args.overwrite, progress=not args.no_progress)
-    r = run_task_distillation(opts)
     main = next(iter(r["metrics"]))
     line = "  ".join(f"{k}={v:.4f}" for k, v in r["metrics"].items())
     print(f"{r['task']} {r['split']} student: {line}; teacher {main}={r['teacher_metrics'][main]:.4f}"

@@ -20,8 +20,8 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from ember.tasks.task_model import evaluate_run
+    from ember.api import evaluate
 
-    result = evaluate_run(args.run_dir, args.split, args.file, args.task)
+    result = evaluate(args.run_dir, args.split, args.file, args.task)
     print(json.dumps(result, indent=2))
     return 0

@@ -3,11 +3,8 @@
 from __future__ import annotations
 
 import argparse
-import json
 import textwrap
-from pathlib import Path
 
-from ember.errors import EmberError
 from ember.commands.common import add_train_options, train_overrides
 
 
@@ -72,112 +69,21 @@ def register(sub) -> None:
     p.set_defaults(run=run)
 
 
-def finetune_config(args, seed: int | None):
-    from ember.config import RunConfig, apply_overrides, run_config_from_dict, to_dict
-    from ember.tasks.base import get_adapter
-    from ember.tasks.glue import BertHParams
-
-    adapter = get_adapter(args.task)
-    hp = getattr(adapter, "hparams", BertHParams())
-    values = to_dict(RunConfig(kind="finetune"))
-    values["train"].update(lr=hp.learning_rate, batch_size=hp.batch_size, warmup_ratio=hp.warmup_ratio,
-                           weight_decay=0.01, eval_every=0, save_every=0, log_every=20, adam_eps=1e-8)
-    values["task"].update(name=adapter.name, max_length=hp.max_length, epochs=hp.epochs, init=args.init)
-    for flag, key in (("lr", "train.lr"), ("batch_size", "train.batch_size"), ("epochs", "task.epochs"),
-                      ("max_length", "task.max_length"), ("warmup_ratio", "train.warmup_ratio"),
-                      ("train_split", "task.train_split"), ("eval_split", "task.eval_split")):
-        if getattr(args, flag) is not None:
-            values = apply_overrides(values, [f"{key}={getattr(args, flag)}"])
-    values = apply_overrides(values, transfer_overrides(args))
-    values = apply_overrides(values, train_overrides(args) + ([f"train.seed={seed}"] if seed is not None else []))
-    return run_config_from_dict(values, where="finetune settings")
-
-
-# Model settings that leave the weights' shapes and meaning alone: the only ones a pre-trained
-# init can take from --set (the rest come from its checkpoint).
-FREE_MODEL_SETTINGS = ("dropout", "attention_dropout", "initializer_range")
-
-
-def model_with_overrides(model_cfg, overrides: list[str], pretrained: bool):
-    """Apply ``--set model.K=V`` to the init's model config (``--init random``: any setting)."""
-    from ember.config import RunConfig, apply_overrides, run_config_from_dict, to_dict
-
-    sets = [o for o in overrides if o.startswith("model.")]
-    if not sets:
-        return model_cfg
-    values = apply_overrides(to_dict(RunConfig(kind="finetune", model=model_cfg)), sets)
-    changed = run_config_from_dict(values, where="--set").model
-    if pretrained:
-        fixed = [k for k in to_dict(model_cfg) if k not in FREE_MODEL_SETTINGS
-                 and getattr(changed, k) != getattr(model_cfg, k)]
-        if fixed:
-            raise EmberError(f"--set model.{fixed[0]}: a pre-trained init fixes the model's shape "
-                             f"(its checkpoint has {fixed[0]}={getattr(model_cfg, fixed[0])!r}); only "
-                             f"{', '.join('model.' + k for k in FREE_MODEL_SETTINGS)} can change here")
-    return changed
-
-
-ULMFIT = {"task.layer_lr_decay": 1 / 2.6, "train.schedule": "stlr", "task.gradual_unfreeze": True}
-
-
-def transfer_overrides(args) -> list[str]:
-    """Dotted overrides of the transfer flags (absent attributes = not given, for other callers)."""
-    values = dict(ULMFIT) if getattr(args, "ulmfit", False) else {}
-    for flag, key in (("features", "task.features"), ("gradual_unfreeze", "task.gradual_unfreeze")):
-        if getattr(args, flag, False):
-            values[key] = True
-    for flag, key in (("feature_layers", "task.feature_layers"), ("layer_lr_decay", "task.layer_lr_decay"),
-                      ("schedule", "train.schedule"), ("patience", "task.patience")):
-        if getattr(args, flag, None) is not None:
-            values[key] = getattr(args, flag)
-    return [f"{k}={v}" for k, v in values.items()]
+def settings_from_args(args) -> dict:
+    """The keyword settings of ``ember.finetune`` given on the command line (None = not given)."""
+    names = ("lr", "batch_size", "epochs", "max_length", "warmup_ratio", "train_split", "eval_split",
+             "feature_layers", "layer_lr_decay", "schedule", "patience")
+    settings = {name: getattr(args, name) for name in names}
+    settings.update(features=args.features or None, gradual_unfreeze=args.gradual_unfreeze or None)
+    return settings
 
 
 def run(args) -> int:
-    import dataclasses
+    from ember.api import finetune
 
-    from ember.train.finetune import run_finetuning
-
-    from ember.tasks.metrics import summarize_seeds
-    from ember.runs.init import load_init
-
-    model_cfg, state, tokenizer_path = load_init(args.init, args.model, args.tokenizer)
-    model_cfg = model_with_overrides(model_cfg, args.overrides, pretrained=state is not None)
-    seeds = [int(s) for s in args.seeds.split(",") if s.strip()] if args.seeds else [None]
-    out = Path(args.out)
-    results = []
-    for seed in seeds:
-        cfg = finetune_config(args, seed)
-        cfg = dataclasses.replace(cfg, model=model_cfg)
-        run_dir = out / f"seed-{cfg.train.seed}" if len(seeds) > 1 else out
-        result = run_finetuning(cfg, run_dir, state, tokenizer_path, args.train_limit,
-                                overwrite=args.overwrite, resume=args.resume, progress=not args.no_progress)
-        results.append(result)
-        metrics = "  ".join(f"{k}={v:.4f}" for k, v in result["metrics"].items())
-        print(f"{result['task']} {result['split']} (seed {cfg.train.seed}): {metrics}")
-        if result.get("stopped_early"):
-            print(f"stopped early at step {result['steps']} of {result['max_steps']} (patience "
-                  f"{cfg.task.patience}); best step {result['best_step']}")
-        if "scalar_mix" in result:
-            weights = " ".join(f"{w:.3f}" for w in result["scalar_mix"]["weights"])
-            print(f"learned layer weights (embeddings first): {weights}  gamma={result['scalar_mix']['gamma']:.3f}")
-        if result.get("tuned"):
-            settings = "  ".join(f"{k}={v:.4f}" for k, v in result["tuned"].items())
-            print(f"tuned on {result['split']}: {settings} (saved in {run_dir}/tuned.json; "
-                  "ember evaluate/predict use it; the metrics above use it too)")
-        for split, other in result.get("other_splits", {}).items():
-            metrics = "  ".join(f"{k}={v:.4f}" for k, v in other.items())
-            print(f"{result['task']} {split} (seed {cfg.train.seed}, best-on-{result['split']} weights): {metrics}")
-    if len(results) > 1:
-        summary = {"task": results[0]["task"], "seeds": seeds, "metrics": summarize_seeds(results)}
-        if "other_splits" in results[0]:  # e.g. CoNLL-2003 test
-            summary["other_splits"] = {split: summarize_seeds([{"metrics": r["other_splits"][split]} for r in results])
-                                       for split in results[0]["other_splits"]}
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "summary.json").write_text(json.dumps(summary, indent=2))
-        splits = {results[0]["split"]: summary["metrics"], **summary.get("other_splits", {})}
-        for split, metrics in splits.items():
-            for name, s in metrics.items():
-                print(f"{summary['task']} {split} {name}: mean {s['mean']:.4f} ± {s['std']:.4f} "
-                      f"(median {s['median']:.4f}, {len(seeds)} seeds)")
+    seeds = [int(s) for s in args.seeds.split(",") if s.strip()] if args.seeds else None
+    finetune(args.task, args.out, args.init, model=args.model, tokenizer=args.tokenizer, seeds=seeds,
+             train_limit=args.train_limit, overrides=train_overrides(args), resume=args.resume,
+             overwrite=args.overwrite, progress=not args.no_progress, ulmfit=args.ulmfit,
+             **settings_from_args(args))
     return 0

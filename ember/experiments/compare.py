@@ -10,14 +10,14 @@ model *for a fixed amount of compute*? Here compute is wall time on this machine
 2. Same time. The learning-rate schedule (linear warm-up + decay) needs a step count, and
    recipes differ in speed (ELECTRA runs a generator too, ALBERT shares weights but not
    FLOPs). So each recipe is first *probed*: a throw-away in-process run of a couple of
-   warm-up steps plus ~10 timed steps, through the very same ``run_pretraining`` path.
+   warm-up steps plus ~10 timed steps, through the very same ``ember.pretrain`` path.
    Then ``train.max_steps = budget x measured steps/s`` (the schedule decays to zero at the
    budget) and ``train.max_time = budget`` is a hard cap in case the machine slows down.
    The budget counts training-step time as the Trainer measures it (held-out evaluation and
    checkpoint writes are not charged to a recipe). Measured speed, planned steps, actual
    steps, training seconds and tokens seen are all recorded.
 3. Same fine-tuning. Each pre-trained backbone is fine-tuned on each task for each seed
-   with one shared setting (``run_finetuning``; the task's official metric from
+   with one shared setting (``ember.finetune``; the task's official metric from
    ``ember.tasks.metrics``); ``baseline="random"`` adds a randomly initialised model of the
    first recipe's shape as the floor.
 
@@ -45,10 +45,11 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ember.config import RunConfig, TaskConfig, TrainConfig, to_dict
+from ember.config import RunConfig, TrainConfig, to_dict
 from ember.durations import format_duration
 from ember.errors import EmberError
 from ember.experiments.report_common import clean
+from ember.experiments.common import Clock, prepare_folder
 from ember.fileio import atomic_write_text
 
 DEFAULT_TASKS = ("sst2", "cola", "mrpc", "rte", "stsb")
@@ -169,17 +170,6 @@ def config_differences(saved: RunConfig, wanted: RunConfig) -> list[str]:
     return out
 
 
-def prepare_folder(run_dir: Path) -> bool:
-    """True to resume (a checkpoint exists); otherwise clears a run that died before its first one."""
-    from ember.runs.checkpoint import list_checkpoints
-
-    if list_checkpoints(run_dir):
-        return True
-    if run_dir.exists():
-        shutil.rmtree(run_dir)
-    return False
-
-
 # -- pre-training ----------------------------------------------------------------------------
 
 def measure_speed(cfg: RunConfig, work_dir: Path, warmup: int = PROBE_WARMUP_STEPS,
@@ -190,8 +180,8 @@ def measure_speed(cfg: RunConfig, work_dir: Path, warmup: int = PROBE_WARMUP_STE
     against) with every record; log_every=1 gives it per step, and steps warmup+1..warmup+steps
     are timed. No held-out evaluation (eval_examples=0); the folder is deleted afterwards.
     """
+    from ember.api import pretrain
     from ember.train.logging import MetricsLogger
-    from ember.train.pretrain import run_pretraining
 
     probe = dataclasses.replace(
         cfg, data=dataclasses.replace(cfg.data, eval_examples=0),
@@ -200,7 +190,7 @@ def measure_speed(cfg: RunConfig, work_dir: Path, warmup: int = PROBE_WARMUP_STE
     if work_dir.exists():
         shutil.rmtree(work_dir)
     try:
-        run_pretraining(probe, work_dir, progress=False)
+        pretrain(probe, work_dir, progress=False)
         elapsed = {r["step"]: r["elapsed"] for r in MetricsLogger.read(work_dir / "metrics.jsonl")
                    if r["split"] == "train"}
     finally:
@@ -217,15 +207,6 @@ def planned_config(entry: Entry, probe: dict, budget: float) -> RunConfig:
                                                                      max_time=budget))
 
 
-def held_out_metrics(run_dir: Path) -> dict:
-    from ember.train.logging import MetricsLogger
-
-    evals = [r for r in MetricsLogger.read(run_dir / "metrics.jsonl") if r["split"] == "eval"]
-    if not evals:
-        return {}
-    return {k: v for k, v in evals[-1].items() if k not in ("step", "split", "elapsed")}
-
-
 def backbone_parameters(weights: Path) -> int:
     """Stored backbone parameters (ALBERT's shared layers count once, as in its Table 1)."""
     from safetensors import safe_open
@@ -237,7 +218,7 @@ def backbone_parameters(weights: Path) -> int:
 def pretrain_entry(entry: Entry, budget: float, label_dir: Path, probe_steps: int, progress: bool,
                    say) -> dict:
     """Probe (once), then pre-train (or resume) under the budget; returns pretrain.json's content."""
-    from ember.train.pretrain import run_pretraining
+    from ember.api import pretrain
     from ember.runs.folder import load_run_config
 
     probe_path = label_dir / "probe.json"
@@ -259,7 +240,8 @@ def pretrain_entry(entry: Entry, budget: float, label_dir: Path, probe_steps: in
     say(f"{entry.label}: {probe['steps_per_s']:.2f} steps/s measured -> max_steps {cfg.train.max_steps} "
         f"(max_time {format_duration(budget)}){', resuming' if resume else ''}")
     started = time.time()
-    result = run_pretraining(cfg, run_dir, resume=resume, progress=progress)
+    trained = pretrain(cfg, run_dir, resume=resume, progress=progress)
+    result = trained.result
     summary = {
         "recipe": entry.recipe, "objective": cfg.objective, "family": cfg.model.family,
         "parameters": backbone_parameters(run_dir / "model.safetensors"),
@@ -268,7 +250,7 @@ def pretrain_entry(entry: Entry, budget: float, label_dir: Path, probe_steps: in
         "tokens_per_s": result["tokens"] / max(result["elapsed"], 1e-9),
         "wall_seconds_last_session": time.time() - started, "resumed": resume,
         "stopped_by": "max_steps" if result["step"] >= cfg.train.max_steps else "max_time",
-        "held_out": held_out_metrics(run_dir),
+        "held_out": trained.metrics,
     }
     atomic_write_text(label_dir / "pretrain.json", json.dumps(clean(summary), indent=2))
     return summary
@@ -276,35 +258,23 @@ def pretrain_entry(entry: Entry, budget: float, label_dir: Path, probe_steps: in
 
 # -- fine-tuning -------------------------------------------------------------------------------
 
-def finetune_config(task: str, settings: FinetuneSettings, model_cfg, base: TrainConfig, seed: int,
-                    init: str) -> RunConfig:
-    """The task's BERT-paper setting (batch 32, 10% warm-up) with the comparison's lr/epochs/length."""
-    from ember.tasks.glue import get_task
-
-    spec = get_task(task)
-    hp = spec.bert_hparams
-    train = TrainConfig(seed=seed, lr=settings.lr, batch_size=hp.batch_size, warmup_ratio=hp.warmup_ratio,
-                        weight_decay=0.01, adam_eps=1e-8, eval_every=0, save_every=0, log_every=20,
-                        device=base.device, dtype=base.dtype, num_threads=base.num_threads)
-    task_cfg = TaskConfig(name=spec.name, max_length=settings.max_length or hp.max_length,
-                          epochs=settings.epochs or hp.epochs, init=init)
-    return RunConfig(kind="finetune", model=model_cfg, train=train, task=task_cfg)
-
-
-def finetune_inits(entries: list[Entry], root: Path, baseline: bool) -> dict[str, tuple]:
-    """label -> (model config, backbone state or None, tokenizer.json, init string)."""
-    from ember.runs.init import load_init
+def finetune_inits(entries: list[Entry], root: Path, baseline: bool) -> dict:
+    """label -> where its fine-tuning starts: the pre-training run folder, or for the baseline a
+    random model of the first recipe's shape, vocabulary and pad id (``ember.runs.init.Init``)."""
     from ember.runs.folder import load_run_config
+    from ember.runs.init import Init
 
-    inits = {}
-    for entry in entries:
-        run_dir = root / entry.label / "pretrain"
-        model_cfg, state, tokenizer = load_init(str(run_dir))
-        inits[entry.label] = (model_cfg, state, tokenizer, str(run_dir))
-    if baseline:  # same shape, vocabulary and pad id as the first recipe, random weights
+    inits = {entry.label: str(root / entry.label / "pretrain") for entry in entries}
+    if baseline:
         first = root / entries[0].label / "pretrain"
-        inits[BASELINE_LABEL] = (load_run_config(first).model, None, first / "tokenizer.json", "random")
+        inits[BASELINE_LABEL] = Init(load_run_config(first).model, None, first / "tokenizer.json")
     return inits
+
+
+def finetune_settings(settings: FinetuneSettings, base: TrainConfig) -> dict:
+    """The comparison's fine-tuning setting as ``ember.finetune`` keywords (None: the task's)."""
+    return {"lr": settings.lr, "epochs": settings.epochs, "max_length": settings.max_length,
+            "device": base.device, "dtype": base.dtype, "num_threads": base.num_threads}
 
 
 # -- the whole comparison --------------------------------------------------------------------
@@ -319,9 +289,9 @@ def run_compare(recipes: list[str], data: str | Path, budget: float, out: str | 
     Returns the content of OUT/results.json plus ``ran``: how many probes, pre-trainings and
     fine-tunings this call actually ran (the rest were found finished in OUT).
     """
+    from ember.api import finetune as finetune_run
     from ember.experiments.compare_report import write_reports
     from ember.tasks.glue import get_task, read_examples
-    from ember.train.finetune import run_finetuning
 
     out, data = Path(out), Path(data).resolve()
     specs = [get_task(t) for t in tasks]
@@ -366,16 +336,14 @@ def run_compare(recipes: list[str], data: str | Path, budget: float, out: str | 
         report()
     inits = finetune_inits(entries, root, baseline) if todo_ft else {}
     for i, (label, task, seed) in enumerate(todo_ft, 1):
-        model_cfg, state, tokenizer, init = inits[label]
         clock.status(f"fine-tuning {i}/{len(todo_ft)}: {label} on {get_task(task).display_name}, seed {seed}",
                      0, todo_ft[i - 1:])
         base = next((e.cfg.train for e in entries if e.label == label), entries[0].cfg.train)
-        cfg = finetune_config(task, finetune, model_cfg, base, seed, init)
         run_dir = root / label / f"{task}-seed{seed}"
         resume = prepare_folder(run_dir)
         started = time.time()
-        result = run_finetuning(cfg, run_dir, state, tokenizer, finetune.train_limit, resume=resume,
-                                progress=progress)
+        result = finetune_run(task, run_dir, inits[label], seeds=[seed], train_limit=finetune.train_limit,
+                              resume=resume, progress=progress, **finetune_settings(finetune, base)).result
         clock.finished_finetune(task, time.time() - started)
         ran["finetune"] += 1
         shown = "  ".join(f"{k}={v:.4f}" for k, v in result["metrics"].items())
@@ -384,28 +352,3 @@ def run_compare(recipes: list[str], data: str | Path, budget: float, out: str | 
     results = report()
     say(f"done: {out / 'results.md'}, {out / 'results.json'}, {out / 'comparison.png'}")
     return {**results, "ran": ran}
-
-
-class Clock:
-    """Progress lines with a time-left estimate: pre-training costs its budget; fine-tuning time
-    is taken as proportional to training examples x epochs, at the rate measured on this
-    session's finished runs (so it is known after the first one)."""
-
-    def __init__(self, budget: float, n_train: dict[str, int], epochs: float | None, name: str = "compare") -> None:
-        self.budget, self.n_train, self.epochs, self.name = budget, n_train, epochs or 3.0, name
-        self.ft_seconds, self.ft_work = 0.0, 0.0
-
-    def say(self, message: str) -> None:
-        print(f"[{self.name} {time.strftime('%H:%M:%S')}] {message}", flush=True)
-
-    def finished_finetune(self, task: str, seconds: float) -> None:
-        self.ft_seconds, self.ft_work = self.ft_seconds + seconds, self.ft_work + self.n_train[task] * self.epochs
-
-    def status(self, what: str, pretrain_left: int, finetune_left: list[tuple[str, str, int]]) -> None:
-        left = pretrain_left * self.budget
-        if finetune_left and not self.ft_work:
-            head = f"over {format_duration(left)}; " if left else ""
-            return self.say(f"{what}; time left: {head}fine-tuning time is known after its first run")
-        rate = self.ft_seconds / self.ft_work if self.ft_work else 0.0
-        left += sum(self.n_train[task] * self.epochs * rate for _, task, _ in finetune_left)
-        self.say(f"{what}; time left: ~{format_duration(left)}")

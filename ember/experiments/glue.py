@@ -10,9 +10,9 @@ What a GLUE table in the BERT-era papers reports, made with what is here:
   trains on train and is scored on dev, as the papers report GLUE dev results.
 * Settings: each task's ``BertHParams`` (Devlin et al. 2019, §4.1 and appendix A.3: batch
   32, 3 epochs, 10% warm-up, max length 128, lr 2e-5 from the paper's grid), with
-  ``--lr/--epochs/--max-length/--train-limit`` applied to every task alike. The config is
-  built by ``ember.experiments.compare.finetune_config``, the same one `ember compare` fine-tunes with.
-* Seeds: one run per task and seed (``ember.train.finetune.run_finetuning``: best-on-dev
+  ``--lr/--epochs/--max-length/--train-limit`` applied to every task alike, through
+  ``ember.finetune`` as every fine-tuning in ember.
+* Seeds: one run per task and seed (``ember.finetune``: best-on-dev
   weights over the epochs), summarised as mean ± sample std and median.
 
 Layout of OUT::
@@ -28,7 +28,6 @@ last checkpoint; adding seeds or tasks later runs only the new ones.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import time
 from dataclasses import dataclass
@@ -124,12 +123,11 @@ def run_glue(init: str, out: str | Path, tasks: list[str] | None = None, seeds: 
 
     Returns glue.json's content plus ``ran``: how many fine-tuning runs this call ran.
     """
-    from ember.experiments.compare import Clock, FinetuneSettings, finetune_config, prepare_folder
-    from ember.config import TrainConfig
+    from ember.api import finetune
+    from ember.experiments.common import Clock, prepare_folder
     from ember.experiments.glue_report import write_reports
-    from ember.tasks.glue import get_task
-    from ember.train.finetune import run_finetuning
     from ember.runs.init import load_init
+    from ember.tasks.glue import get_task
 
     out = Path(out)
     tasks = [get_task(t).name for t in (tasks or GLUE_TASKS)]
@@ -142,7 +140,7 @@ def run_glue(init: str, out: str | Path, tasks: list[str] | None = None, seeds: 
         raise EmberError(f"give distinct seeds, e.g. --seeds 1,2,3 (got {seeds})")
     if train_limit is not None and train_limit <= 0:
         raise EmberError("--train-limit must be positive")
-    model_cfg, state, tokenizer_path = load_init(init, model, tokenizer)
+    model_cfg = load_init(init, model, tokenizer).model
     train_files = train_files or {}
     plans = plan_tasks(tasks, train_files, train_limit)
     for plan in plans:
@@ -175,17 +173,13 @@ def run_glue(init: str, out: str | Path, tasks: list[str] | None = None, seeds: 
     for i, (_, task, seed) in enumerate(todo, 1):
         plan, spec = by_name[task], get_task(task)
         clock.status(f"fine-tuning {i}/{len(todo)}: {spec.display_name}, seed {seed}", 0, todo[i - 1:])
-        ft = FinetuneSettings(lr=lr or spec.bert_hparams.learning_rate, epochs=epochs, max_length=max_length,
-                              train_limit=train_limit)
-        base = TrainConfig(device=device, num_threads=num_threads)
-        cfg = finetune_config(task, ft, model_cfg, base, seed, init_id)
-        cfg = dataclasses.replace(cfg, task=dataclasses.replace(cfg.task, train_split=plan.train_split,
-                                                                eval_split=plan.eval_split))
         run_dir = out / "runs" / f"{task}-seed{seed}"
         resume = prepare_folder(run_dir)
         started = time.time()
-        result = run_finetuning(cfg, run_dir, state, tokenizer_path, train_limit, resume=resume,
-                                progress=progress)
+        result = finetune(task, run_dir, init_id, model=model, tokenizer=tokenizer, seeds=[seed],
+                          train_limit=train_limit, resume=resume, progress=progress, lr=lr, epochs=epochs,
+                          max_length=max_length, train_split=plan.train_split, eval_split=plan.eval_split,
+                          device=device, num_threads=num_threads).result
         clock.finished_finetune(task, time.time() - started)
         shown = "  ".join(f"{k}={v:.4f}" for k, v in result["metrics"].items())
         clock.say(f"{spec.display_name} {result['split']} seed {seed}: {shown}")

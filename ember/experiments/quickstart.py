@@ -13,7 +13,6 @@ SST-2), so the whole path still runs.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import shutil
 import time
@@ -29,15 +28,10 @@ def banner(text: str) -> None:
 def run_quickstart(out: Path, pretrain_steps: int = 300, pretrain_time: float = 360.0,
                    max_docs: int = 1500, finetune_epochs: float = 1.0, finetune_limit: int | None = 20000,
                    progress: bool = True) -> dict:
-    from ember.recipes import recipe_path
-    from ember.config import apply_overrides, load_yaml, run_config_from_dict
+    from ember.api import finetune, pretrain
     from ember.data.prepare import prepare_corpus
     from ember.tasks.fill_mask import FillMask
     from ember.tokenizers import train_tokenizer
-    from ember.train.finetune import run_finetuning
-    from ember.runs.init import backbone_weights
-    from ember.runs.checkpoint import load_weights
-    from ember.train.pretrain import run_pretraining
 
     started = time.time()
     if out.exists():
@@ -66,14 +60,10 @@ def run_quickstart(out: Path, pretrain_steps: int = 300, pretrain_time: float = 
     prepare_corpus(inputs, out / "tokenizer.json", out / "prepared", max_docs=max_docs, progress=progress)
 
     banner(f"3/5 pre-training bert-mini (MLM + NSP), {pretrain_steps} steps or {pretrain_time / 60:.0f} min")
-    values = apply_overrides(load_yaml(recipe_path("bert-mini")), [
-        f"data.prepared={out / 'prepared'}", f"model.vocab_size={tok.get_vocab_size()}",
-        f"train.max_steps={pretrain_steps}", f"train.max_time={pretrain_time}", "train.lr=1e-3",
-        "train.warmup_ratio=0.06", f"train.eval_every={max(pretrain_steps // 3, 1)}",
-        f"train.save_every={max(pretrain_steps // 3, 1)}",
-    ])
-    cfg = run_config_from_dict(values, where="quickstart")
-    run_pretraining(cfg, out / "pretrain", progress=progress)
+    pretrain("bert-mini", out / "pretrain", data=out / "prepared", progress=progress, overrides=[
+        f"model.vocab_size={tok.get_vocab_size()}", f"train.max_steps={pretrain_steps}",
+        f"train.max_time={pretrain_time}", "train.lr=1e-3", "train.warmup_ratio=0.06",
+        f"train.eval_every={max(pretrain_steps // 3, 1)}", f"train.save_every={max(pretrain_steps // 3, 1)}"])
 
     banner("4/5 fill-mask with the pre-trained model")
     fill = FillMask(out / "pretrain")
@@ -85,21 +75,15 @@ def run_quickstart(out: Path, pretrain_steps: int = 300, pretrain_time: float = 
     previous = os.environ.get("EMBER_DATA")
     os.environ["EMBER_DATA"] = str(sst2_root)
     try:
-        ft_values = apply_overrides({"kind": "finetune"}, [
-            "task.name=sst2", f"task.epochs={finetune_epochs}", "task.max_length=66",
-            f"task.init={out / 'pretrain'}", "train.lr=1e-4", "train.batch_size=32",
-            "train.warmup_ratio=0.1", "train.eval_every=0", "train.save_every=0", "train.log_every=50",
-        ])
-        ft_cfg = dataclasses.replace(run_config_from_dict(ft_values), model=cfg.model)
-        state = backbone_weights(load_weights(out / "pretrain" / "model.safetensors"))
-        result = run_finetuning(ft_cfg, out / "sst2", state, out / "pretrain" / "tokenizer.json",
-                                train_limit=finetune_limit, progress=progress)
+        result = finetune("sst2", out / "sst2", init=out / "pretrain", train_limit=finetune_limit, progress=progress,
+                          epochs=finetune_epochs, max_length=66, lr=1e-4, batch_size=32, warmup_ratio=0.1,
+                          overrides=["train.log_every=50"])
     finally:
         if previous is None:
             os.environ.pop("EMBER_DATA", None)
         else:
             os.environ["EMBER_DATA"] = previous
-    acc = result["metrics"]["accuracy"]
+    acc = result.metrics["accuracy"]
     print(f"\nSST-2 dev accuracy: {acc:.4f}  ({(time.time() - started) / 60:.1f} min in all)")
     print(f"run folders: {out / 'pretrain'} (curves.png, metrics.jsonl), {out / 'sst2'} (results.json)")
-    return result
+    return result.result

@@ -1,13 +1,15 @@
 """Where fine-tuning weights start: an ember run folder, an HF checkpoint folder, or random.
 
-Returns the backbone's ModelConfig, its weights (``backbone.*`` names stripped of the prefix)
-and the tokenizer that goes with them.
+``load_init`` returns an ``Init``: the backbone's ModelConfig, its weights (``backbone.*`` names
+stripped of the prefix; None for a random start) and the tokenizer that goes with them. It
+unpacks as a triple, and the library functions (``ember.api``) accept one in place of a path.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
+from typing import NamedTuple
 
 from ember.config import DECODER_FAMILIES, ENCODER_FAMILIES, ModelConfig, model_preset
 from ember.errors import EmberError
@@ -18,12 +20,21 @@ from ember.runs.folder import check_family, load_run_config
 SUPPORTED_FAMILIES = ENCODER_FAMILIES + DECODER_FAMILIES  # families that fine-tune today
 
 
+class Init(NamedTuple):
+    model: ModelConfig
+    state: dict | None  # backbone weights, or None for a random start
+    tokenizer: Path  # tokenizer.json
+
+
 def backbone_weights(state: dict) -> dict:
     return {k[len("backbone."):]: v for k, v in state.items() if k.startswith("backbone.")}
 
 
-def load_init(init: str, preset: str = "", tokenizer: str = "") -> tuple[ModelConfig, dict | None, Path]:
+def load_init(init: str | Path | Init, preset: str = "", tokenizer: str = "") -> Init:
     """(model config, backbone state or None for random init, tokenizer.json path)."""
+    if isinstance(init, Init):
+        return init
+    init = str(init)
     if init in ("", "random"):
         if not preset or not tokenizer:
             raise EmberError("a randomly initialised model needs --model PRESET and --tokenizer tokenizer.json")
@@ -32,7 +43,7 @@ def load_init(init: str, preset: str = "", tokenizer: str = "") -> tuple[ModelCo
         tok = load_tokenizer(tokenizer)
         cfg = dataclasses.replace(model_preset(preset), vocab_size=tok.get_vocab_size(),
                                   pad_token_id=special_token_ids(tok)["pad"])
-        return cfg, None, Path(tokenizer)
+        return Init(cfg, None, Path(tokenizer))
     path = Path(init)
     if (path / "config.yaml").is_file():
         run_cfg = load_run_config(path)
@@ -41,7 +52,7 @@ def load_init(init: str, preset: str = "", tokenizer: str = "") -> tuple[ModelCo
         if not weights.is_file():
             raise EmberError(f"{path} has no model.safetensors yet (is its training still running? "
                              "a finished or interrupted-and-resumed run writes it at the end)")
-        return run_cfg.model, backbone_weights(load_weights(weights)), path / "tokenizer.json"
+        return Init(run_cfg.model, backbone_weights(load_weights(weights)), path / "tokenizer.json")
     if (path / "config.json").is_file():
         # Any family with HF interop, chosen by config.json's model_type. The config keeps
         # the family's pooler even when the checkpoint has none (XForMaskedLM): fine-tuning
@@ -55,6 +66,6 @@ def load_init(init: str, preset: str = "", tokenizer: str = "") -> tuple[ModelCo
         state = backbone_weights(interop.state_from_hf(read_hf_weights(path), cfg))
         if not (path / "tokenizer.json").is_file():
             raise EmberError(f"{path} has no tokenizer.json; import it first with `ember convert --from-hf`")
-        return cfg, state, path / "tokenizer.json"
+        return Init(cfg, state, path / "tokenizer.json")
     raise EmberError(f"--init {init}: not an ember run folder (config.yaml) nor an HF checkpoint "
                      "(config.json); use 'random' to start from scratch")

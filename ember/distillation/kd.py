@@ -6,7 +6,7 @@ or the MSE between logits, and L_hard the usual cross-entropy on gold labels. Ex
 transfer set without a gold label (label -100 here) contribute only to L_soft.
 
 The teacher's logits come either from the batch (``teacher_logits``, cached once on disk by
-``ember.distill.transfer_set``) or from a teacher run on the fly, which layer-level methods
+``ember.distillation.transfer_set``) or from a teacher run on the fly, which layer-level methods
 need (Patient KD, TinyBERT: ``layer_loss`` compares hidden states / attentions).
 
 The teacher is deliberately *not* a registered sub-module: it is frozen, must not enter the
@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ember.distill.losses import logit_mse, soft_cross_entropy
+from ember.distillation.losses import logit_mse, soft_cross_entropy
 from ember.errors import EmberError
 from ember.tasks.featurize import collate
 

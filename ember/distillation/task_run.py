@@ -21,11 +21,11 @@ from pathlib import Path
 import numpy as np
 
 from ember.config import RunConfig, TaskConfig, TrainConfig
-from ember.distill.kd import KDSettings, TaskDistiller
-from ember.distill.student import (
+from ember.distillation.kd import KDSettings, TaskDistiller
+from ember.distillation.student import (
     check_same_recipe, check_same_tokenizer, count_parameters, init_from_teacher, student_config,
 )
-from ember.distill.transfer_set import build_transfer_set, cached_teacher_logits
+from ember.distillation.transfer_set import build_transfer_set, cached_teacher_logits
 from ember.errors import EmberError
 from ember.runs.checkpoint import atomic_write_text, load_weights, save_weights
 from ember.data.in_memory import InMemoryData
@@ -96,10 +96,10 @@ def _build_student(cfg: RunConfig, adapter, state: dict | None, pad_id: int):
 
 def _layer_loss(method: str, opts: TaskDistillOptions, s, t):
     if method == "pkd":
-        from ember.distill.pkd import PatienceLoss
+        from ember.distillation.pkd import PatienceLoss
 
         return PatienceLoss(s.num_layers, t.num_layers, s.hidden_size, t.hidden_size, opts.pkd_strategy, opts.beta)
-    from ember.distill.tinybert import TinyBertLayerLoss
+    from ember.distillation.tinybert import TinyBertLayerLoss
 
     return TinyBertLayerLoss(s.num_layers, t.num_layers, s.hidden_size, t.hidden_size)
 

@@ -13,7 +13,7 @@ summed over layers. As the authors' code does, one projection serves embeddings 
 Prediction-layer distillation (soft cross-entropy, T = 1 in the paper) follows as a second
 step; it is ``TaskDistiller``'s prediction loss. TinyBERT runs both in two stages: general
 distillation on a pre-training corpus (intermediate layers only) and task-specific
-distillation (intermediate layers, then predictions). See ``ember.distill.runs``.
+distillation (intermediate layers, then predictions). See ``ember.distillation.runs``.
 
 MSEs are taken over real (non-padding) tokens only; attention maps are the softmax
 probabilities returned by ``Encoder(output_attentions=True)`` (see ``attention_mse``).
@@ -24,7 +24,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ember.distill.losses import attention_mse, masked_mse, uniform_layer_map
+from ember.distillation.losses import attention_mse, masked_mse, uniform_layer_map
 
 
 class TinyBertLayerLoss(nn.Module):

@@ -16,8 +16,8 @@ from pathlib import Path
 import torch
 
 from ember.config import RunConfig, TrainConfig
-from ember.distill.distilbert import DistilBertDistiller, DistilBertWeights
-from ember.distill.student import (
+from ember.distillation.distilbert import DistilBertDistiller, DistilBertWeights
+from ember.distillation.student import (
     check_same_recipe, check_same_tokenizer, count_parameters, init_from_teacher, student_config,
 )
 from ember.errors import EmberError
@@ -88,7 +88,7 @@ def run_pretrain_distillation(opts: PretrainDistillOptions) -> dict:
         objective, saved = "mlm", lambda: student.state_dict()
         params = (count_parameters(student.backbone), count_parameters(teacher.backbone))
     elif opts.method == "tinybert":
-        from ember.distill.tinybert import GeneralDistiller
+        from ember.distillation.tinybert import GeneralDistiller
 
         if opts.student_init not in ("", "random"):
             raise EmberError("TinyBERT's general stage trains a randomly initialised student")

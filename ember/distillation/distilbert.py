@@ -1,7 +1,7 @@
 """DistilBERT's pre-training distillation (Sanh et al. 2019, §2-3).
 
 A student with half the teacher's layers, initialised from one teacher layer out of two
-(``ember.distill.student.init_from_teacher``, plus the teacher's MLM head), trained with a
+(``ember.distillation.student.init_from_teacher``, plus the teacher's MLM head), trained with a
 linear combination of three losses on masked-LM batches:
 
     L = a_ce  * KL(softmax(t / T) || softmax(s / T)) T^2   (soft targets at masked positions)
@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from ember.distill.losses import cosine_hidden_loss, soft_cross_entropy
+from ember.distillation.losses import cosine_hidden_loss, soft_cross_entropy
 from ember.objectives.mlm import token_prediction_loss
 
 

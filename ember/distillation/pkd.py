@@ -7,7 +7,7 @@ The student learns from the teacher's intermediate layers as well as its predict
 
 where L_PT compares L2-normalised [CLS] states of mapped layers (``patience_loss``) under
 PKD-skip (teacher layers k, 2k, ...) or PKD-last (the last M - 1 below the top); see
-``ember.distill.losses.pkd_layer_map``. The prediction part is ``TaskDistiller``'s.
+``ember.distillation.losses.pkd_layer_map``. The prediction part is ``TaskDistiller``'s.
 
 Defaults: beta = 100 (the paper searches {10, 100, 500, 1000}; with the reference's mean
 reduction over hidden units, 100 makes L_PT about as large as the KD loss for 128-768-wide
@@ -22,7 +22,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ember.distill.losses import patience_loss, pkd_layer_map
+from ember.distillation.losses import patience_loss, pkd_layer_map
 
 DEFAULT_BETA = 100.0
 DEFAULT_ALPHA = 0.5

@@ -1,0 +1,89 @@
+"""``ember.pretrain``: a recipe (or config) plus overrides -> a pre-trained run folder.
+
+The settings are checked and completed here, for the shell and for Python alike: the
+vocabulary is fitted to the prepared corpus's tokenizer (unless ``model.vocab_size`` is set
+explicitly), and a resumed run keeps its saved settings (only the time budget and the device
+may change, so the continuation reproduces the uninterrupted run).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+from ember.api.results import RunResult
+from ember.config import RunConfig, to_dict
+from ember.errors import EmberError
+
+# Settings a resumed run may change: they do not alter what is computed, only when it stops or where.
+RESUMABLE_CHANGES = ("max_time", "device", "pad_token_id")
+
+
+def fit_vocab_to_corpus(cfg: RunConfig) -> RunConfig:
+    """Size the embeddings/softmax to the prepared corpus's tokenizer: a 16k tokenizer under a
+    recipe written for 30,522 would otherwise train 14k rows no token ever uses. Only for
+    subword corpora from `ember prepare` (meta.json)."""
+    from ember.data.shards import TokenCorpus
+
+    if not cfg.data.prepared or not (Path(cfg.data.prepared) / "meta.json").is_file():
+        return cfg
+    vocab = TokenCorpus(cfg.data.prepared, "train").vocab_size
+    if vocab == cfg.model.vocab_size:
+        return cfg
+    print(f"model.vocab_size {cfg.model.vocab_size} -> {vocab}, the corpus tokenizer's size "
+          "(--set model.vocab_size=N to choose)")
+    return dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, vocab_size=vocab))
+
+
+def resumed_config(saved: RunConfig, wanted: RunConfig, out: Path) -> RunConfig:
+    """The saved settings, with the wanted time budget and device; anything else that differs
+    is refused, since the continuation would not be the run it continues."""
+    changed = [f"{section}.{key}" for section in ("model", "data", "train", "elmo")
+               for key, value in to_dict(getattr(wanted, section)).items()
+               if key not in RESUMABLE_CHANGES and value != to_dict(getattr(saved, section))[key]]
+    if changed or wanted.objective != saved.objective:
+        raise EmberError(f"--resume continues {out} with its saved settings, but this command changes "
+                         f"{changed or ['objective']}; drop those options or start a new run")
+    return dataclasses.replace(saved, train=dataclasses.replace(
+        saved.train, max_time=wanted.train.max_time, device=wanted.train.device))
+
+
+def pretrain_config(recipe: str | Path | RunConfig | None, out: str | Path, data: str | Path | None = None,
+                    overrides: list[str] | tuple[str, ...] = (), resume: bool = False) -> RunConfig:
+    """The RunConfig a pre-training run will use (see the module docstring)."""
+    from ember.config import apply_overrides, load_yaml, run_config_from_dict
+    from ember.recipes import recipe_path
+
+    out, overrides = Path(out), list(overrides) + ([f"data.prepared={data}"] if data is not None else [])
+    saved_path = out / "config.yaml"
+    resuming = resume and saved_path.is_file()
+    if isinstance(recipe, RunConfig):
+        cfg = run_config_from_dict(apply_overrides(to_dict(recipe), overrides), where="settings")
+    else:
+        base = saved_path if resuming and recipe is None else recipe_path(recipe or "bert-mini")
+        cfg = run_config_from_dict(apply_overrides(load_yaml(base), overrides), where=str(base))
+    if resuming:
+        cfg = resumed_config(run_config_from_dict(load_yaml(saved_path), where=str(saved_path)), cfg, out)
+    elif not any(o.startswith("model.vocab_size=") for o in overrides):
+        cfg = fit_vocab_to_corpus(cfg)
+    if cfg.kind != "pretrain":
+        raise EmberError(f"{recipe} is a {cfg.kind} recipe, not a pre-training one")
+    return cfg
+
+
+def pretrain(recipe: str | Path | RunConfig | None = "bert-mini", out: str | Path = "runs/pretrain",
+             data: str | Path | None = None, overrides: list[str] | tuple[str, ...] = (), resume: bool = False,
+             overwrite: bool = False, progress: bool = True) -> RunResult:
+    """Pre-train ``recipe`` (a name in ember/recipes, a YAML path or a RunConfig) on ``data`` (a
+    folder written by `ember prepare`; raw text for ELMo) into the run folder ``out``.
+
+    >>> result = ember.pretrain("bert-mini", "runs/bert-mini", data="runs/wiki",
+    ...                         overrides=["train.max_time=600"])  # doctest: +SKIP
+    """
+    from ember.train.logging import last_evaluation
+    from ember.train.pretrain import run_pretraining
+
+    out = Path(out)
+    cfg = pretrain_config(recipe, out, data, overrides, resume)
+    trained = run_pretraining(cfg, out, resume=resume, overwrite=overwrite, progress=progress)
+    return RunResult(out, last_evaluation(out), [trained])
