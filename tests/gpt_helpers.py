@@ -7,6 +7,7 @@ from pathlib import Path
 
 import torch
 
+from hf_interop_helpers import perturb
 from ember.config import model_preset
 from ember.models import build_backbone
 from ember.objectives.clm import CausalLM
@@ -21,11 +22,7 @@ def tiny_model(family: str = "gpt2", seed: int = 0, vocab: int = 97, max_positio
     torch.manual_seed(seed)
     cfg = dataclasses.replace(TINY, family=family, pre_layer_norm=family == "gpt2", num_layers=3,
                               vocab_size=vocab, max_position=max_position)
-    model = CausalLM(build_backbone(cfg)).eval()
-    with torch.no_grad():
-        for p in model.parameters():
-            p.add_(torch.randn_like(p) * 0.2)
-    return model
+    return perturb(CausalLM(build_backbone(cfg)), seed, scale=0.2)
 
 
 def make_gpt_run(root: Path, max_position: int = 64, text: Path | None = None, vocab: int = 300,

@@ -11,13 +11,14 @@ import torch
 ATOL = 1e-5
 
 
-def perturb(model, seed: int = 0):
+def perturb(model, seed: int = 0, scale: float = 0.05):
     """Move every parameter off its init value (LayerNorm ones, zero biases, zero pad rows),
-    so a wrongly mapped tensor cannot hide behind a default."""
+    so a wrongly mapped tensor cannot hide behind a default (and, with a larger ``scale``,
+    logits are far from uniform so argmax ties cannot occur)."""
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for p in model.parameters():
-            p.add_(torch.randn(p.shape, generator=g) * 0.05)
+            p.add_(torch.randn(p.shape, generator=g) * scale)
     return model.eval()
 
 

@@ -71,7 +71,8 @@ def export_run(run_dir: str | Path, fmt: str, out: str | Path, verify: bool = Tr
     """Export, verify and atomically write; returns the report also saved as out/export.json."""
     from ember.serve.graph import InferenceGraph, describe, load_module
     from ember.serve.inputs import verification_rows
-    from ember.serve.runners import TorchRunner, read_manifest
+    from ember.serve.graph import read_manifest
+    from ember.serve.runners import TorchRunner
     from ember.serve.verify import compare
 
     run_dir, out = Path(run_dir), Path(out)

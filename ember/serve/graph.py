@@ -84,6 +84,35 @@ def weight_names(run_dir: Path) -> list[str]:
         return list(fh.keys())
 
 
+EXPORT_MANIFEST = "export.json"
+
+
+def read_manifest(path: Path) -> dict | None:
+    """The manifest of an `ember export` folder (None for a run folder)."""
+    file = Path(path) / EXPORT_MANIFEST
+    if not file.is_file():
+        return None
+    try:
+        return json.loads(file.read_text())
+    except ValueError as exc:
+        raise EmberError(f"{file}: not valid JSON ({exc}); export the run again") from None
+
+
+def export_state_keys(path: Path, manifest: dict) -> list[str]:
+    """The weight names of the inference model an export holds (they choose a pre-training run's
+    provider: an MLM head means fill-mask). Exports record them; older ones only said their kind."""
+    if "state_keys" in manifest:
+        return manifest["state_keys"]
+    if manifest.get("format") == "int8":
+        from safetensors import safe_open
+
+        from ember.serve.quantize import INT8_FILE
+
+        with safe_open(str(path / INT8_FILE), "pt") as fh:
+            return [k.replace(".weight_int8", ".weight") for k in fh.keys()]
+    return ["mlm.dense.weight"] if manifest.get("model", {}).get("kind") == "fill-mask" else []
+
+
 def _provider(run_dir: Path, cfg: RunConfig, keys):
     if cfg.kind == "pretrain":
         from ember.tasks.pretrained import pretrained_provider
@@ -110,7 +139,10 @@ def describe(run_dir: str | Path, state_keys=None):
     run_dir = Path(run_dir)
     cfg = load_run_config(run_dir)
     tokenizer = load_tokenizer(run_dir / "tokenizer.json")
-    keys = state_keys if state_keys is not None else (weight_names(run_dir) if cfg.kind == "pretrain" else ())
+    keys = state_keys
+    if keys is None and cfg.kind == "pretrain":  # the weights choose what a pre-training run serves
+        manifest = read_manifest(run_dir)
+        keys = export_state_keys(run_dir, manifest) if manifest is not None else weight_names(run_dir)
     provider = _provider(run_dir, cfg, keys)
     m = cfg.model
     if cfg.kind == "pretrain":

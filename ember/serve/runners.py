@@ -20,10 +20,9 @@ import numpy as np
 import torch
 
 from ember.errors import EmberError
-from ember.serve.graph import InferenceGraph, ServeInfo, build_module, describe, load_module
+from ember.serve.graph import InferenceGraph, ServeInfo, build_module, describe, load_module, read_manifest
 
 BACKENDS = ("torch", "int8", "onnx", "onnx-int8")
-EXPORT_MANIFEST = "export.json"
 
 
 class TorchRunner:
@@ -105,31 +104,6 @@ def load_hf_runner(hf_dir: Path) -> HFRunner:
     return HFRunner(cls.from_pretrained(str(hf_dir)))
 
 
-def read_manifest(path: Path) -> dict | None:
-    file = Path(path) / EXPORT_MANIFEST
-    if not file.is_file():
-        return None
-    try:
-        return json.loads(file.read_text())
-    except ValueError as exc:
-        raise EmberError(f"{file}: not valid JSON ({exc}); export the run again") from None
-
-
-def export_state_keys(path: Path, manifest: dict) -> list[str]:
-    """The weight names of the inference model an export holds (they choose a pre-training run's
-    provider: an MLM head means fill-mask). Exports record them; older ones only said their kind."""
-    if "state_keys" in manifest:
-        return manifest["state_keys"]
-    if manifest.get("format") == "int8":
-        from safetensors import safe_open
-
-        from ember.serve.quantize import INT8_FILE
-
-        with safe_open(str(path / INT8_FILE), "pt") as fh:
-            return [k.replace(".weight_int8", ".weight") for k in fh.keys()]
-    return ["mlm.dense.weight"] if manifest.get("model", {}).get("kind") == "fill-mask" else []
-
-
 def example_inputs(info: ServeInfo) -> dict[str, torch.Tensor]:
     """A small real-looking batch for tracing (B=2, T=8): the shapes are symbolic anyway."""
     ids = torch.full((2, 8), info.special["unk"], dtype=torch.long)
@@ -162,7 +136,7 @@ def load_runner(path: str | Path, backend: str = "", threads: int = 0):
         if backend and backend != fmt:
             raise EmberError(f"{path} holds a {fmt!r} export, not {backend!r}; drop the flag or serve "
                              "the original run folder")
-        info, tokenizer = describe(path, export_state_keys(path, manifest))
+        info, tokenizer = describe(path)
         if fmt == "int8":
             module = load_int8(build_module(info), path / INT8_FILE)
             return TorchRunner(InferenceGraph(module), "int8"), info, tokenizer

@@ -23,7 +23,7 @@ from fastapi.testclient import TestClient  # noqa: E402
 
 from ember.generate import GenerationConfig, generate_ids, generate_text  # noqa: E402
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 CONTEXT = 64  # positions of the tiny runs = their training block length = the served context
 
 

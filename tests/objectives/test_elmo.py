@@ -272,7 +272,7 @@ def test_elmo_pretrain_cli_writes_run_and_held_out_perplexity(elmo_run):
 @pytest.mark.slow
 def test_elmo_pretrain_resume_is_exact(elmo_run, tmp_path):
     """Killed (SIGKILL) after its step-3 checkpoint, then resumed: same weights at step 6."""
-    from test_resume import kill_after_checkpoint
+    from run_helpers import kill_after_checkpoint
 
     from ember.runs.checkpoint import load_weights
 

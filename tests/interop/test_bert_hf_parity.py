@@ -12,6 +12,7 @@ from ember.interop import hf_bert  # noqa: E402
 from ember.interop.convert import export_hf, import_hf  # noqa: E402
 from ember.models import build_backbone  # noqa: E402
 from ember.objectives.bert import BertPretraining  # noqa: E402
+from hf_interop_helpers import padded_batch, perturb  # noqa: E402
 
 SPECIAL = {"pad": 0, "unk": 1, "cls": 2, "sep": 3, "mask": 4}
 ATOL = 1e-5
@@ -24,18 +25,11 @@ def tiny_hf_bert(seed: int = 0):
         intermediate_size=37, max_position_embeddings=64, type_vocab_size=2,
         hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
     )
-    model = transformers.BertForPreTraining(config).eval()
-    with torch.no_grad():  # move every parameter off its init value (LayerNorm ones, zero biases)
-        for p in model.parameters():
-            p.add_(torch.randn_like(p) * 0.05)
-    return model
+    return perturb(transformers.BertForPreTraining(config), seed)
 
 
 def inputs(batch: int = 3, length: int = 17, seed: int = 1):
-    g = torch.Generator().manual_seed(seed)
-    ids = torch.randint(5, 98, (batch, length), generator=g)
-    mask = torch.ones(batch, length, dtype=torch.long)
-    mask[1, 11:] = 0  # padding in one row
+    ids, mask = padded_batch(98, SPECIAL["pad"], batch=batch, length=length, seed=seed)  # row 1 padded
     types = torch.zeros(batch, length, dtype=torch.long)
     types[:, 9:] = 1
     return ids, mask, types

@@ -16,7 +16,7 @@ from ember.data.shards import TokenCorpus
 from ember.errors import EmberError
 from ember.objectives.bert import pack_joins
 from conftest import make_wordpiece, real_data
-from test_masking import SHORT_RUN, recipe_config, short_run
+from run_helpers import SHORT_RUN, recipe_config, short_run
 
 WORDS = ["barack", "obama", "visited", "new", "york", "##er", "is", "big", "."]
 

@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from conftest import real_data
-from test_resume import env, kill_after_checkpoint, train_losses
+from run_helpers import env, kill_after_checkpoint, train_losses
 
 OPTIONS = {
     "ulmfit": ["--layer-lr-decay", "0.8", "--schedule", "stlr", "--gradual-unfreeze"],

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from conftest import TINY_MODEL
-from ember.train.logging import MetricsLogger
+from run_helpers import env, kill_after_checkpoint, train_losses
 
 STEPS = 240
 
@@ -25,37 +25,6 @@ def pretrain_cmd(prepared: Path, run: Path, *extra: str) -> list[str]:
     for s in sets:
         cmd += ["--set", s]
     return cmd + list(extra)
-
-
-def env() -> dict:
-    return {**os.environ, "OMP_NUM_THREADS": "1"}
-
-
-def train_losses(run: Path) -> dict[int, float]:
-    return {r["step"]: r["loss"] for r in MetricsLogger.read(run / "metrics.jsonl") if r["split"] == "train"}
-
-
-def kill_after_checkpoint(cmd: list[str], run: Path, step: int, finished_file: str = "model.safetensors",
-                          timeout: float = 120) -> None:
-    """Start training, wait until the checkpoint of ``step`` exists, then SIGKILL it.
-
-    ``finished_file`` is what only a finished run holds (a fine-tuning run writes best-so-far
-    weights while training, so it passes "results.json"): its absence proves the kill came mid-run.
-    """
-    proc = subprocess.Popen(cmd, env=env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    target = run / "checkpoints" / f"step-{step:08d}"
-    deadline = time.time() + timeout
-    while not target.exists():
-        if proc.poll() is not None:
-            pytest.fail(f"training ended before step {step}: {proc.stderr.read().decode()[-2000:]}")
-        if time.time() > deadline:
-            proc.kill()
-            pytest.fail("training too slow to reach the checkpoint")
-        time.sleep(0.005)
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.wait()
-    assert proc.returncode == -signal.SIGKILL
-    assert not (run / finished_file).exists()  # really killed mid-run
 
 
 @pytest.fixture(scope="module")

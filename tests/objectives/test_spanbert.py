@@ -13,7 +13,7 @@ from ember.data.shards import TokenCorpus
 from ember.models import build_backbone
 from ember.objectives.masking import build_masker
 from ember.objectives.spanbert import SpanBertPretraining
-from test_masking import SHORT_RUN, recipe_config, short_run
+from run_helpers import SHORT_RUN, recipe_config, short_run
 
 SPECIAL = {"pad": 0, "unk": 1, "cls": 2, "sep": 3, "mask": 4}
 

@@ -189,7 +189,7 @@ def test_tinybert_task_stage_starts_from_the_general_student(wiki_prepared, wiki
 
 @pytest.mark.slow
 def test_kd_resume_after_kill_reproduces_the_uninterrupted_run(sst2_teacher, tmp_path):
-    from test_resume import env, kill_after_checkpoint, train_losses
+    from run_helpers import env, kill_after_checkpoint, train_losses
 
     def cmd(out):
         return [sys.executable, "-m", "ember", "distill", "--method", "kd", "--teacher", str(sst2_teacher),

@@ -16,7 +16,8 @@ from ember.objectives.masking import (
     word_continuation_table,
 )
 from ember.objectives.mlm import mask_tokens
-from conftest import TINY_MODEL, make_wordpiece
+from conftest import make_wordpiece
+from run_helpers import SHORT_RUN, recipe_config, short_run
 
 MASK, V = 4, 100
 CONT = np.zeros(V, dtype=bool)
@@ -233,29 +234,6 @@ def test_bad_masking_settings_are_clear_errors():
         Masker("phrase", MASK, V, continues_word=CONT)(ROW, MASKABLE, np.random.default_rng(0))
     with pytest.raises(EmberError, match="mask_key"):
         Masker("token", MASK, V, static_masks=2)(ROW, MASKABLE, np.random.default_rng(0))
-
-
-def recipe_config(recipe: str, prepared, *extra):
-    """A recipe shrunk to a tiny model (conftest.TINY_MODEL) on ``prepared``."""
-    from ember.recipes import recipe_path
-    from ember.config import apply_overrides, load_yaml, run_config_from_dict
-
-    values = apply_overrides(load_yaml(recipe_path(recipe)),
-                             TINY_MODEL + [f"data.prepared={prepared}", *extra])
-    return run_config_from_dict(values)
-
-
-def short_run(cfg, run_dir) -> list[dict]:
-    """Pre-train ``cfg`` in ``run_dir``; return the logged metric records."""
-    from ember.train.logging import MetricsLogger
-    from ember.train.pretrain import run_pretraining
-
-    run_pretraining(cfg, run_dir, progress=False)
-    return MetricsLogger.read(run_dir / "metrics.jsonl")
-
-
-SHORT_RUN = ["train.max_steps=40", "train.lr=2e-3", "train.log_every=1", "train.eval_every=40",
-             "train.save_every=40", "train.batch_size=16", "train.warmup_ratio=0.1"]
 
 
 def test_bert_wwm_recipe_loss_goes_down_on_real_text(wiki_prepared, tmp_path):
