@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -109,7 +108,7 @@ def run_task_distillation(opts: TaskDistillOptions) -> dict:
     from ember.tasks.base import get_adapter
     from ember.tokenizers import load_tokenizer, special_token_ids
     from ember.tasks.task_model import load_task_module
-    from ember.train.loop import Trainer
+    from ember.train.loop import Trainer, epoch_schedule
     from ember.runs.folder import load_run_config, prepare_run_dir, write_run_files
 
     if opts.method not in METHOD_DEFAULTS:
@@ -135,10 +134,7 @@ def run_task_distillation(opts: TaskDistillOptions) -> dict:
                                           opts.train_limit, keep_labels=settings.alpha < 1.0,
                                           task_unlabeled=opts.task_unlabeled)
     dev_examples, dev_features = adapter.load(teacher_cfg.task.eval_split, tokenizer, max_length)
-    steps_per_epoch = math.ceil(len(features) / opts.train.batch_size)
-    train_cfg = dataclasses.replace(opts.train, max_steps=max(1, int(round(opts.epochs * steps_per_epoch))),
-                                    eval_every=opts.train.eval_every or steps_per_epoch,
-                                    save_every=opts.train.save_every or steps_per_epoch)
+    train_cfg, _ = epoch_schedule(opts.train, len(features), opts.epochs)
     task_cfg = TaskConfig(name=adapter.name, max_length=max_length, init=opts.student_init, epochs=opts.epochs,
                           eval_batch_size=teacher_cfg.task.eval_batch_size, eval_split=teacher_cfg.task.eval_split)
     cfg = RunConfig(model=model_cfg, train=train_cfg, kind="finetune", task=task_cfg)
@@ -210,14 +206,15 @@ def _tinybert_intermediate(opts: TaskDistillOptions, cfg: RunConfig, student, te
 
     A finished step leaves OUT/intermediate/student.safetensors; a resumed run skips it then.
     """
-    from ember.train.loop import Trainer
+    from ember.train.loop import Trainer, epoch_schedule
 
     stage_dir = out / "intermediate"
     done = stage_dir / "student.safetensors"
     if not done.is_file():
         epochs = opts.epochs if opts.intermediate_epochs is None else opts.intermediate_epochs
-        steps = max(1, int(round(epochs * math.ceil(len(features) / cfg.train.batch_size))))
-        stage_cfg = dataclasses.replace(cfg.train, max_steps=steps, eval_every=0)
+        stage_cfg, _ = epoch_schedule(cfg.train, len(features), epochs)
+        stage_cfg = dataclasses.replace(stage_cfg, eval_every=0)
+        steps = stage_cfg.max_steps
         settings = KDSettings(prediction_weight=0.0)
         distiller = TaskDistiller(student, settings, teacher=teacher,
                                   layer_loss=_layer_loss("tinybert", opts, cfg.model, teacher.backbone.config))

@@ -105,16 +105,6 @@ class GptGlueAdapter(GlueAdapter):
     def encode(self, examples, tokenizer, max_length) -> Featurized:
         return encode_gpt_examples(examples, tokenizer, max_length)
 
-    def load(self, split, tokenizer, max_length, limit=None, path=None):
-        from ember.tasks.glue import read_examples
-
-        examples = read_examples(self.spec, split, path=path, limit=limit)
-        features, n_truncated = self.encode(examples, tokenizer, max_length)
-        if n_truncated:
-            print(f"{self.spec.display_name} {split}: truncated {n_truncated} of {len(examples)} examples "
-                  f"to {max_length} tokens (raise --max-length to keep more)")
-        return examples, features
-
     def build_module(self, backbone, pad_id):
         return GptClassifier(backbone, self.spec.num_labels, pad_id)
 

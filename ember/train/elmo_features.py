@@ -12,7 +12,6 @@ the learned layer weights s_j and gamma).
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 
 import numpy as np
@@ -24,7 +23,7 @@ from ember.errors import EmberError
 from ember.fileio import atomic_write_text
 from ember.tasks.elmo_classifier import UNK, ElmoClassifier, task_vocabulary
 from ember.runs.checkpoint import save_weights
-from ember.train.loop import Trainer
+from ember.train.loop import Trainer, epoch_schedule
 from ember.runs.folder import prepare_run_dir
 
 
@@ -140,12 +139,10 @@ def run_elmo_features(task: str, run_dir: Path, elmo_run: str | None, use_elmo: 
     train_items = _featurize(train_x, train_y, word_index, bilm, vocab, progress, "train")
     dev_items = _featurize(dev_x, dev_y, word_index, bilm, vocab, progress, "dev")
 
-    steps_per_epoch = math.ceil(len(train_items) / batch_size)
-    train_cfg = TrainConfig(seed=seed, lr=lr, weight_decay=0.0, adam_eps=1e-8, batch_size=batch_size,
-                            max_steps=max(1, int(round(epochs * steps_per_epoch))), max_time=max_time,
-                            warmup_steps=0, warmup_ratio=0.0, schedule="constant", max_grad_norm=5.0,
-                            eval_every=steps_per_epoch, save_every=steps_per_epoch, log_every=20,
-                            device=device)
+    train_cfg, _ = epoch_schedule(TrainConfig(
+        seed=seed, lr=lr, weight_decay=0.0, adam_eps=1e-8, batch_size=batch_size, max_time=max_time,
+        warmup_steps=0, warmup_ratio=0.0, schedule="constant", max_grad_norm=5.0, eval_every=0, save_every=0,
+        log_every=20, device=device), len(train_items), epochs)
     torch.manual_seed(seed)
     n_layers = len(bilm.forward_lm.layers) + 1 if bilm is not None else 0
     module = ElmoClassifier(len(word_index), len(label_names), embedding_dim, hidden_size,

@@ -34,7 +34,7 @@ from ember.tasks.base import get_adapter
 from ember.tasks.task_model import build_task_module, pad_token_id
 from ember.runs.checkpoint import atomic_write_text, load_weights, save_weights
 from ember.train.layerwise import gradual_unfreezing, lr_scale_fn
-from ember.train.loop import Trainer
+from ember.train.loop import Trainer, epoch_schedule
 from ember.runs.folder import prepare_run_dir, write_run_files
 
 
@@ -69,13 +69,7 @@ def run_finetuning(cfg: RunConfig, run_dir: Path, state: dict | None, tokenizer_
                          "report training accuracy; choose different --train-split/--eval-split")
     _, train_features = adapter.load(cfg.task.train_split, tokenizer, cfg.task.max_length, limit=train_limit)
     dev_examples, dev_features = adapter.load(cfg.task.eval_split, tokenizer, cfg.task.max_length)
-    steps_per_epoch = math.ceil(len(train_features) / cfg.train.batch_size)
-    train_cfg = dataclasses.replace(
-        cfg.train,
-        max_steps=max(1, int(round(cfg.task.epochs * steps_per_epoch))),
-        eval_every=cfg.train.eval_every or steps_per_epoch,
-        save_every=cfg.train.save_every or steps_per_epoch,
-    )
+    train_cfg, steps_per_epoch = epoch_schedule(cfg.train, len(train_features), cfg.task.epochs)
     cfg = dataclasses.replace(cfg, train=train_cfg, kind="finetune")
     if cfg.task.gradual_unfreeze and cfg.task.epochs < cfg.model.num_layers + 1:
         print(f"note: gradual unfreezing over {cfg.task.epochs:g} epochs trains only the head and the top "

@@ -305,3 +305,17 @@ class Trainer:
             self.stopped_early = all_reduce_sums([float(self.stopped_early)], self.dist)[0] > 0
         barrier(self.dist)
         return metrics
+
+
+def epoch_schedule(cfg: TrainConfig, n_examples: int, epochs: float) -> tuple[TrainConfig, int]:
+    """(``cfg`` with max_steps for ``epochs`` passes over ``n_examples``, steps per epoch).
+
+    Evaluation and checkpoints default to once per epoch (``eval_every``/``save_every`` 0), as
+    BERT's fine-tuning keeps the best epoch on dev. Shared by every runner that counts in epochs:
+    fine-tuning, task distillation, ELMo feature models."""
+    import dataclasses
+
+    steps_per_epoch = math.ceil(n_examples / cfg.batch_size)
+    return dataclasses.replace(cfg, max_steps=max(1, int(round(epochs * steps_per_epoch))),
+                               eval_every=cfg.eval_every or steps_per_epoch,
+                               save_every=cfg.save_every or steps_per_epoch), steps_per_epoch
