@@ -11,7 +11,7 @@ import torch
 transformers = pytest.importorskip("transformers")
 
 from hf_interop_helpers import ATOL, assert_close_where, load_hf, padded_batch, write_hf_folder  # noqa: E402
-from t5_helpers import VOCAB, ember_from_hf, t5_style_tokenizer, tiny_hf_t5  # noqa: E402
+from t5_helpers import VOCAB, ember_from_hf, one_thread, t5_style_tokenizer, tiny_hf_t5  # noqa: E402,F401 (one_thread: fixture)
 
 from ember.errors import EmberError  # noqa: E402
 from ember.interop import hf_t5  # noqa: E402
@@ -23,6 +23,8 @@ from ember.runs.init import backbone_weights  # noqa: E402
 
 VERSIONS = ["v1_0", "v1_1"]
 TIED = ("encoder.embed_tokens.weight", "decoder.embed_tokens.weight", "lm_head.weight")
+
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def batches(seed: int = 1):
