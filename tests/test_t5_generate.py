@@ -144,3 +144,35 @@ def test_t5_generation_bad_input_is_an_ember_error():
         seq2seq_generate_ids(ours, [[5] * (limit + 1)], Seq2SeqGenerationConfig(), eos_id=1)
     with pytest.raises(EmberError, match="max_new_tokens"):
         seq2seq_generate_ids(ours, [[5, 6]], Seq2SeqGenerationConfig(max_new_tokens=limit + 1), eos_id=1)
+
+
+def test_t5_run_folder_generates_text_as_transformers_does(tmp_path):
+    """An imported T5 run folder: load_seq2seq_lm + seq2seq_generate_text give the text that
+    transformers' generate + the exported tokenizer give, beam search included."""
+    from t5_helpers import t5_style_tokenizer
+
+    from ember.interop.convert import import_hf
+    from ember.seq2seq_generation import load_seq2seq_lm, seq2seq_generate_text
+
+    hf = tiny("v1_1", 17)
+    hf_dir = tmp_path / "hf"
+    hf.save_pretrained(hf_dir)
+    t5_style_tokenizer([f"▁w{i}" for i in range(VOCAB - 3)]).save(str(hf_dir / "tokenizer.json"))
+    model, tok = load_seq2seq_lm(import_hf(hf_dir, tmp_path / "run"))
+    hf_tok = transformers.AutoTokenizer.from_pretrained(hf_dir, eos_token="</s>", pad_token="<pad>")
+    texts = ["w5 w17 w3 w60 w2", "w8 w9", "w40 w41 w42 w43 w44 w45 w46"]
+    for beams in (1, 3):
+        cfg = Seq2SeqGenerationConfig(max_new_tokens=9, num_beams=beams)
+        batch = hf_tok(texts, return_tensors="pt", padding=True)
+        with torch.no_grad():
+            ref = hf.generate(**batch, max_new_tokens=9, num_beams=beams, do_sample=False)
+        assert seq2seq_generate_text(model, tok, texts, cfg) == hf_tok.batch_decode(ref, skip_special_tokens=True)
+
+
+def test_t5_generation_refuses_a_run_that_is_not_seq2seq(tmp_path):
+    from gpt_helpers import make_gpt_run
+
+    from ember.seq2seq_generation import load_seq2seq_lm
+
+    with pytest.raises(EmberError, match="'gpt2' model; this command supports t5"):
+        load_seq2seq_lm(make_gpt_run(tmp_path))
