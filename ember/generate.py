@@ -160,11 +160,27 @@ def generate_ids(model, prompts: list[list[int]], cfg: GenerationConfig, eot_id:
                          f"the model's {max_position} positions; shorten the prompt or --max-new-tokens")
     ids, mask = left_pad(prompts, eot_id)
     ids, mask = ids.to(device), mask.to(device)
-    generator = torch.Generator(device=device).manual_seed(cfg.seed)
     cache = model.backbone.new_cache()
-    logits = model.logits(ids, mask, cache)[:, -1]  # (B, V): the prompt once
-    out: list[list[int]] = [[] for _ in prompts]
-    done = torch.zeros(len(prompts), dtype=torch.bool, device=device)
+
+    def step(token: torch.Tensor | None) -> torch.Tensor:
+        nonlocal mask
+        if token is None:
+            return model.logits(ids, mask, cache)[:, -1]  # (B, V): the prompt once
+        mask = torch.cat([mask, mask.new_ones(len(prompts), 1)], dim=1)
+        return model.logits(token[:, None], mask, cache)[:, -1]
+
+    return token_loop(step, len(prompts), cfg, eot_id, device, stop_check)
+
+
+def token_loop(step, batch: int, cfg: GenerationConfig, eot_id: int, device, stop_check=None) -> list[list[int]]:
+    """Greedy or sampled decoding of ``batch`` rows. ``step(None)`` gives the first next-token
+    logits (B, V), ``step(tokens)`` those after feeding the chosen (B,) tokens. A row ends at
+    end-of-text (not kept) or when ``stop_check(i, ids)`` says so; finished rows keep decoding
+    (their tokens are ignored), so every step is one batched call."""
+    generator = torch.Generator(device=device).manual_seed(cfg.seed)
+    out: list[list[int]] = [[] for _ in range(batch)]
+    done = torch.zeros(batch, dtype=torch.bool, device=device)
+    logits = step(None)
     for _ in range(cfg.max_new_tokens):
         token = next_tokens(logits, cfg, generator)  # (B,)
         for i in torch.nonzero(~done).flatten().tolist():
@@ -177,9 +193,7 @@ def generate_ids(model, prompts: list[list[int]], cfg: GenerationConfig, eot_id:
                 done[i] = True
         if bool(done.all()):
             break
-        # Finished rows keep decoding (their tokens are ignored): one batched step for all.
-        mask = torch.cat([mask, mask.new_ones(len(prompts), 1)], dim=1)
-        logits = model.logits(token[:, None], mask, cache)[:, -1]
+        logits = step(token)
     return out
 
 

@@ -12,16 +12,17 @@ the newest token: the decoder's self-attention keys/values grow and the encoder'
 cross-attention keys/values are computed at the first step only.
 
 - Greedy (``temperature=0``) or sampling (temperature, top-k, top-p): ember.generate's
-  ``next_tokens``, the same rules as the GPT path.
-- Beam search (``num_beams > 1``; Sutskever et al. 2014; T5 uses beam 4 with length penalty
-  alpha = 0.6 for translation and summarisation, §3.1.2 after Wu et al. 2016): every step
+  ``token_loop``, the same rules as the GPT path.
+- Beam search (``num_beams > 1``; T5 reports greedy decoding except for its final long-output
+  tasks, beam width 4 with length penalty 0.6 after Wu et al. 2016, §3.7): every step
   extends each of the K running beams by every token, keeps the 2K best by summed
   log-probability, files the ones among the best K that end (</s> or the length limit) as
   finished hypotheses scored sum / length^length_penalty, and continues with the K best that
   did not end. A batch item is done when its best running beam, length-normalised at the
   current length, cannot beat its worst of K finished hypotheses (``early_stopping=False``)
   or as soon as it has K finished (``early_stopping=True``) - the rules of transformers'
-  ``generate``, so the same model gives the same tokens.
+  ``generate``, so the same model gives the same tokens. The penalty is transformers'
+  length^alpha, not GNMT's ((5 + length) / 6)^alpha (which ranks hypotheses differently).
 
 Inputs of different lengths are padded (left, as ember.generate pads prompts; with relative
 positions the side does not matter) and their padding is masked in the encoder and in
@@ -37,7 +38,7 @@ import torch
 import torch.nn.functional as F
 
 from ember.errors import EmberError
-from ember.generate import GenerationConfig, cut_at_stop, left_pad, load_weights_into, next_tokens, read_generator_run
+from ember.generate import GenerationConfig, cut_at_stop, left_pad, load_weights_into, read_generator_run, token_loop
 
 _NEG = -1e9  # the score of an impossible beam (finite, so sums stay ordered)
 
@@ -115,25 +116,15 @@ def seq2seq_generate(model, input_ids: torch.Tensor, attention_mask: torch.Tenso
     if cfg.num_beams > 1:
         return beam_search(model, enc, attention_mask, cfg, eos_id, use_cache)
     steps = DecoderSteps(model, enc, attention_mask, use_cache)
-    b = input_ids.shape[0]
-    tokens = input_ids.new_full((b, 1), model.config.pad_token_id)  # T5 starts from the pad id
-    generator = torch.Generator(device=input_ids.device).manual_seed(cfg.seed)
-    out: list[list[int]] = [[] for _ in range(b)]
-    done = torch.zeros(b, dtype=torch.bool, device=input_ids.device)
-    for _ in range(cfg.max_new_tokens):
-        token = next_tokens(steps(tokens), cfg, generator)  # (B,)
-        for i in torch.nonzero(~done).flatten().tolist():
-            t = int(token[i])
-            if cfg.stop_at_eot and t == eos_id:
-                done[i] = True
-                continue
-            out[i].append(t)
-            if stop_check is not None and stop_check(i, out[i]):
-                done[i] = True
-        if bool(done.all()):
-            break
-        tokens = torch.cat([tokens, token[:, None]], dim=1)  # finished rows keep decoding, ignored
-    return out
+    tokens = input_ids.new_full((input_ids.shape[0], 1), model.config.pad_token_id)  # T5 starts from pad
+
+    def step(token: torch.Tensor | None) -> torch.Tensor:
+        nonlocal tokens
+        if token is not None:
+            tokens = torch.cat([tokens, token[:, None]], dim=1)  # (B, t + 1)
+        return steps(tokens)
+
+    return token_loop(step, input_ids.shape[0], cfg, eos_id, input_ids.device, stop_check)
 
 
 def beam_search(model, encoder_hidden: torch.Tensor, encoder_mask: torch.Tensor | None,
