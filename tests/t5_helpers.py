@@ -79,30 +79,3 @@ def t5_style_tokenizer(pieces: list[str]):
                                                        special_tokens=[("</s>", 1)])
     return tok
 
-
-def trained_t5(version: str = "v1_0", seed: int = 0, steps: int = 60):
-    """(transformers model, ember model) with the same weights, trained for a few steps to
-    reverse random sequences (then </s>): a random T5 repeats one token forever, a briefly
-    trained one gives varied outputs, unsure enough that beam search differs from greedy,
-    and sometimes ends them with </s>. transformers' generate sizes its cache by the encoder's
-    depth, so both stacks have two layers here."""
-    import torch.nn.functional as F
-
-    hf = tiny_hf_t5(version, seed=seed, num_decoder_layers=2)
-    ours = ember_from_hf(hf).train()
-    optimizer = torch.optim.Adam(ours.parameters(), lr=3e-3)
-    g = torch.Generator().manual_seed(seed)
-    for _ in range(steps):
-        x = torch.randint(3, VOCAB, (16, 8), generator=g)
-        labels = torch.cat([x.flip(1), torch.full((16, 1), EOS)], dim=1)
-        logits = ours.lm_logits(ours(x, None, ours.shift_right(labels)).last_hidden_state)
-        loss = F.cross_entropy(logits.flatten(0, 1), labels.flatten())
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-    ours.eval()
-    state = hf_t5.state_to_hf({f"backbone.{k}": v for k, v in ours.state_dict().items()}, ours.config)
-    missing, unexpected = hf.load_state_dict(state, strict=False)
-    assert not unexpected and set(missing) <= {"encoder.embed_tokens.weight", "decoder.embed_tokens.weight",
-                                               "lm_head.weight"}, (missing, unexpected)
-    return hf, ours

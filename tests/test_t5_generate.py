@@ -8,7 +8,7 @@ import torch
 
 transformers = pytest.importorskip("transformers")
 
-from t5_helpers import VOCAB, ember_from_hf, one_thread, tiny_hf_t5  # noqa: E402,F401 (one_thread: fixture)
+from t5_helpers import VOCAB, ember_from_hf, one_thread, tiny_hf_t5  # noqa: E402,F401
 
 from ember.errors import EmberError  # noqa: E402
 from ember.seq2seq_generation import (  # noqa: E402

@@ -11,7 +11,7 @@ import torch
 transformers = pytest.importorskip("transformers")
 
 from hf_interop_helpers import ATOL, assert_close_where, load_hf, padded_batch, write_hf_folder  # noqa: E402
-from t5_helpers import VOCAB, ember_from_hf, one_thread, t5_style_tokenizer, tiny_hf_t5  # noqa: E402,F401 (one_thread: fixture)
+from t5_helpers import VOCAB, ember_from_hf, one_thread, t5_style_tokenizer, tiny_hf_t5  # noqa: E402,F401
 
 from ember.errors import EmberError  # noqa: E402
 from ember.interop import hf_t5  # noqa: E402
@@ -48,8 +48,9 @@ def test_t5_hf_parity_states_logits_and_attentions(version):
     with torch.no_grad():
         ref = hf(input_ids=ids, attention_mask=mask, decoder_input_ids=dec, decoder_attention_mask=dec_mask,
                  output_hidden_states=True, output_attentions=True)
-        out = ours(ids, mask, dec, dec_mask, output_hidden_states=True, output_attentions=True)
-        fast = ours(ids, mask, dec, dec_mask)  # the SDPA path (no probabilities asked for)
+        out = ours(ids, mask, decoder_input_ids=dec, decoder_attention_mask=dec_mask, output_hidden_states=True,
+                   output_attentions=True)
+        fast = ours(ids, mask, decoder_input_ids=dec, decoder_attention_mask=dec_mask)  # SDPA (no probabilities)
     assert_close_where(out.encoder_last_hidden_state, ref.encoder_last_hidden_state, mask)
     assert_close_where(ours.lm_logits(out.last_hidden_state), ref.logits, dec_mask)
     assert_close_where(ours.lm_logits(fast.last_hidden_state), ref.logits, dec_mask)
@@ -71,8 +72,12 @@ def test_t5_hf_parity_encoder_only_forward_and_shift_right():
     with torch.no_grad():
         ref = hf(input_ids=ids, attention_mask=mask, labels=labels)
         enc = ours(ids, mask)
-        logits = ours.lm_logits(ours(ids, mask, ours.shift_right(labels)).last_hidden_state)
+        logits = ours.lm_logits(ours(ids, mask, decoder_input_ids=ours.shift_right(labels)).last_hidden_state)
     assert_close_where(enc.last_hidden_state, ref.encoder_last_hidden_state, mask)
+    with torch.no_grad():  # the common backbone call, with all-zero segment ids, is the encoder too
+        assert torch.equal(ours(ids, mask, torch.zeros_like(ids)).last_hidden_state, enc.last_hidden_state)
+    with pytest.raises(EmberError, match="decoder_input_ids="):  # decoder ids passed third by mistake
+        ours(ids, mask, ours.shift_right(labels))
     assert torch.equal(ours.shift_right(labels), hf._shift_right(labels))
     torch.testing.assert_close(logits, ref.logits, atol=ATOL, rtol=0)  # padding rows too: causal, pads last
 
@@ -98,7 +103,8 @@ def test_t5_hf_convert_round_trip_through_folders(version, tmp_path):
     ids, mask, dec, dec_mask = batches(seed=6)
     with torch.no_grad():
         ref = hf(input_ids=ids, attention_mask=mask, decoder_input_ids=dec, decoder_attention_mask=dec_mask).logits
-        assert_close_where(ours.lm_logits(ours(ids, mask, dec, dec_mask).last_hidden_state), ref, dec_mask)
+        hidden = ours(ids, mask, decoder_input_ids=dec, decoder_attention_mask=dec_mask).last_hidden_state
+        assert_close_where(ours.lm_logits(hidden), ref, dec_mask)
         assert_close_where(back(input_ids=ids, attention_mask=mask, decoder_input_ids=dec,
                                 decoder_attention_mask=dec_mask).logits, ref, dec_mask)
     tok = transformers.AutoTokenizer.from_pretrained(out)
@@ -125,7 +131,8 @@ def test_t5_hf_export_base_and_encoder_models(architecture, tmp_path):
                                ours.encode(ids, mask).last_hidden_state, mask)
         else:
             ref = model(input_ids=ids, attention_mask=mask, decoder_input_ids=dec, decoder_attention_mask=dec_mask)
-            assert_close_where(ref.last_hidden_state, ours(ids, mask, dec, dec_mask).last_hidden_state, dec_mask)
+            hidden = ours(ids, mask, decoder_input_ids=dec, decoder_attention_mask=dec_mask).last_hidden_state
+            assert_close_where(ref.last_hidden_state, hidden, dec_mask)
 
 
 def test_t5_hf_import_v1_0_base_model_is_complete():

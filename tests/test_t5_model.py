@@ -144,8 +144,8 @@ def test_t5_tiny_hf_parity_on_real_sentences(version, real_sentences):
     dec, dec_mask = encode(tok, texts[8:16])
     with torch.no_grad():
         ref = hf.eval()(input_ids=ids, attention_mask=mask, decoder_input_ids=dec, decoder_attention_mask=dec_mask)
-        out = ours(ids, mask, dec, dec_mask)
-        back = ours_back.eval()(ids, mask, dec, dec_mask)
+        out = ours(ids, mask, decoder_input_ids=dec, decoder_attention_mask=dec_mask)
+        back = ours_back.eval()(ids, mask, decoder_input_ids=dec, decoder_attention_mask=dec_mask)
     assert_close_where(out.encoder_last_hidden_state, ref.encoder_last_hidden_state, mask)
     assert_close_where(ours.lm_logits(out.last_hidden_state), ref.logits, dec_mask)
     torch.testing.assert_close(back.last_hidden_state, out.last_hidden_state, atol=ATOL, rtol=0)
@@ -173,7 +173,7 @@ mostly the right ones (25 steps do not fit all sixteen)."""
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
     losses = []
     for _ in range(25):
-        logits = model.lm_logits(model(ids, mask, model.shift_right(target)).last_hidden_state)
+        logits = model.lm_logits(model(ids, mask, decoder_input_ids=model.shift_right(target)).last_hidden_state)
         loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), target.flatten(), ignore_index=-100)
         optimizer.zero_grad()
         loss.backward()

@@ -106,8 +106,9 @@ def config_from_hf(hf: dict) -> ModelConfig:
 def config_to_hf(cfg: ModelConfig, architectures: list[str], extra: dict | None = None) -> dict:
     return {
         "model_type": MODEL_TYPE, "architectures": architectures, "is_encoder_decoder": True,
-        "vocab_size": cfg.vocab_size, "d_model": cfg.hidden_size, "d_kv": cfg.head_dim or cfg.hidden_size // cfg.num_heads,
-        "d_ff": cfg.intermediate_size, "num_layers": cfg.num_layers,
+        "vocab_size": cfg.vocab_size, "d_model": cfg.hidden_size,
+        "d_kv": cfg.head_dim or cfg.hidden_size // cfg.num_heads, "d_ff": cfg.intermediate_size,
+        "num_layers": cfg.num_layers,
         "num_decoder_layers": cfg.num_decoder_layers or cfg.num_layers, "num_heads": cfg.num_heads,
         "relative_attention_num_buckets": cfg.relative_attention_num_buckets,
         "relative_attention_max_distance": cfg.relative_attention_max_distance,

@@ -3,7 +3,8 @@ Learning with a Unified Text-to-Text Transformer"), v1.0 and v1.1.
 
     encode(input_ids, attention_mask) -> EncoderOutput, last_hidden_state (B, S, H)
     decode(decoder_input_ids, encoder_hidden, ...) -> Seq2SeqDecoderOutput (B, T, H) + cache
-    forward(...) -> Seq2SeqOutput (both), or the encoder's output alone without decoder inputs
+    forward(input_ids, attention_mask, *, decoder_input_ids=..., ...) -> Seq2SeqOutput (both
+        stacks), or the encoder's output alone without decoder inputs
     lm_logits(decoder_hidden) -> (B, T, V);  shift_right(labels) -> decoder_input_ids
 
 Architecture (§2.1; blocks in ember.nn.seq2seq_layer): one embedding table shared by the
@@ -215,17 +216,23 @@ class EncoderDecoder(nn.Module):
         self,
         input_ids: torch.Tensor | None = None,  # (B, S)
         attention_mask: torch.Tensor | None = None,  # (B, S)
+        token_type_ids: torch.Tensor | None = None,  # the common interface's; T5 has no segments
+        *,
         decoder_input_ids: torch.Tensor | None = None,  # (B, T)
         decoder_attention_mask: torch.Tensor | None = None,  # (B, past + T)
         encoder_hidden: torch.Tensor | None = None,  # (B, S, H): skip the encoder (generation)
         cache: EncoderDecoderCache | None = None,
         output_hidden_states: bool = False,
         output_attentions: bool = False,
-        token_type_ids: torch.Tensor | None = None,  # accepted for the common interface; unused
     ) -> Seq2SeqOutput | EncoderOutput:
         """Both stacks; without decoder inputs, the encoder alone (T5EncoderModel's view), so
-        code that reads ``backbone(input_ids, attention_mask).last_hidden_state`` gets the
-        encoder states."""
+        code that calls every backbone as ``backbone(input_ids, attention_mask, token_type_ids)``
+        gets the encoder states. Decoder inputs are keyword-only for that reason: passed third,
+        they would be taken for segment ids."""
+        if token_type_ids is not None and bool(token_type_ids.any()):
+            raise EmberError("T5 has no segment embeddings, but token_type_ids has non-zero entries: "
+                             "pass decoder inputs as decoder_input_ids=..., and sentence pairs as one "
+                             "text (T5's 'sentence1: ... sentence2: ...' prefixes)")
         if encoder_hidden is None:
             if input_ids is None:
                 raise EmberError("give input_ids (the encoder's input) or encoder_hidden (its output)")
