@@ -162,8 +162,9 @@ MODEL_PRESETS: dict[str, ModelConfig] = {
                                 pre_layer_norm=False),
     # T5 miniatures for a 2-core CPU, the paper's v1.0 architecture at BERT-tiny / BERT-mini
     # width and depth per stack (Turc et al. 2019): encoder and decoder of 2 x 128 and
-    # 4 x 256. A span-corruption step (inputs 128, targets ~32 tokens) of t5-mini costs about
-    # 1.3 bert-mini steps: the decoder runs on the short targets only.
+    # 4 x 256. A span-corruption training step (32 inputs of 128 tokens, 32-token targets) of
+    # t5-mini costs 1.6 bert-mini MLM steps on the same inputs (1.81 vs 1.13 s CPU time, one
+    # thread, benchmarks/t5_costs.py): the decoder runs on the short targets only.
     "t5-tiny": _t5(2, 128, 2, 512),
     "t5-mini": _t5(4, 256, 4, 1024),
     # Raffel et al. 2020, §3.7 / Table 14: Small 60M (6 + 6 layers, d_model 512, d_ff 2048,
