@@ -185,3 +185,27 @@ mostly the right ones (25 steps do not fit all sixteen)."""
     out = [tok.decode(o) for o in seq2seq_generate_ids(model, inputs, Seq2SeqGenerationConfig(max_new_tokens=8), eos)]
     assert set(out) <= {"positive", "negative"}, out  # every output is a label word, then </s>
     assert sum(o == w for o, w in zip(out, words)) >= 13, (out, words)  # mostly the right one
+
+
+def test_t5_training_mode_uses_dropout_and_never_attends_to_padding():
+    """In training mode (dropout 0.1 on CPU: the explicit attention path with an additive
+    float mask) outputs vary between calls and gradients flow, yet padding keys still get no
+    weight: changing padded encoder tokens changes no real position's output."""
+    torch.manual_seed(0)
+    model = build_backbone(dataclasses.replace(model_preset("t5-tiny"), vocab_size=60)).train()
+    ids = torch.randint(3, 60, (2, 9))
+    mask = torch.ones_like(ids)
+    mask[0, 6:] = 0
+    other = ids.clone()
+    other[0, 6:] = 7  # different padding tokens
+    dec = torch.randint(3, 60, (2, 4))
+
+    def run(x):
+        torch.manual_seed(1)  # the same dropout draws for both inputs
+        return model(x, mask, decoder_input_ids=dec).last_hidden_state
+
+    a, b = run(ids), run(other)
+    torch.testing.assert_close(a, b)
+    assert not torch.allclose(a, model(ids, mask, decoder_input_ids=dec).last_hidden_state)  # new draws
+    model.lm_logits(a).sum().backward()
+    assert model.encoder.position_bias.embedding.weight.grad.abs().sum() > 0

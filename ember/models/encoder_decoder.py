@@ -79,7 +79,7 @@ class Stack(nn.Module):
         self.causal = causal
         self.layers = nn.ModuleList(
             Seq2SeqLayer(cfg.hidden_size, cfg.num_heads, cfg.head_dim, cfg.intermediate_size, cfg.hidden_act,
-                         cfg.dropout, cfg.layer_norm_eps, cross_attention=causal)
+                         cfg.dropout, cfg.attention_dropout, cfg.layer_norm_eps, cross_attention=causal)
             for _ in range(num_layers))
         self.position_bias = RelativePositionBias(cfg.num_heads, not causal, cfg.relative_attention_num_buckets,
                                                   cfg.relative_attention_max_distance)

@@ -26,11 +26,12 @@ from ember.nn.rms_norm import RMSNorm
 
 class Seq2SeqLayer(nn.Module):
     def __init__(self, hidden_size: int, num_heads: int, head_dim: int, intermediate_size: int,
-                 act: str, dropout: float, layer_norm_eps: float, cross_attention: bool) -> None:
+                 act: str, dropout: float, attention_dropout: float, layer_norm_eps: float,
+                 cross_attention: bool) -> None:
         super().__init__()
 
         def attention() -> MultiHeadAttention:
-            return MultiHeadAttention(hidden_size, num_heads, head_dim, dropout, bias=False, scale=1.0)
+            return MultiHeadAttention(hidden_size, num_heads, head_dim, attention_dropout, bias=False, scale=1.0)
 
         self.self_attention = attention()
         self.self_attention_norm = RMSNorm(hidden_size, layer_norm_eps)
