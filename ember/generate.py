@@ -68,29 +68,42 @@ def first_sentences(text: str, n: int = 3) -> str:
 
 # ---- loading ---------------------------------------------------------------------------------
 
+def read_generator_run(run_dir: str | Path, families: tuple[str, ...]):
+    """(RunConfig, its ``backbone.*`` weights, tokenizer) of a run folder of one of ``families``;
+    a fine-tuned run may also hold a classifier, which generation does not need."""
+    from ember.runs.checkpoint import load_weights
+    from ember.runs.folder import check_family, load_run_config
+    from ember.tokenizers import load_tokenizer
+
+    run_dir = Path(run_dir)
+    cfg = load_run_config(run_dir)
+    check_family(run_dir, cfg, families)
+    weights = run_dir / "model.safetensors"
+    if not weights.is_file():
+        raise EmberError(f"{weights} is missing: the run has no final weights yet (finish or "
+                         "resume `ember pretrain`, or import a checkpoint with `ember convert`)")
+    state = {k: v for k, v in load_weights(weights).items() if k.startswith("backbone.")}
+    return cfg, state, load_tokenizer(run_dir / "tokenizer.json")
+
+
+def load_weights_into(model, state: dict, run_dir: str | Path) -> None:
+    """Load a run's weights into ``model``; a parameter the file lacks is an EmberError."""
+    missing, _ = model.load_state_dict(state, strict=False)
+    if missing:
+        raise EmberError(f"{Path(run_dir) / 'model.safetensors'} does not fit the model in config.yaml "
+                         f"(missing {missing[:3]})")
+
+
 def load_causal_lm(run_dir: str | Path, device: str = "cpu"):
     """(CausalLM in eval mode, tokenizer) from a run folder of a GPT-1/GPT-2 model."""
     from ember.config import DECODER_FAMILIES
     from ember.models import build_backbone
     from ember.objectives.clm import CausalLM
-    from ember.tokenizers import end_of_text_id, load_tokenizer
-    from ember.runs.checkpoint import load_weights
-    from ember.runs.folder import check_family, load_run_config
+    from ember.tokenizers import end_of_text_id
 
-    run_dir = Path(run_dir)
-    cfg = load_run_config(run_dir)
-    check_family(run_dir, cfg, DECODER_FAMILIES)
-    weights = run_dir / "model.safetensors"
-    if not weights.is_file():
-        raise EmberError(f"{weights} is missing: the run has no final weights yet (finish or "
-                         "resume `ember pretrain`, or import a checkpoint with `ember convert`)")
-    tokenizer = load_tokenizer(run_dir / "tokenizer.json")
+    cfg, state, tokenizer = read_generator_run(run_dir, DECODER_FAMILIES)
     model = CausalLM(build_backbone(cfg.model), end_of_text_id(tokenizer))
-    # A fine-tuned run also holds a classifier; generation needs the decoder only.
-    state = {k: v for k, v in load_weights(weights).items() if k.startswith("backbone.")}
-    missing, _ = model.load_state_dict(state, strict=False)
-    if missing:
-        raise EmberError(f"{weights} does not fit the model in config.yaml (missing {missing[:3]})")
+    load_weights_into(model, state, run_dir)
     return model.to(device).eval(), tokenizer
 
 
@@ -147,11 +160,27 @@ def generate_ids(model, prompts: list[list[int]], cfg: GenerationConfig, eot_id:
                          f"the model's {max_position} positions; shorten the prompt or --max-new-tokens")
     ids, mask = left_pad(prompts, eot_id)
     ids, mask = ids.to(device), mask.to(device)
-    generator = torch.Generator(device=device).manual_seed(cfg.seed)
     cache = model.backbone.new_cache()
-    logits = model.logits(ids, mask, cache)[:, -1]  # (B, V): the prompt once
-    out: list[list[int]] = [[] for _ in prompts]
-    done = torch.zeros(len(prompts), dtype=torch.bool, device=device)
+
+    def step(token: torch.Tensor | None) -> torch.Tensor:
+        nonlocal mask
+        if token is None:
+            return model.logits(ids, mask, cache)[:, -1]  # (B, V): the prompt once
+        mask = torch.cat([mask, mask.new_ones(len(prompts), 1)], dim=1)
+        return model.logits(token[:, None], mask, cache)[:, -1]
+
+    return token_loop(step, len(prompts), cfg, eot_id, device, stop_check)
+
+
+def token_loop(step, batch: int, cfg: GenerationConfig, eot_id: int, device, stop_check=None) -> list[list[int]]:
+    """Greedy or sampled decoding of ``batch`` rows. ``step(None)`` gives the first next-token
+    logits (B, V), ``step(tokens)`` those after feeding the chosen (B,) tokens. A row ends at
+    end-of-text (not kept) or when ``stop_check(i, ids)`` says so; finished rows keep decoding
+    (their tokens are ignored), so every step is one batched call."""
+    generator = torch.Generator(device=device).manual_seed(cfg.seed)
+    out: list[list[int]] = [[] for _ in range(batch)]
+    done = torch.zeros(batch, dtype=torch.bool, device=device)
+    logits = step(None)
     for _ in range(cfg.max_new_tokens):
         token = next_tokens(logits, cfg, generator)  # (B,)
         for i in torch.nonzero(~done).flatten().tolist():
@@ -164,9 +193,7 @@ def generate_ids(model, prompts: list[list[int]], cfg: GenerationConfig, eot_id:
                 done[i] = True
         if bool(done.all()):
             break
-        # Finished rows keep decoding (their tokens are ignored): one batched step for all.
-        mask = torch.cat([mask, mask.new_ones(len(prompts), 1)], dim=1)
-        logits = model.logits(token[:, None], mask, cache)[:, -1]
+        logits = step(token)
     return out
 
 

@@ -1,0 +1,204 @@
+"""Generation with an encoder-decoder (T5 run folders): greedy, sampling and beam search.
+
+    from ember.seq2seq_generation import Seq2SeqGenerationConfig, load_seq2seq_lm, seq2seq_generate_text
+    model, tokenizer = load_seq2seq_lm("runs/t5-mini")
+    seq2seq_generate_text(model, tokenizer, ["sst2 sentence: a gem of a film"],
+                          Seq2SeqGenerationConfig(max_new_tokens=5, num_beams=4))
+
+The input is encoded once; the decoder starts from the start token (T5: the pad id,
+Raffel et al. 2020 / the released code) and adds one token per step until </s> or
+``max_new_tokens``. With a cache (ember.nn.kv_cache.EncoderDecoderCache) a step feeds only
+the newest token: the decoder's self-attention keys/values grow and the encoder's
+cross-attention keys/values are computed at the first step only.
+
+- Greedy (``temperature=0``) or sampling (temperature, top-k, top-p): ember.generate's
+  ``token_loop``, the same rules as the GPT path.
+- Beam search (``num_beams > 1``; T5 reports greedy decoding except for its final long-output
+  tasks, beam width 4 with length penalty 0.6 after Wu et al. 2016, §3.7): every step
+  extends each of the K running beams by every token, keeps the 2K best by summed
+  log-probability, files the ones among the best K that end (</s> or the length limit) as
+  finished hypotheses scored sum / length^length_penalty, and continues with the K best that
+  did not end. A batch item is done when its best running beam, length-normalised at the
+  current length, cannot beat its worst of K finished hypotheses (``early_stopping=False``)
+  or as soon as it has K finished (``early_stopping=True``) - the rules of transformers'
+  ``generate``, so the same model gives the same tokens. The penalty is transformers'
+  length^alpha, not GNMT's ((5 + length) / 6)^alpha (which ranks hypotheses differently).
+
+Inputs of different lengths are padded (left, as ember.generate pads prompts; with relative
+positions the side does not matter) and their padding is masked in the encoder and in
+cross-attention.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from ember.errors import EmberError
+from ember.generate import GenerationConfig, cut_at_stop, left_pad, load_weights_into, read_generator_run, token_loop
+
+_NEG = -1e9  # the score of an impossible beam (finite, so sums stay ordered)
+
+
+@dataclass(frozen=True)
+class Seq2SeqGenerationConfig(GenerationConfig):
+    num_beams: int = 1  # 1 = greedy / sampling
+    length_penalty: float = 1.0  # beam score = sum log p / length^length_penalty
+    early_stopping: bool = False  # beam search: stop an input once it has num_beams finished
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.num_beams < 1:
+            raise EmberError(f"num_beams={self.num_beams}; use 1 (greedy or sampling) or more (beam search)")
+        if self.num_beams > 1 and not self.greedy:
+            raise EmberError(f"num_beams={self.num_beams} with temperature={self.temperature}: beam search "
+                             "is deterministic here; set temperature=0, or num_beams=1 to sample")
+
+
+# ---- loading ---------------------------------------------------------------------------------
+
+def load_seq2seq_lm(run_dir: str | Path, device: str = "cpu"):
+    """(EncoderDecoder backbone in eval mode, tokenizer) from a run folder of a T5 model."""
+    from ember.config import SEQ2SEQ_FAMILIES
+    from ember.models import build_backbone
+
+    cfg, state, tokenizer = read_generator_run(run_dir, SEQ2SEQ_FAMILIES)
+    model = build_backbone(cfg.model)
+    load_weights_into(model, {k.removeprefix("backbone."): v for k, v in state.items()}, run_dir)
+    return model.to(device).eval(), tokenizer
+
+
+# ---- decoding --------------------------------------------------------------------------------
+
+class DecoderSteps:
+    """Next-token logits of growing decoder sequences over a fixed encoder output, with the
+    cache (only the newest token is fed) or without it (the whole prefix is recomputed, the
+    reference the cache is tested against)."""
+
+    def __init__(self, model, encoder_hidden: torch.Tensor, encoder_mask: torch.Tensor | None,
+                 use_cache: bool = True) -> None:
+        self.model, self.encoder_hidden, self.encoder_mask = model, encoder_hidden, encoder_mask
+        self.cache = model.new_cache() if use_cache else None
+
+    def __call__(self, tokens: torch.Tensor) -> torch.Tensor:
+        """tokens (N, t) -> logits (N, V) of token t + 1."""
+        new = tokens[:, -1:] if self.cache is not None else tokens
+        out = self.model.decode(new, self.encoder_hidden, self.encoder_mask, cache=self.cache)
+        return self.model.lm_logits(out.last_hidden_state[:, -1]).float()
+
+    def reorder(self, rows: torch.Tensor) -> None:
+        """Beam search: row i continues from row rows[i] (always a beam of the same input,
+        so the encoder's cached keys/values stay as they are)."""
+        if self.cache is not None:
+            self.cache.select(rows, cross=False)
+
+
+def check_lengths(model, input_lengths: list[int], max_new_tokens: int) -> None:
+    limit = model.config.max_position
+    if max(input_lengths) > limit:
+        raise EmberError(f"an input of {max(input_lengths)} tokens is longer than the model's {limit} "
+                         "(model.max_position, the length it was trained on); shorten the input")
+    if max_new_tokens > limit:
+        raise EmberError(f"max_new_tokens={max_new_tokens} is beyond the decoder's {limit} positions "
+                         "(model.max_position); ask for fewer new tokens")
+
+
+@torch.no_grad()
+def seq2seq_generate(model, input_ids: torch.Tensor, attention_mask: torch.Tensor | None,
+                     cfg: Seq2SeqGenerationConfig, eos_id: int, use_cache: bool = True,
+                     stop_check=None) -> list[list[int]]:
+    """New token ids for each input row (B, S), without the </s> that ended them.
+    ``stop_check(i, ids) -> bool`` may end row i early (greedy / sampling only)."""
+    enc = model.encode(input_ids, attention_mask).last_hidden_state  # (B, S, H)
+    if cfg.num_beams > 1:
+        return beam_search(model, enc, attention_mask, cfg, eos_id, use_cache)
+    steps = DecoderSteps(model, enc, attention_mask, use_cache)
+    tokens = input_ids.new_full((input_ids.shape[0], 1), model.config.pad_token_id)  # T5 starts from pad
+
+    def step(token: torch.Tensor | None) -> torch.Tensor:
+        nonlocal tokens
+        if token is not None:
+            tokens = torch.cat([tokens, token[:, None]], dim=1)  # (B, t + 1)
+        return steps(tokens)
+
+    return token_loop(step, input_ids.shape[0], cfg, eos_id, input_ids.device, stop_check)
+
+
+def beam_search(model, encoder_hidden: torch.Tensor, encoder_mask: torch.Tensor | None,
+                cfg: Seq2SeqGenerationConfig, eos_id: int, use_cache: bool = True) -> list[list[int]]:
+    """The best finished hypothesis of each input (see the module docstring), without </s>."""
+    b, k, n = encoder_hidden.shape[0], cfg.num_beams, cfg.max_new_tokens
+    device = encoder_hidden.device
+    mask = encoder_mask.repeat_interleave(k, 0) if encoder_mask is not None else None
+    steps = DecoderSteps(model, encoder_hidden.repeat_interleave(k, 0), mask, use_cache)  # rows b*k + beam
+    seqs = torch.full((b * k, 1), model.config.pad_token_id, dtype=torch.long, device=device)
+    scores = torch.zeros(b, k, device=device)  # summed log-probabilities of the running beams
+    scores[:, 1:] = _NEG  # all beams start equal: expand the first only, or the K would be copies
+    finished: list[list[tuple[float, list[int]]]] = [[] for _ in range(b)]  # best first, at most K
+    open_ = [True] * b  # may a running beam still improve the input's finished hypotheses?
+    rank = torch.arange(2 * k, device=device)
+    for t in range(1, n + 1):  # t = tokens generated once this step is done
+        logp = F.log_softmax(steps(seqs), dim=-1)  # (B*K, V)
+        v = logp.shape[-1]
+        total = (logp.view(b, k, v) + scores[..., None]).view(b, k * v)
+        cand_scores, cand = total.topk(2 * k, dim=-1)  # (B, 2K): 2K so K survive K endings
+        beam, token = cand // v, cand % v
+        ends = (token == eos_id) | (t == n)  # (B, 2K): at </s> or at the length limit
+        cand_seqs = torch.cat([seqs.view(b, k, -1).gather(1, beam[..., None].expand(-1, -1, t)),
+                               token[..., None]], dim=-1)  # (B, 2K, t + 1)
+        normed = cand_scores / t ** cfg.length_penalty
+        for i in range(b):  # file the best K candidates that end as finished hypotheses
+            full = cfg.early_stopping and len(finished[i]) == k
+            if not open_[i] or full:
+                continue
+            for j in torch.nonzero(ends[i] & (rank < k)).flatten().tolist():
+                finished[i].append((float(normed[i, j]), cand_seqs[i, j, 1:].tolist()))
+            finished[i] = sorted(finished[i], key=lambda h: -h[0])[:k]
+        keep = (cand_scores + ends * _NEG).topk(k, dim=-1).indices  # (B, K): the best that go on
+        scores = cand_scores.gather(1, keep) + ends.gather(1, keep) * _NEG
+        seqs = cand_seqs.gather(1, keep[..., None].expand(-1, -1, t + 1)).view(b * k, t + 1)
+        steps.reorder((beam.gather(1, keep) + torch.arange(b, device=device)[:, None] * k).flatten())
+        for i in range(b):  # can the best running beam, scored at this length, still win?
+            if len(finished[i]) == k:
+                open_[i] = open_[i] and float(scores[i, 0]) / t ** cfg.length_penalty > finished[i][-1][0]
+        all_full = all(len(f) == k for f in finished)
+        if not any(open_) or (cfg.early_stopping and all_full) or bool(ends.all()):
+            break
+    return [_strip_eos(f[0][1], eos_id) for f in finished]
+
+
+def _strip_eos(ids: list[int], eos_id: int) -> list[int]:
+    return ids[:-1] if ids and ids[-1] == eos_id else ids
+
+
+def seq2seq_generate_ids(model, inputs: list[list[int]], cfg: Seq2SeqGenerationConfig, eos_id: int,
+                         stop_check=None) -> list[list[int]]:
+    """New token ids for each input token list (batched, padded, masked)."""
+    if any(len(x) == 0 for x in inputs):
+        raise EmberError("an empty input has nothing to encode; give some text")
+    check_lengths(model, [len(x) for x in inputs], cfg.max_new_tokens)
+    device = next(model.parameters()).device
+    ids, mask = left_pad(inputs, model.config.pad_token_id)
+    return seq2seq_generate(model, ids.to(device), mask.to(device), cfg, eos_id, stop_check=stop_check)
+
+
+def seq2seq_generate_text(model, tokenizer, texts: list[str], cfg: Seq2SeqGenerationConfig) -> list[str]:
+    """The output text for each input text. Inputs are encoded with the tokenizer's template
+    (T5's appends </s>); outputs are decoded without special tokens and cut at stop sequences."""
+    from ember.tokenizers import end_of_text_id
+
+    encoded = [tokenizer.encode(t).ids for t in texts]
+
+    def stop_check(i: int, ids: list[int]) -> bool:
+        return cut_at_stop(tokenizer.decode(ids), cfg.stop)[1]
+
+    new_ids = seq2seq_generate_ids(model, encoded, cfg, end_of_text_id(tokenizer),
+                                   stop_check if cfg.stop and cfg.num_beams == 1 else None)
+    return [cut_at_stop(tokenizer.decode(ids), cfg.stop)[0] for ids in new_ids]
+
+
+__all__ = ["DecoderSteps", "Seq2SeqGenerationConfig", "beam_search", "load_seq2seq_lm", "seq2seq_generate",
+           "seq2seq_generate_ids", "seq2seq_generate_text"]
