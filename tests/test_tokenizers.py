@@ -50,6 +50,8 @@ def test_special_tokens_get_the_first_ids(wiki_tok):
     kind, _, tok = wiki_tok
     if kind == "bpe":  # RoBERTa's order
         assert special_token_ids(tok) == {"pad": 1, "unk": 3, "cls": 0, "sep": 2, "mask": 4}
+    elif kind == "unigram":  # T5's: <pad> </s> <unk>, no cls or mask (sentinels instead)
+        assert special_token_ids(tok) == {"pad": 0, "unk": 2, "sep": 1}
     else:
         assert special_token_ids(tok) == {"pad": 0, "unk": 1, "cls": 2, "sep": 3, "mask": 4}
 
@@ -61,6 +63,12 @@ def test_pair_template_and_token_type_ids(wiki_tok):
     a = tok.encode("the cat", add_special_tokens=False).ids
     b = tok.encode("sat down", add_special_tokens=False).ids
     enc = tok.encode("the cat", "sat down")
+    if kind == "unigram":  # T5: A </s> B </s>, one segment
+        eos = ids["sep"]
+        assert enc.ids == [*a, eos, *b, eos]
+        assert enc.type_ids == [0] * len(enc.ids)
+        assert tok.encode("the cat").ids == [*a, eos]
+        return
     cls, sep = ids["cls"], ids["sep"]
     if kind == "bpe":  # <s> A </s> </s> B </s>, all segment 0 as in RoBERTa
         assert enc.ids == [cls, *a, sep, sep, *b, sep]
