@@ -23,6 +23,8 @@ SHARE_MODES = ("none", "all", "attention", "ffn")
 ENCODER_FAMILIES = ("bert", "roberta", "albert", "electra", "distilbert")
 # Causal decoders (ember.models.decoder): GPT-1 ("gpt") and GPT-2 ("gpt2").
 DECODER_FAMILIES = ("gpt", "gpt2")
+# Encoder-decoders (ember.models.encoder_decoder): T5 v1.0 and v1.1 ("t5").
+SEQ2SEQ_FAMILIES = ("t5",)
 
 
 @dataclass(frozen=True)
@@ -47,14 +49,28 @@ class ModelConfig:
     pooler: bool = True  # [CLS] dense+tanh pooler used by NSP and classification
     embedding_size: int = 0  # E; 0 = hidden_size. E < H factorizes embeddings (ALBERT, ELECTRA)
     share_layers: str = "none"  # ALBERT cross-layer sharing: none | all | attention | ffn
+    # T5 (Raffel et al. 2020; family "t5"). num_layers is the encoder's depth, hidden_act
+    # "relu" (v1.0) or "gated-gelu_new" (v1.1's gated-GELU), layer_norm_eps T5's 1e-6;
+    # max_position is the length trained on (relative positions set no hard limit).
+    num_decoder_layers: int = 0  # 0 = as many as the encoder
+    head_dim: int = 0  # d_kv, per-head size; 0 = hidden_size / num_heads
+    relative_attention_num_buckets: int = 32  # §2.1: 32 log-spaced buckets ...
+    relative_attention_max_distance: int = 128  # ... up to an offset of 128
+    # v1.0: the LM head is the input embedding matrix, applied to h * d_model^-0.5; False: an
+    # own lm_head (v1.1, "no parameter sharing between embedding and classifier layer")
+    tie_word_embeddings: bool = True
 
     def __post_init__(self) -> None:
         if self.share_layers not in SHARE_MODES:
             raise EmberError(f"model.share_layers={self.share_layers!r}; choose one of {', '.join(SHARE_MODES)}")
-        if self.hidden_size % self.num_heads:
+        if self.head_dim < 0 or self.num_decoder_layers < 0:
+            raise EmberError(f"model.head_dim={self.head_dim} and model.num_decoder_layers="
+                             f"{self.num_decoder_layers} must be >= 0 (0 = derived from the encoder)")
+        if self.hidden_size % self.num_heads and not self.head_dim:
             raise EmberError(
                 f"model.hidden_size={self.hidden_size} is not divisible by "
-                f"model.num_heads={self.num_heads}; pick sizes where hidden_size/num_heads is whole"
+                f"model.num_heads={self.num_heads}; pick sizes where hidden_size/num_heads is whole "
+                "(or set model.head_dim, T5's d_kv)"
             )
 
 
@@ -92,6 +108,24 @@ def _gpt2(layers: int, hidden: int, heads: int) -> ModelConfig:
     )
 
 
+def _t5(layers: int, hidden: int, heads: int, ffn: int, v1_1: bool = False) -> ModelConfig:
+    # T5 (Raffel et al. 2020, §2.1 and §3.1.1): 64-wide heads (d_kv), no biases, scale-only
+    # LayerNorm with eps 1e-6, relative position buckets, the 32,128-entry SentencePiece
+    # vocabulary (32,000 pieces + 100 sentinels, padded), pad id 0 (also the decoder start),
+    # dropout 0.1, pre-training on 512-token inputs. v1.1 (the T5 repository's released
+    # checkpoints notes): gated-GELU feed-forward, untied LM head, and "dropout was turned off
+    # in pre-training ... should be re-enabled during fine-tuning" (model.dropout=0.1).
+    # Recipes set vocab_size to their own tokenizer's.
+    dropout = 0.0 if v1_1 else 0.1
+    return ModelConfig(
+        family="t5", vocab_size=32128, hidden_size=hidden, num_layers=layers, num_heads=heads,
+        head_dim=64, intermediate_size=ffn, max_position=512, type_vocab_size=0,
+        hidden_act="gated-gelu_new" if v1_1 else "relu", dropout=dropout, attention_dropout=dropout,
+        layer_norm_eps=1e-6, initializer_range=1.0, pre_layer_norm=True, pooler=False,
+        tie_word_embeddings=not v1_1,
+    )
+
+
 MODEL_PRESETS: dict[str, ModelConfig] = {
     "bert-tiny": _bert(2, 128),
     "bert-mini": _bert(4, 256),
@@ -126,6 +160,20 @@ MODEL_PRESETS: dict[str, ModelConfig] = {
     # positions, 40,478-token BPE vocabulary, post-LN, GELU (tanh form in the released code).
     "gpt1": dataclasses.replace(_gpt2(12, 768, 12), family="gpt", vocab_size=40478, max_position=512,
                                 pre_layer_norm=False),
+    # T5 miniatures for a 2-core CPU, the paper's v1.0 architecture at BERT-tiny / BERT-mini
+    # width and depth per stack (Turc et al. 2019): encoder and decoder of 2 x 128 and
+    # 4 x 256. A span-corruption step (inputs 128, targets ~32 tokens) of t5-mini costs about
+    # 1.3 bert-mini steps: the decoder runs on the short targets only.
+    "t5-tiny": _t5(2, 128, 2, 512),
+    "t5-mini": _t5(4, 256, 4, 1024),
+    # Raffel et al. 2020, §3.7 / Table 14: Small 60M (6 + 6 layers, d_model 512, d_ff 2048,
+    # 8 heads), Base 220M (12 + 12, 768, 3072, 12 heads).
+    "t5-small": _t5(6, 512, 8, 2048),
+    "t5-base": _t5(12, 768, 12, 3072),
+    # T5 v1.1 (released checkpoints notes): small 8 + 8 layers, d_model 512, d_ff 1024,
+    # 6 heads; base 12 + 12, 768, 2048, 12 heads.
+    "t5-v1_1-small": _t5(8, 512, 6, 1024, v1_1=True),
+    "t5-v1_1-base": _t5(12, 768, 12, 2048, v1_1=True),
 }
 
 

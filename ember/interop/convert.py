@@ -1,4 +1,4 @@
-"""`ember convert`: HF checkpoint folder <-> ember run folder, for every encoder family.
+"""`ember convert`: HF checkpoint folder <-> ember run folder, for every family with interop.
 
 Import reads ``config.json`` + ``model.safetensors``/``pytorch_model.bin`` + a tokenizer
 (``tokenizer.json``, WordPiece ``vocab.txt`` or byte-level BPE ``vocab.json`` +
@@ -25,10 +25,12 @@ from ember.runs.folder import load_run_config, write_run_files
 
 def _objective(state: dict, family: str = "bert") -> str:
     """The pre-training objective whose heads the imported weights carry."""
-    from ember.config import DECODER_FAMILIES
+    from ember.config import DECODER_FAMILIES, SEQ2SEQ_FAMILIES
 
     if family in DECODER_FAMILIES:
         return "clm"  # GPT-1/GPT-2: the causal LM head is the tied embedding matrix
+    if family in SEQ2SEQ_FAMILIES:
+        return "span_corruption"  # T5's pre-training objective (Raffel et al. 2020, §3.1.4)
     heads = {k.split(".", 1)[0] for k in state}
     if "nsp" in heads:
         return "bert"  # MLM + next-sentence prediction
@@ -73,13 +75,14 @@ def export_hf(run_dir: str | Path, out_dir: str | Path) -> Path:
         if labels:
             extra["id2label"] = {str(i): str(l) for i, l in enumerate(labels)}
             extra["label2id"] = {str(l): i for i, l in enumerate(labels)}
-    from ember.config import DECODER_FAMILIES
+    from ember.config import DECODER_FAMILIES, SEQ2SEQ_FAMILIES
 
-    if cfg.model.family in DECODER_FAMILIES:  # generate() stops at, and pads with, end-of-text
+    seq2seq = cfg.model.family in SEQ2SEQ_FAMILIES
+    if cfg.model.family in DECODER_FAMILIES or seq2seq:  # generate() stops at end-of-text (T5: </s>)
         from ember.tokenizers import end_of_text_id, load_tokenizer
 
         eot = end_of_text_id(load_tokenizer(run_dir / "tokenizer.json"))
-        extra = {**extra, "bos_token_id": eot, "eos_token_id": eot}
+        extra = {**extra, "eos_token_id": eot} if seq2seq else {**extra, "bos_token_id": eot, "eos_token_id": eot}
     hf_config = interop.config_to_hf(cfg.model, [arch], extra)
     if arch.endswith("Model"):  # a base model keeps its weights without the "roberta." etc. prefix
         hf_state = {k.removeprefix(hf_config["model_type"] + "."): v for k, v in hf_state.items()}
@@ -88,7 +91,8 @@ def export_hf(run_dir: str | Path, out_dir: str | Path) -> Path:
     atomic_write_text(out_dir / "config.json", json.dumps(hf_config, indent=2))
     _export_tokenizer(run_dir / "tokenizer.json", out_dir, cfg.model.max_position,
                       segments=cfg.model.type_vocab_size > 1,
-                      causal=cfg.model.family in DECODER_FAMILIES)
+                      causal=cfg.model.family in DECODER_FAMILIES,
+                      seq2seq_pad=cfg.model.pad_token_id if seq2seq else None)
     return out_dir
 
 
@@ -152,14 +156,16 @@ def _gpt2_bpe(hf_dir: Path):
 
 
 def _export_tokenizer(tokenizer_path: Path, out_dir: Path, max_length: int, segments: bool,
-                      causal: bool = False) -> None:
+                      causal: bool = False, seq2seq_pad: int | None = None) -> None:
     """tokenizer.json plus the files and settings ``AutoTokenizer.from_pretrained`` needs.
 
     ``PreTrainedTokenizerFast`` runs the saved tokenizer.json as is. A BertTokenizer class
     for WordPiece keeps older tooling happy; ``strip_accents: false`` matches ember's
     normalizer (transformers otherwise strips accents whenever it lower-cases). Models with
     one or no segment embedding (RoBERTa, DistilBERT) take no ``token_type_ids``. A causal LM
-    (GPT) reads plain text as GPT-2's tokenizer gives it: no <s> ... </s> template.
+    (GPT) reads plain text as GPT-2's tokenizer gives it: no <s> ... </s> template. A seq2seq
+    model (T5, ``seq2seq_pad`` = its pad id) names T5's roles: pad (the decoder's start), the
+    </s> that ends every sequence, unk; sentinels are special tokens of tokenizer.json itself.
     """
     from ember.tokenizers import end_of_text_id, load_tokenizer, special_token_ids, tokenizer_kind
 
@@ -171,11 +177,15 @@ def _export_tokenizer(tokenizer_path: Path, out_dir: Path, max_length: int, segm
         atomic_write_text(out_dir / "tokenizer.json", tok.to_str())
     else:
         (out_dir / "tokenizer.json").write_bytes(tokenizer_path.read_bytes())
-    try:
-        names = {role: tok.id_to_token(i) for role, i in special_token_ids(tok).items()}
-    except EmberError:  # GPT-2's vocabulary: <|endoftext|> is its only special token
-        eot = tok.id_to_token(end_of_text_id(tok))
-        names = {"unk": eot, "bos": eot, "eos": eot}
+    if seq2seq_pad is not None:
+        names = {"pad": tok.id_to_token(seq2seq_pad), "eos": tok.id_to_token(end_of_text_id(tok))}
+        names.update({"unk": t for t in ("[UNK]", "<unk>") if tok.token_to_id(t) is not None})
+    else:
+        try:
+            names = {role: tok.id_to_token(i) for role, i in special_token_ids(tok).items()}
+        except EmberError:  # GPT-2's vocabulary: <|endoftext|> is its only special token
+            eot = tok.id_to_token(end_of_text_id(tok))
+            names = {"unk": eot, "bos": eot, "eos": eot}
     config = {
         "tokenizer_class": "PreTrainedTokenizerFast",
         "model_max_length": max_length,

@@ -1,10 +1,16 @@
-"""Multi-head self-attention (Vaswani et al. 2017) with one fused QKV projection.
+"""Multi-head attention (Vaswani et al. 2017): a fused-QKV self-attention (BERT, GPT) and a
+general one with separate projections that also attends over another sequence (T5).
 
-The fused projection is one (H -> 3H) matmul instead of three; checkpoints from other
-libraries with separate query/key/value weights are concatenated on import (ember.interop).
-Attention itself uses PyTorch's scaled_dot_product_attention unless the caller asks for the
-attention probabilities, which SDPA does not return, or trains with dropout on CPU (see
-ember.nn.dropout.attend).
+``SelfAttention``: one (H -> 3H) matmul instead of three; checkpoints from other libraries
+with separate query/key/value weights are concatenated on import (ember.interop).
+``MultiHeadAttention``: q/k/v/out projections with any head size (T5's d_kv need not be
+H / heads), optional biases and logit scale; as cross-attention (``memory`` given) its keys
+and values come from the encoder output, computed once per generation (see ``kv_cache``).
+
+Both use PyTorch's scaled_dot_product_attention unless the caller asks for the attention
+probabilities, which SDPA does not return, or trains with dropout on CPU (see
+ember.nn.dropout.attend). A mask is bool (True = may attend) or float (added to the logits,
+e.g. T5's position bias with -inf-like entries at masked keys).
 
 Causal decoders (GPT) pass ``is_causal=True`` (no other mask) or an explicit (B, 1, T, L)
 mask, and for generation a ``kv_cache`` (ember.nn.kv_cache.LayerKV) that appends this call's
@@ -13,13 +19,24 @@ keys/values to the earlier ones, so a new token costs one query position.
 
 from __future__ import annotations
 
-import math
-
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ember.nn.dropout import attend
+from ember.nn.dropout import attend, attention_scores
+
+
+def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,
+              dropout: float, need_weights: bool, is_causal: bool = False,
+              scale: float | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """(context (B, heads, T, d), probabilities (B, heads, T, L) or None) of (B, heads, T|L, d)
+    queries, keys and values; ``dropout`` is the rate in effect (0 in eval mode)."""
+    if not need_weights:  # SDPA, except while training with dropout on CPU (ember.nn.dropout)
+        return attend(q, k, v, attn_mask=mask, dropout_p=dropout, is_causal=is_causal, scale=scale), None
+    if is_causal:  # the explicit path needs the triangle as a mask (no other mask is given)
+        mask = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool, device=q.device).tril()
+    probs = attention_scores(q, k, mask, scale).softmax(-1)
+    return F.dropout(probs, dropout, dropout > 0) @ v, probs
 
 
 class SelfAttention(nn.Module):
@@ -45,17 +62,49 @@ class SelfAttention(nn.Module):
         if kv_cache is not None:
             k, v = kv_cache.update(k, v)  # (B, heads, L, d) with L = earlier + T positions
         dropout = self.dropout_p if self.training else 0.0
-        if is_causal and need_weights:  # the explicit path needs the triangle as a mask
-            mask, is_causal = torch.ones(t, k.shape[2], dtype=torch.bool, device=x.device).tril(), False
-        if need_weights:
-            scores = q @ k.transpose(-1, -2) / math.sqrt(self.head_dim)  # (B, heads, T, T)
-            if mask is not None:
-                scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
-            probs = scores.softmax(-1)
-            context = F.dropout(probs, dropout, self.training) @ v
+        context, probs = attention(q, k, v, mask, dropout, need_weights, is_causal)
+        return self.out(context.transpose(1, 2).reshape(b, t, h)), probs
+
+
+class MultiHeadAttention(nn.Module):
+    """Self- or cross-attention with separate q/k/v/out projections of ``num_heads * head_dim``."""
+
+    def __init__(self, hidden_size: int, num_heads: int, head_dim: int = 0, dropout: float = 0.0,
+                 bias: bool = True, scale: float | None = None) -> None:
+        super().__init__()
+        self.num_heads = num_heads
+        self.head_dim = head_dim or hidden_size // num_heads
+        inner = num_heads * self.head_dim
+        self.q = nn.Linear(hidden_size, inner, bias=bias)
+        self.k = nn.Linear(hidden_size, inner, bias=bias)
+        self.v = nn.Linear(hidden_size, inner, bias=bias)
+        self.out = nn.Linear(inner, hidden_size, bias=bias)
+        self.dropout_p = dropout
+        self.scale = scale  # None: 1/sqrt(head_dim); T5 uses 1 (folded into the q init)
+
+    def _heads(self, x: torch.Tensor) -> torch.Tensor:  # (B, T, heads * d) -> (B, heads, T, d)
+        return x.view(x.shape[0], x.shape[1], self.num_heads, self.head_dim).transpose(1, 2)
+
+    def forward(
+        self,
+        x: torch.Tensor,  # (B, T, H): the queries' sequence
+        memory: torch.Tensor | None = None,  # (B, S, H): cross-attention over it; None = self
+        mask: torch.Tensor | None = None,  # bool or additive float, broadcastable to (B, heads, T, L)
+        need_weights: bool = False,
+        kv_cache=None,  # LayerKV: self-attention appends to it; cross-attention fills it once
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        b, t, _ = x.shape
+        q = self._heads(self.q(x))
+        if memory is None:
+            k, v = self._heads(self.k(x)), self._heads(self.v(x))
+            if kv_cache is not None:
+                k, v = kv_cache.update(k, v)  # (B, heads, past + T, d)
+        elif kv_cache is not None and kv_cache.k is not None:
+            k, v = kv_cache.k, kv_cache.v  # the encoder's keys/values, from the first step
         else:
-            probs = None
-            # SDPA, except while training with dropout on CPU (ember.nn.dropout: cheaper dropout)
-            context = attend(q, k, v, attn_mask=mask, dropout_p=dropout, is_causal=is_causal)
-        context = context.transpose(1, 2).reshape(b, t, h)
-        return self.out(context), probs
+            k, v = self._heads(self.k(memory)), self._heads(self.v(memory))  # (B, heads, S, d)
+            if kv_cache is not None:
+                kv_cache.update(k, v)
+        dropout = self.dropout_p if self.training else 0.0
+        context, probs = attention(q, k, v, mask, dropout, need_weights, scale=self.scale)
+        return self.out(context.transpose(1, 2).reshape(b, t, -1)), probs

@@ -56,16 +56,31 @@ class Dropout(nn.Module):
 
 
 def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: torch.Tensor | None = None,
-           dropout_p: float = 0.0, is_causal: bool = False) -> torch.Tensor:
-    """``F.scaled_dot_product_attention`` for (B, heads, T, d) inputs (same arguments); with
-    dropout on CPU the probabilities are formed explicitly so ``dropout`` can be applied."""
+           dropout_p: float = 0.0, is_causal: bool = False, scale: float | None = None) -> torch.Tensor:
+    """``F.scaled_dot_product_attention`` for (B, heads, T, d) inputs (same arguments: a bool
+    mask, True = may attend, or a float mask added to the logits; ``scale`` None = 1/sqrt(d));
+    with dropout on CPU the probabilities are formed explicitly so ``dropout`` can be applied."""
     if dropout_p == 0.0 or q.device.type != "cpu":
         return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p,
-                                              is_causal=is_causal)
-    scores = (q * (1.0 / math.sqrt(q.shape[-1]))) @ k.transpose(-1, -2)  # (B, heads, T, S)
+                                              is_causal=is_causal, scale=scale)
     if is_causal:  # query t sees keys <= t (SDPA's top-left aligned causal mask)
-        causal = torch.ones(scores.shape[-2:], dtype=torch.bool, device=q.device).tril()
-        attn_mask = causal if attn_mask is None else attn_mask & causal
-    if attn_mask is not None:  # bool, True = may attend
-        scores = scores.masked_fill(~attn_mask, torch.finfo(scores.dtype).min)
-    return dropout(scores.softmax(-1), dropout_p) @ v
+        causal = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool, device=q.device).tril()
+        if attn_mask is None or attn_mask.dtype == torch.bool:
+            attn_mask = causal if attn_mask is None else attn_mask & causal
+        else:
+            attn_mask = attn_mask.masked_fill(~causal, torch.finfo(attn_mask.dtype).min)
+    return dropout(attention_scores(q, k, attn_mask, scale).softmax(-1), dropout_p) @ v
+
+
+def attention_scores(q: torch.Tensor, k: torch.Tensor, attn_mask: torch.Tensor | None = None,
+                     scale: float | None = None) -> torch.Tensor:
+    """Masked attention logits (B, heads, T, S) of (B, heads, T, d) queries and (B, heads, S, d)
+    keys: q.k * scale (1/sqrt(d) unless given), plus a float mask or -inf-like where a bool
+    mask is False - what SDPA computes before its softmax."""
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    scores = (q * scale) @ k.transpose(-1, -2)
+    if attn_mask is None:
+        return scores
+    if attn_mask.dtype == torch.bool:
+        return scores.masked_fill(~attn_mask, torch.finfo(scores.dtype).min)
+    return scores + attn_mask

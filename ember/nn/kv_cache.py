@@ -1,4 +1,4 @@
-"""Key/value cache for incremental decoding.
+"""Key/value caches for incremental decoding.
 
 A causal decoder's keys and values at earlier positions never change, so generation keeps
 them per layer and feeds only the new token(s): each step then costs one query position
@@ -47,3 +47,26 @@ class KVCache:
     def select(self, rows: torch.Tensor) -> None:
         for layer in self.layers:
             layer.select(rows)
+
+
+class EncoderDecoderCache:
+    """A seq2seq decoder's caches (T5, Raffel et al. 2020): per layer, the self-attention
+    keys/values of the tokens generated so far (grown each step) and the cross-attention
+    keys/values of the encoder output (filled on the first step, then only read, since the
+    encoder output does not change while decoding)."""
+
+    def __init__(self, num_layers: int) -> None:
+        self.self_attention = KVCache(num_layers)
+        self.cross_attention = KVCache(num_layers)
+
+    @property
+    def length(self) -> int:
+        """Decoder positions already cached."""
+        return self.self_attention.length
+
+    def select(self, rows: torch.Tensor, cross: bool = True) -> None:
+        """Keep (or reorder, repeat) batch rows ``rows``. Beam search reorders beams within
+        each input, whose encoder rows are identical: it passes ``cross=False``."""
+        self.self_attention.select(rows)
+        if cross:
+            self.cross_attention.select(rows)
