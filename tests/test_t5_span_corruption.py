@@ -151,7 +151,9 @@ def test_t5_span_corruption_exact_strings_on_a_wiki_sentence(t5_tok):
     assert len(ids) == 39
     c = Corruption("span_corruption", DenoisingConfig(), 128, noise_vocab(t5_tok, 0.1), t5_tok.token_to_id("</s>"))
     inputs, targets = c(ids, np.random.default_rng(5))
-    decode = lambda x: t5_tok.decode(x.tolist(), skip_special_tokens=False)  # noqa: E731
+    def decode(ids):
+        return t5_tok.decode(ids.tolist(), skip_special_tokens=False)
+
     assert decode(inputs) == ("Anarchism is a political philosophy that advocates stateless societies often defined "
                               "as sel<extra_id_0>ned voluntary<extra_id_1></s>")
     assert decode(targets) == "<extra_id_0>f-gover<extra_id_1> institutions.</s>"
@@ -162,7 +164,10 @@ def test_t5_span_corruption_exact_strings_on_a_wiki_sentence(t5_tok):
 def test_t5_comparison_objectives_exact_strings_on_a_wiki_sentence(t5_tok):
     ids = np.array(t5_tok.encode(WIKI_SENTENCE, add_special_tokens=False).ids)
     vocab = noise_vocab(t5_tok, 0.1)
-    decode = lambda x: t5_tok.decode(x.tolist(), skip_special_tokens=False)  # noqa: E731
+
+    def decode(ids):
+        return t5_tok.decode(ids.tolist(), skip_special_tokens=False)
+
     golden = {
         "replace_spans": ("Anarchism<extra_id_0> a political<extra_id_1> advocates stateless<extra_id_2> often "
                           "defined as<extra_id_3>self-go<extra_id_4>n<extra_id_5> voluntary institution<extra_id_6></s>",

@@ -74,7 +74,8 @@ def test_t5_sentinels_for_any_kind_and_none_means_a_clear_error(tmp_path):
     corpus = tmp_path / "c.txt"
     corpus.write_text("some words here and there\n\nmore words in a second document\n", encoding="utf-8")
     wp = train_tokenizer([corpus], kind="wordpiece", vocab_size=120, min_frequency=1, progress=False)
-    with pytest.raises(EmberError, match="c.txt has no sentinel tokens.*cannot be used for span corruption.*--kind unigram.*--sentinels 100"):
+    message = "c.txt has no sentinel tokens.*cannot be used for span corruption.*--kind unigram.*--sentinels 100"
+    with pytest.raises(EmberError, match=message):
         sentinel_ids(wp, where=str(corpus))
     wp = train_tokenizer([corpus], kind="wordpiece", vocab_size=120, min_frequency=1, progress=False, sentinels=10)
     v = wp.get_vocab_size()  # a tiny corpus fills fewer than 110 pieces

@@ -195,16 +195,17 @@ def noise_vocab(tok, random_token_prob: float) -> N.NoiseVocab:
 
 
 def build(cfg, special_ids: dict) -> Seq2SeqDenoising:
+    from ember.config import SEQ2SEQ_FAMILIES
     from ember.models import build_backbone
     from ember.tokenizers import load_tokenizer
 
+    if cfg.model.family not in SEQ2SEQ_FAMILIES:
+        raise EmberError(f"objective {cfg.objective} needs an encoder-decoder (model family "
+                         f"{', '.join(SEQ2SEQ_FAMILIES)}), not {cfg.model.family!r}; use a t5-* preset "
+                         "(e.g. --recipe t5-mini)")
     if "tokenizer_path" not in special_ids:
         raise EmberError(f"objective {cfg.objective} needs the corpus tokenizer (for its sentinels)")
     tok = load_tokenizer(special_ids["tokenizer_path"])
     vocab = noise_vocab(tok, cfg.denoising.random_token_prob)
     corruption = Corruption(cfg.objective, cfg.denoising, cfg.data.max_seq_length, vocab, special_ids["sep"])
-    backbone = build_backbone(cfg.model)
-    if not (hasattr(backbone, "shift_right") and hasattr(backbone, "lm_logits")):
-        raise EmberError(f"objective {cfg.objective} needs an encoder-decoder backbone (model family t5), "
-                         f"not {cfg.model.family!r}; use a t5-* preset (e.g. --recipe t5-mini)")
-    return Seq2SeqDenoising(backbone, corruption, special_ids["pad"])
+    return Seq2SeqDenoising(build_backbone(cfg.model), corruption, special_ids["pad"])
