@@ -98,8 +98,19 @@ def test_t5_denoising_objectives_refuse_an_encoder_and_a_tokenizer_without_senti
     wordpiece = wiki_prepared / "tokenizer.json"
     cfg = RunConfig(objective="span_corruption", model=model_preset("t5-tiny"))
     special = {**special_token_ids(load_tokenizer(wordpiece)), "tokenizer_path": str(wordpiece)}
-    with pytest.raises(EmberError, match="without sentinels cannot be used for span corruption"):
+    with pytest.raises(EmberError, match="tokenizer .*/tokenizer.json has no sentinel tokens.*cannot be used for span"):
         build_objective(cfg, special)
+
+
+def test_t5_pretrain_on_a_corpus_without_sentinels_is_one_clear_error(wiki_prepared, tmp_path, capsys):
+    from ember.cli import main
+
+    run = tmp_path / "run"
+    assert main(["pretrain", "--recipe", "t5-tiny", "--data", str(wiki_prepared), "--out", str(run),
+                 "--max-steps", "2", "--no-progress"]) == 1
+    err = capsys.readouterr().err
+    assert "has no sentinel tokens" in err and "--kind unigram" in err and "Traceback" not in err
+    assert not run.exists()  # nothing half-made
 
 
 @pytest.mark.parametrize("name", ["t5-tiny", "t5-mini", "t5-small", "t5-base"])

@@ -95,17 +95,3 @@ def test_t5_unigram_with_bert_special_tokens_keeps_albert_layout(tmp_path):
     ids = special_token_ids(tok)
     assert ids == {"pad": 0, "unk": 1, "cls": 2, "sep": 3, "mask": 4}
     assert tok.encode("albert").ids[0] == 2 and tok.encode("albert").ids[-1] == 3
-
-
-def test_t5_cli_tokenizer_train_unigram_with_sentinels(tmp_path, capsys):
-    from ember.cli import main
-
-    corpus = tmp_path / "c.txt"
-    corpus.write_text("hello world\n\nhello there world\n", encoding="utf-8")
-    out = tmp_path / "tok"
-    assert main(["tokenizer", "train", str(corpus), "--kind", "unigram", "--vocab-size", "140",
-                 "--sentinels", "20", "--no-progress", "--out", str(out)]) == 0
-    tok = load_tokenizer(out)
-    v = tok.get_vocab_size()
-    assert sentinel_ids(tok) == list(range(v - 1, v - 21, -1))
-    assert "pad=0, unk=2, sep=1" in capsys.readouterr().out

@@ -9,7 +9,7 @@ import pytest
 
 from ember.errors import EmberError
 from ember.paths import data_root
-from ember.tokenizers import load_tokenizer, special_token_ids, tokenizer_kind, train_tokenizer
+from ember.tokenizers import load_tokenizer, sentinel_ids, special_token_ids, tokenizer_kind, train_tokenizer
 
 WIKI = data_root() / "wiki-en" / "AA"
 NSMC = data_root() / "nsmc" / "ratings_train.txt"
@@ -189,5 +189,12 @@ def test_cli_tokenizer_train_writes_tokenizer_json(tmp_path, capsys):
                  "--kind", "bpe", "--no-progress", "--out", str(out)]) == 0
     assert tokenizer_kind(load_tokenizer(out / "tokenizer.json")) == "bpe"
     assert "saved bpe tokenizer" in capsys.readouterr().out
+    # T5's layout with --sentinels: <extra_id_0> last, counting down
+    assert main(["tokenizer", "train", str(corpus), "--kind", "unigram", "--vocab-size", "140",
+                 "--sentinels", "20", "--no-progress", "--out", str(tmp_path / "uni")]) == 0
+    uni = load_tokenizer(tmp_path / "uni")
+    v = uni.get_vocab_size()
+    assert sentinel_ids(uni) == list(range(v - 1, v - 21, -1))
+    assert "pad=0, unk=2, sep=1" in capsys.readouterr().out
     assert main(["tokenizer", "train", str(tmp_path / "none*"), "--out", str(out)]) == 1
     assert "no input files matched" in capsys.readouterr().err

@@ -184,11 +184,11 @@ class Seq2SeqDenoising(nn.Module):
         return {"ppl": math.exp(min(metrics["loss"], 50.0))} if "loss" in metrics else {}
 
 
-def noise_vocab(tok, random_token_prob: float) -> N.NoiseVocab:
+def noise_vocab(tok, random_token_prob: float, where: str = "the tokenizer") -> N.NoiseVocab:
     """Sentinels in order and the pool of ordinary pieces (no special token, no sentinel)."""
     from ember.tokenizers.sentinels import sentinel_ids
 
-    sentinels = np.array(sentinel_ids(tok, where="the corpus tokenizer"), dtype=np.int64)
+    sentinels = np.array(sentinel_ids(tok, where=where), dtype=np.int64)
     special = [i for i, t in tok.get_added_tokens_decoder().items() if t.special]
     ordinary = np.setdiff1d(np.arange(tok.get_vocab_size(), dtype=np.int64), np.array(special, dtype=np.int64))
     return N.NoiseVocab(sentinels, ordinary, random_token_prob)
@@ -206,6 +206,6 @@ def build(cfg, special_ids: dict) -> Seq2SeqDenoising:
     if "tokenizer_path" not in special_ids:
         raise EmberError(f"objective {cfg.objective} needs the corpus tokenizer (for its sentinels)")
     tok = load_tokenizer(special_ids["tokenizer_path"])
-    vocab = noise_vocab(tok, cfg.denoising.random_token_prob)
+    vocab = noise_vocab(tok, cfg.denoising.random_token_prob, f"the corpus tokenizer {special_ids['tokenizer_path']}")
     corruption = Corruption(cfg.objective, cfg.denoising, cfg.data.max_seq_length, vocab, special_ids["sep"])
     return Seq2SeqDenoising(build_backbone(cfg.model), corruption, special_ids["pad"])
