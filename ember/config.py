@@ -245,6 +245,16 @@ class ElmoConfig:
 
 
 @dataclass(frozen=True)
+class DenoisingConfig:
+    """T5's unsupervised objectives (Raffel et al. 2020, §3.1.4 and §3.3; ember.objectives.
+    span_corruption): the encoder's input length is ``data.max_seq_length`` (T5: 512)."""
+
+    noise_density: float = 0.15  # share of tokens corrupted (§3.3.3: 10/15/25/50% compared)
+    mean_noise_span_length: float = 3.0  # span_corruption: mean span length (§3.3.4: 2/3/5/10)
+    random_token_prob: float = 0.1  # bert_denoising: corrupted tokens given a random token, not the mask
+
+
+@dataclass(frozen=True)
 class TrainConfig:
     """Optimisation, budgets, logging and checkpointing."""
 
@@ -281,6 +291,17 @@ class TrainConfig:
     # torch.compile the training forward/backward (inductor). Off by default: on a 2-core CPU
     # it gained ~3% at bert-mini (within noise) for ~1 min of compilation (BENCHMARKS.md).
     compile: bool = False
+    # Optimizer (ember.train.optim): "adamw" (BERT and most recipes) or "adafactor" (Shazeer &
+    # Stern 2018, as T5 pre-trains: Raffel et al. 2020, §3.1.2). T5's schedule is
+    # schedule=inverse_sqrt with lr 0.01 and warmup_steps 10000: 1/sqrt(max(step, 10^4)).
+    optimizer: str = "adamw"
+    # Adafactor (Shazeer & Stern 2018, Alg. 4/5): second-moment decay beta2_t = 1 - t^-decay_rate
+    # (§7.1, increasing decay; T5 0.8), update clipping threshold d (§6; 1.0), step size scaled by
+    # the parameter's RMS ("relative step size"; on in T5), beta1 0 = no momentum (as T5).
+    adafactor_decay_rate: float = 0.8
+    adafactor_clip_threshold: float = 1.0
+    adafactor_scale_parameter: bool = True
+    adafactor_beta1: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -314,6 +335,7 @@ class RunConfig:
     objective: str = "bert"  # which pre-training objective (see ember.objectives)
     electra: ElectraConfig = field(default_factory=ElectraConfig)
     elmo: ElmoConfig = field(default_factory=ElmoConfig)
+    denoising: DenoisingConfig = field(default_factory=DenoisingConfig)  # T5 objectives
     task: TaskConfig = field(default_factory=lambda: TaskConfig())
 
 

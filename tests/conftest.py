@@ -54,6 +54,23 @@ def wiki_prepared(tmp_path_factory):
     return root / "prepared"
 
 
+@pytest.fixture(scope="session")
+def wiki_t5_prepared(tmp_path_factory):
+    """T5's layout (ember tokenizer train --kind unigram: <pad> </s> <unk>, 100 sentinels; 2k
+    vocabulary, cased) and token shards of the ~40 real Wikipedia articles of wiki_00."""
+    from ember.data.prepare import prepare_corpus
+    from ember.tokenizers import train_tokenizer
+
+    source = real_data("wiki-en", "AA", "wiki_00.gz")
+    root = tmp_path_factory.mktemp("wiki-t5")
+    tok = train_tokenizer([source], kind="unigram", vocab_size=2000, max_documents=50, lowercase=False,
+                          progress=False)
+    tok.save(str(root / "tokenizer.json"))
+    prepare_corpus([source], root / "tokenizer.json", root / "prepared", max_docs=150,
+                   valid_fraction=0.05, progress=False)
+    return root / "prepared"
+
+
 TINY_MODEL = [
     "model.hidden_size=32", "model.num_layers=2", "model.num_heads=2", "model.intermediate_size=64",
     "model.max_position=64", "model.vocab_size=2000", "data.max_seq_length=64", "data.eval_examples=32",

@@ -9,7 +9,9 @@ Train a subword tokenizer on raw text and save it as a single tokenizer.json.
 
   wordpiece  BERT style: [CLS] A [SEP] B [SEP], '##' marks word continuations
   bpe        RoBERTa / GPT-2 style byte-level BPE: <s> A </s></s> B </s>, no unknown characters
-  unigram    SentencePiece style (ALBERT, T5): '▁' marks word starts, [CLS]/[SEP] template
+  unigram    SentencePiece style (T5): '▁' marks word starts; T5's layout <pad>=0 </s>=1 <unk>=2,
+             100 sentinels <extra_id_99>..<extra_id_0> last, '</s>' appended (for ALBERT's
+             [CLS]/[SEP] template pass --special-tokens [PAD] [UNK] [CLS] [SEP] [MASK])
 
 Lower-casing keeps accents and Hangul intact (no NFD accent stripping).
 
@@ -39,8 +41,13 @@ def register(subparsers) -> None:
                        help="keep case (cased models); default lower-cases the text")
     train.add_argument("--special-tokens", nargs="+", metavar="TOKEN",
                        help="the full list of special tokens, given ids 0, 1, ... in order; must "
-                            "include pad, unk, cls, sep and mask tokens (default: [PAD] [UNK] "
-                            "[CLS] [SEP] [MASK]; for bpe: <s> <pad> </s> <unk> <mask> <|endoftext|>)")
+                            "include pad, unk, cls, sep and mask tokens, cls and mask only without "
+                            "sentinels (default: [PAD] [UNK] [CLS] [SEP] [MASK]; for bpe: <s> <pad> "
+                            "</s> <unk> <mask> <|endoftext|>; for unigram: T5's <pad> </s> <unk>)")
+    train.add_argument("--sentinels", type=int, metavar="N",
+                       help="T5 sentinel tokens <extra_id_0>..<extra_id_N-1> at the end of the "
+                            "vocabulary, counted in --vocab-size (default: 100 for unigram, as T5; "
+                            "0 otherwise); span corruption needs them")
     train.add_argument("--min-frequency", type=int, default=2,
                        help="ignore merges seen fewer times than this (wordpiece/bpe; default: 2)")
     train.add_argument("--max-documents", type=int, metavar="N",
@@ -72,7 +79,7 @@ def run_train(args) -> int:
         args.inputs, kind=args.kind, vocab_size=args.vocab_size, lowercase=args.lowercase,
         special_tokens=args.special_tokens, min_frequency=args.min_frequency,
         max_documents=args.max_documents, progress=not args.no_progress,
-        fmt=args.fmt, text_field=args.text_field,
+        fmt=args.fmt, text_field=args.text_field, sentinels=args.sentinels,
     )
     out.parent.mkdir(parents=True, exist_ok=True)
     tok.save(str(out))

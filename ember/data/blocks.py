@@ -4,6 +4,12 @@ The split is read as one stream, every document followed by the end-of-text toke
 (``doc0 <|endoftext|> doc1 <|endoftext|> ...``), and cut into consecutive blocks of
 ``block_size`` tokens; the last partial block is dropped. No padding, no token lost between
 blocks, and the model learns from the separator where a document ends and a new one starts.
+With ``eot_id=None`` documents are joined with nothing between them, as T5's span corruption
+packs its pre-training text (``reduce_concat_tokens`` then ``split_tokens``, Raffel et al. 2020).
+
+``DocumentSegmentDataset`` instead cuts each document on its own into segments of at most
+``segment_length`` tokens (the last one of a document shorter), never crossing documents: T5's
+``split_tokens`` without concatenation, which its prefix-LM objective uses.
 
 The index is only the stream offset of each document (one cumsum over sentence lengths);
 a block is a few memmap slices, so memory stays flat however large the corpus.
@@ -21,17 +27,17 @@ class TokenBlockDataset:
 
     pair_mode = "none"
 
-    def __init__(self, corpus, block_size: int, eot_id: int):
+    def __init__(self, corpus, block_size: int, eot_id: int | None):
         if block_size < 2:
             raise EmberError(f"data.max_seq_length={block_size}: a causal-LM block needs at least 2 tokens")
         self.corpus, self.block_size, self.eot_id = corpus, block_size, eot_id
         sent_ends = np.cumsum(np.asarray(corpus.sentence_lengths, dtype=np.int64))  # (S,)
         doc_ends = np.concatenate([[0], sent_ends])[np.asarray(corpus.doc_offsets, dtype=np.int64)]  # (D+1,)
-        doc_lengths = np.diff(doc_ends) + 1  # (D,) tokens + the end-of-text token
+        doc_lengths = np.diff(doc_ends) + (eot_id is not None)  # (D,) tokens (+ end-of-text)
         self._doc_starts = np.concatenate([[0], np.cumsum(doc_lengths)])  # (D+1,) stream offsets
         self.num_tokens = int(self._doc_starts[-1])
         if self.num_tokens < block_size:
-            raise EmberError(f"{corpus!r} has {self.num_tokens} tokens (with end-of-text tokens), "
+            raise EmberError(f"{corpus!r} has {self.num_tokens} tokens (with any end-of-text tokens), "
                              f"fewer than one block of {block_size}; use more documents or a "
                              "smaller data.max_seq_length")
 
@@ -47,7 +53,38 @@ class TokenBlockDataset:
         parts, pos = [], start
         while pos < stop:
             doc_start, doc_stop = int(self._doc_starts[d]), int(self._doc_starts[d + 1])
-            doc = np.append(np.asarray(self.corpus.doc_tokens(d), dtype=np.int64), self.eot_id)
+            doc = np.asarray(self.corpus.doc_tokens(d), dtype=np.int64)
+            if self.eot_id is not None:
+                doc = np.append(doc, self.eot_id)
             parts.append(doc[pos - doc_start : min(stop, doc_stop) - doc_start])
             pos, d = min(stop, doc_stop), d + 1
         return np.concatenate(parts)
+
+
+class DocumentSegmentDataset:
+    """Index -> int64 (<= segment_length,) ids: consecutive pieces of one document each."""
+
+    pair_mode = "none"
+
+    def __init__(self, corpus, segment_length: int):
+        if segment_length < 1:
+            raise EmberError(f"segment length {segment_length} must be at least 1 token")
+        self.corpus, self.segment_length = corpus, segment_length
+        sent_ends = np.cumsum(np.asarray(corpus.sentence_lengths, dtype=np.int64))  # (S,)
+        doc_ends = np.concatenate([[0], sent_ends])[np.asarray(corpus.doc_offsets, dtype=np.int64)]  # (D+1,)
+        pieces = -(-np.diff(doc_ends) // segment_length)  # (D,) ceil(doc length / segment length)
+        self._doc = np.repeat(np.arange(len(pieces)), pieces)  # (N,) document of each segment
+        first = np.concatenate([[0], np.cumsum(pieces)])[:-1]  # (D,) index of a doc's first segment
+        self._start = (np.arange(len(self._doc)) - first[self._doc]) * segment_length  # (N,) token offset
+        if len(self._doc) == 0:
+            raise EmberError(f"{corpus!r} has no tokens to cut into segments")
+
+    def __len__(self) -> int:
+        return len(self._doc)
+
+    def example(self, index: int, epoch: int = 0) -> np.ndarray:
+        if not 0 <= index < len(self):
+            raise IndexError(f"segment {index} out of range [0, {len(self)})")
+        start = int(self._start[index])
+        doc = self.corpus.doc_tokens(int(self._doc[index]))
+        return np.asarray(doc[start : start + self.segment_length], dtype=np.int64)

@@ -25,6 +25,14 @@ OBJECTIVES = {
     "electra": "ember.objectives.electra",  # replaced-token detection (Clark et al. 2020)
     "clm": "ember.objectives.clm",  # causal LM on packed blocks (GPT-1/GPT-2, Radford et al. 2018/2019)
     "bilm": "ember.objectives.bilm",  # ELMo forward + backward LSTM LMs (Peters et al. 2018)
+    # T5 (Raffel et al. 2020): span corruption and the §3.3 comparison objectives, seq2seq
+    "span_corruption": "ember.objectives.span_corruption",
+    "prefix_lm": "ember.objectives.span_corruption",
+    "bert_denoising": "ember.objectives.span_corruption",
+    "mass_denoising": "ember.objectives.span_corruption",
+    "deshuffle": "ember.objectives.span_corruption",
+    "replace_spans": "ember.objectives.span_corruption",
+    "drop_tokens": "ember.objectives.span_corruption",
 }
 
 

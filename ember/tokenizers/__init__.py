@@ -1,5 +1,6 @@
 """Subword tokenizers: train WordPiece / byte-level BPE / Unigram, load, look up specials."""
 
+from ember.tokenizers.sentinels import sentinel_ids
 from ember.tokenizers.train import (
     END_OF_TEXT,
     KINDS,
@@ -10,4 +11,4 @@ from ember.tokenizers.train import (
     train_tokenizer,
 )
 
-__all__ = ["END_OF_TEXT", "KINDS", "end_of_text_id", "load_tokenizer", "special_token_ids", "tokenizer_kind", "train_tokenizer"]
+__all__ = ["END_OF_TEXT", "KINDS", "end_of_text_id", "load_tokenizer", "sentinel_ids", "special_token_ids", "tokenizer_kind", "train_tokenizer"]

@@ -6,8 +6,15 @@ Three kinds, each set up the way its reference model family did it:
   ``[CLS] A [SEP] B [SEP]`` with token_type_ids 0/1.
 - ``bpe`` (RoBERTa / GPT-2): byte-level BPE, so there are no unknown characters;
   ``<s> A </s> </s> B </s>`` with all token_type_ids 0 as in RoBERTa.
-- ``unigram`` (SentencePiece as used by ALBERT / T5): NFKC, Metaspace ``▁`` word marker,
-  BERT-style ``[CLS]``/``[SEP]`` template.
+- ``unigram`` (SentencePiece as used by T5 / ALBERT): NFKC, Metaspace ``▁`` word marker and,
+  by default, T5's layout (Raffel et al. 2020, §2.2 and the released vocabulary):
+  ``<pad>``=0, ``</s>``=1, ``<unk>``=2, the learnt pieces, then 100 sentinels
+  ``<extra_id_99>`` ... ``<extra_id_0>`` (``ember.tokenizers.sentinels``), and ``</s>``
+  appended to every sequence (``A </s>``, ``A </s> B </s>``, all segment 0). With BERT-style
+  ``--special-tokens [PAD] [UNK] [CLS] [SEP] [MASK]`` it gets the BERT template (ALBERT).
+
+Any kind can carry sentinels (``sentinels=N``, default 100 for unigram, 0 otherwise); a
+vocabulary with sentinels needs no cls/mask token (T5 has neither).
 
 Lower-casing never strips accents: BERT's accent stripping decomposes text with NFD and
 drops combining marks, which turns Hangul syllables into jamo and "й" into "и". For Korean
@@ -24,6 +31,7 @@ from typing import Iterator
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
 from ember.errors import EmberError
+from ember.tokenizers.sentinels import T5_SENTINELS, add_sentinels, has_sentinels
 
 KINDS = ("wordpiece", "bpe", "unigram")
 BERT_SPECIAL_TOKENS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
@@ -32,6 +40,12 @@ ROBERTA_SPECIAL_TOKENS = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]
 # GPT-2's document separator (Radford et al. 2019): byte-level BPE vocabularies get it as id 5,
 # after RoBERTa's five, so causal-LM packing joins documents with a token of its own.
 END_OF_TEXT = "<|endoftext|>"
+# T5's SentencePiece ids: <pad>=0 (also the decoder's start token), </s>=1, <unk>=2.
+T5_SPECIAL_TOKENS = ["<pad>", "</s>", "<unk>"]
+# Sentinels appended to a new vocabulary unless the caller says otherwise.
+DEFAULT_SENTINELS = {"unigram": T5_SENTINELS}
+# Roles a vocabulary with sentinels may lack: T5 has no [CLS] and masks with sentinels.
+SENTINEL_OPTIONAL_ROLES = ("cls", "mask")
 
 # Role → the spellings we accept for it, most common first.
 ROLE_CANDIDATES = {
@@ -46,20 +60,26 @@ _MODEL_KIND = {"WordPiece": "wordpiece", "BPE": "bpe", "Unigram": "unigram"}
 
 
 def default_special_tokens(kind: str) -> list[str]:
-    return list(ROBERTA_SPECIAL_TOKENS + [END_OF_TEXT] if kind == "bpe" else BERT_SPECIAL_TOKENS)
+    if kind == "bpe":
+        return ROBERTA_SPECIAL_TOKENS + [END_OF_TEXT]
+    return list(T5_SPECIAL_TOKENS if kind == "unigram" else BERT_SPECIAL_TOKENS)
 
 
-def _role_tokens(special_tokens: list[str]) -> dict[str, str]:
-    """Map each role (pad/unk/cls/sep/mask) to its token in ``special_tokens``."""
+def _role_tokens(special_tokens: list[str], sentinels: int = 0) -> dict[str, str]:
+    """Map each role (pad/unk/cls/sep/mask) to its token in ``special_tokens``; with
+    sentinels, cls and mask may be absent (T5's layout)."""
     roles = {}
     for role, candidates in ROLE_CANDIDATES.items():
         token = next((c for c in candidates if c in special_tokens), None)
-        if token is None:
+        if token is not None:
+            roles[role] = token
+        elif not (sentinels and role in SENTINEL_OPTIONAL_ROLES):
             raise EmberError(
                 f"special tokens {special_tokens} have no {role} token "
                 f"(expected one of {', '.join(candidates)})"
+                + ("" if role not in SENTINEL_OPTIONAL_ROLES else
+                   "; a T5-style vocabulary without it needs sentinels (--sentinels 100)")
             )
-        roles[role] = token
     return roles
 
 
@@ -85,7 +105,13 @@ def _build(kind: str, lowercase: bool, roles: dict[str, str]) -> Tokenizer:
         tok = Tokenizer(models.Unigram())
         norms = [normalizers.NFKC()] + ([normalizers.Lowercase()] if lowercase else [])
         tok.normalizer = normalizers.Sequence(norms)
-        tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always")
+        # Whitespace runs split words and are dropped, as SentencePiece's default
+        # remove_extra_whitespaces does (and transformers' T5 tokenizer): no stray "▁" piece
+        # before a special token or at the end of a text.
+        tok.pre_tokenizer = pre_tokenizers.Sequence([
+            pre_tokenizers.WhitespaceSplit(),
+            pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always"),
+        ])
         tok.decoder = decoders.Metaspace(replacement="▁", prepend_scheme="always")
     else:
         raise EmberError(f"unknown tokenizer kind {kind!r}; choose one of {', '.join(KINDS)}")
@@ -112,6 +138,11 @@ def _trainer(kind: str, vocab_size: int, special_tokens: list[str], min_frequenc
 
 
 def _set_post_processor(tok: Tokenizer, kind: str, roles: dict[str, str]) -> None:
+    if "cls" not in roles:  # T5: only </s> is appended, to each segment; one segment id
+        eos = roles["sep"]
+        tok.post_processor = processors.TemplateProcessing(
+            single=f"$A {eos}", pair=f"$A {eos} $B {eos}", special_tokens=[(eos, tok.token_to_id(eos))])
+        return
     cls, sep = roles["cls"], roles["sep"]
     ids = {t: tok.token_to_id(t) for t in (cls, sep)}
     if kind == "bpe":
@@ -143,12 +174,15 @@ def train_tokenizer(
     progress: bool = True,
     fmt: str = "auto",
     text_field: str = "text",
+    sentinels: int | None = None,
 ) -> Tokenizer:
     """Train a ``kind`` tokenizer on the documents of ``files`` (files, folders, globs).
 
     Documents are streamed (see ``ember.data.readers``) into ``train_from_iterator``, so
     compressed dumps of any size work. ``max_documents`` caps the number of non-empty
-    documents read. Special tokens come first in the vocabulary, in the order given.
+    documents read. Special tokens come first in the vocabulary, in the order given;
+    ``sentinels`` (default: 100 for unigram, else 0) T5 sentinels come last, and
+    ``vocab_size`` counts them (T5: 32,000 pieces + 100 sentinels = 32,100).
     """
     from ember.data.readers import DocumentReader
 
@@ -157,13 +191,16 @@ def train_tokenizer(
     if special_tokens is None:
         special_tokens = default_special_tokens(kind)
     special_tokens = list(dict.fromkeys(special_tokens))  # de-duplicate, keep order
-    if vocab_size <= len(special_tokens):
-        raise EmberError(f"vocab size {vocab_size} leaves no room beyond the special tokens")
+    if sentinels is None:
+        sentinels = DEFAULT_SENTINELS.get(kind, 0)
+    if vocab_size - sentinels <= len(special_tokens):
+        raise EmberError(f"vocab size {vocab_size} leaves no room beyond the {len(special_tokens)} special "
+                         f"tokens and {sentinels} sentinels")
     if max_documents is not None and max_documents <= 0:
         raise EmberError("max_documents must be positive")
-    roles = _role_tokens(special_tokens)
+    roles = _role_tokens(special_tokens, sentinels)
     tok = _build(kind, lowercase, roles)
-    trainer = _trainer(kind, vocab_size, special_tokens, min_frequency, roles, progress)
+    trainer = _trainer(kind, vocab_size - sentinels, special_tokens, min_frequency, roles, progress)
 
     reader = DocumentReader(files, fmt=fmt, text_field=text_field)
 
@@ -179,6 +216,7 @@ def train_tokenizer(
             f"no text to train on: read {reader.describe_inputs()} "
             f"({reader.empty_skipped} empty documents)"
         )
+    add_sentinels(tok, sentinels)
     _set_post_processor(tok, kind, roles)
     return tok
 
@@ -199,8 +237,11 @@ def load_tokenizer(path: str | Path) -> Tokenizer:
 
 
 def special_token_ids(tok: Tokenizer) -> dict[str, int]:
-    """Ids of the pad/unk/cls/sep/mask tokens (BERT or RoBERTa spellings)."""
+    """Ids of the pad/unk/cls/sep/mask tokens (BERT, RoBERTa or T5 spellings). A vocabulary
+    with sentinels (T5) may lack cls and mask: its dict then has only pad/unk/sep (sep is
+    T5's end-of-sequence ``</s>``)."""
     ids = {}
+    optional = SENTINEL_OPTIONAL_ROLES if has_sentinels(tok) else ()
     for role, candidates in ROLE_CANDIDATES.items():
         for token in candidates:
             token_id = tok.token_to_id(token)
@@ -208,6 +249,8 @@ def special_token_ids(tok: Tokenizer) -> dict[str, int]:
                 ids[role] = token_id
                 break
         else:
+            if role in optional:
+                continue
             raise EmberError(
                 f"tokenizer has no {role} token (looked for {', '.join(candidates)}); "
                 "add it with --special-tokens when training"

@@ -1,4 +1,4 @@
-"""AdamW with BERT's parameter groups, and learning-rate schedules as pure functions.
+"""AdamW with BERT's parameter groups (or Adafactor), and learning-rate schedules as pure functions.
 
 BERT (and its TF reference optimizer) exclude biases and LayerNorm parameters from weight
 decay. Schedules (a pure function of the step keeps resume exact):
@@ -8,6 +8,13 @@ decay. Schedules (a pure function of the step keeps resume exact):
 * ``stlr``: ULMFiT's slanted triangular learning rates (Howard & Ruder 2018, eq. 3): a short
   linear increase over the first ``cut_frac`` of the steps, then a long linear decay; the
   lowest rate is the peak / ``ratio``. It has its own warm-up, so ``warmup_*`` are ignored.
+
+* ``inverse_sqrt``: T5's schedule (Raffel et al. 2020, §3.1.2), lr = 1/sqrt(max(n, k)) at
+  step n with k = 10^4 warm-up steps: constant for k steps, then decaying as 1/sqrt(n). Here
+  the peak ``lr`` times sqrt(k / max(n, k)), so T5's is lr 0.01 with ``warmup_steps`` 10000.
+
+``train.optimizer`` picks AdamW or Adafactor (``ember.train.adafactor``; T5's optimizer). Both
+take the same parameter groups (weight decay off for biases and norms).
 
 Per-group learning-rate scales (discriminative fine-tuning, ULMFiT §3.2): a group may carry
 ``lr_scale``; ``set_lr`` gives it ``lr * lr_scale``. Groups are split by (weight decay, scale),
@@ -31,7 +38,8 @@ from torch import nn
 from ember.config import TrainConfig
 from ember.errors import EmberError
 
-SCHEDULES = ("linear", "constant", "stlr", "time")
+SCHEDULES = ("linear", "constant", "stlr", "time", "inverse_sqrt")
+OPTIMIZERS = ("adamw", "adafactor")
 
 
 def parameter_groups(module: nn.Module, weight_decay: float,
@@ -63,6 +71,14 @@ def parameter_groups(module: nn.Module, weight_decay: float,
 def build_optimizer(module: nn.Module, cfg: TrainConfig,
                     lr_scale: Callable[[str], float] | None = None) -> torch.optim.Optimizer:
     groups = parameter_groups(module, cfg.weight_decay, lr_scale)
+    if cfg.optimizer == "adafactor":
+        from ember.train.adafactor import Adafactor
+
+        return Adafactor(groups, lr=cfg.lr, decay_rate=cfg.adafactor_decay_rate,
+                         clip_threshold=cfg.adafactor_clip_threshold,
+                         scale_parameter=cfg.adafactor_scale_parameter, beta1=cfg.adafactor_beta1)
+    if cfg.optimizer != "adamw":
+        raise EmberError(f"train.optimizer={cfg.optimizer!r}; choose one of {', '.join(OPTIMIZERS)}")
     kwargs = dict(lr=cfg.lr, betas=(cfg.adam_beta1, cfg.adam_beta2), eps=cfg.adam_eps)
     # foreach kernels update all tensors of a group in a few fused ops (fewer passes over memory)
     return torch.optim.AdamW(groups, foreach=True, **kwargs)
@@ -111,6 +127,8 @@ def lr_factor(step: int, cfg: TrainConfig, elapsed: float = 0.0) -> float:
     if cfg.schedule == "stlr":
         return stlr_factor(step, cfg.max_steps, cfg.stlr_cut_frac, cfg.stlr_ratio)
     warm = warmup_steps(cfg)
+    if cfg.schedule == "inverse_sqrt":  # T5: no ramp, the peak until step k, then 1/sqrt(step)
+        return math.sqrt(max(warm, 1) / max(step, warm, 1))
     if step < warm:
         return (step + 1) / warm
     if cfg.schedule == "constant":

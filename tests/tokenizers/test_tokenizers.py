@@ -9,7 +9,7 @@ import pytest
 
 from ember.errors import EmberError
 from ember.paths import data_root
-from ember.tokenizers import load_tokenizer, special_token_ids, tokenizer_kind, train_tokenizer
+from ember.tokenizers import load_tokenizer, sentinel_ids, special_token_ids, tokenizer_kind, train_tokenizer
 
 WIKI = data_root() / "wiki-en" / "AA"
 NSMC = data_root() / "nsmc" / "ratings_train.txt"
@@ -50,6 +50,8 @@ def test_special_tokens_get_the_first_ids(wiki_tok):
     kind, _, tok = wiki_tok
     if kind == "bpe":  # RoBERTa's order
         assert special_token_ids(tok) == {"pad": 1, "unk": 3, "cls": 0, "sep": 2, "mask": 4}
+    elif kind == "unigram":  # T5's: <pad> </s> <unk>, no cls or mask (sentinels instead)
+        assert special_token_ids(tok) == {"pad": 0, "unk": 2, "sep": 1}
     else:
         assert special_token_ids(tok) == {"pad": 0, "unk": 1, "cls": 2, "sep": 3, "mask": 4}
 
@@ -61,6 +63,12 @@ def test_pair_template_and_token_type_ids(wiki_tok):
     a = tok.encode("the cat", add_special_tokens=False).ids
     b = tok.encode("sat down", add_special_tokens=False).ids
     enc = tok.encode("the cat", "sat down")
+    if kind == "unigram":  # T5: A </s> B </s>, one segment
+        eos = ids["sep"]
+        assert enc.ids == [*a, eos, *b, eos]
+        assert enc.type_ids == [0] * len(enc.ids)
+        assert tok.encode("the cat").ids == [*a, eos]
+        return
     cls, sep = ids["cls"], ids["sep"]
     if kind == "bpe":  # <s> A </s> </s> B </s>, all segment 0 as in RoBERTa
         assert enc.ids == [cls, *a, sep, sep, *b, sep]
@@ -181,5 +189,12 @@ def test_cli_tokenizer_train_writes_tokenizer_json(tmp_path, capsys):
                  "--kind", "bpe", "--no-progress", "--out", str(out)]) == 0
     assert tokenizer_kind(load_tokenizer(out / "tokenizer.json")) == "bpe"
     assert "saved bpe tokenizer" in capsys.readouterr().out
+    # T5's layout with --sentinels: <extra_id_0> last, counting down
+    assert main(["tokenizer", "train", str(corpus), "--kind", "unigram", "--vocab-size", "140",
+                 "--sentinels", "20", "--no-progress", "--out", str(tmp_path / "uni")]) == 0
+    uni = load_tokenizer(tmp_path / "uni")
+    v = uni.get_vocab_size()
+    assert sentinel_ids(uni) == list(range(v - 1, v - 21, -1))
+    assert "pad=0, unk=2, sep=1" in capsys.readouterr().out
     assert main(["tokenizer", "train", str(tmp_path / "none*"), "--out", str(out)]) == 1
     assert "no input files matched" in capsys.readouterr().err
