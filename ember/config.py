@@ -23,6 +23,7 @@ SHARE_MODES = ("none", "all", "attention", "ffn")
 ENCODER_FAMILIES = ("bert", "roberta", "albert", "electra", "distilbert")
 # Causal decoders (ember.models.decoder): GPT-1 ("gpt") and GPT-2 ("gpt2").
 DECODER_FAMILIES = ("gpt", "gpt2")
+ATTN_TYPES = ("bi", "uni")  # XLNet's attention: bidirectional (XLNet) or causal (Transformer-XL)
 
 
 @dataclass(frozen=True)
@@ -47,10 +48,22 @@ class ModelConfig:
     pooler: bool = True  # [CLS] dense+tanh pooler used by NSP and classification
     embedding_size: int = 0  # E; 0 = hidden_size. E < H factorizes embeddings (ALBERT, ELECTRA)
     share_layers: str = "none"  # ALBERT cross-layer sharing: none | all | attention | ffn
+    # XLNet / Transformer-XL (family "xlnet", ember.models.xlnet; Yang et al. 2019, Dai et al.
+    # 2019 §3.2-3.3). Other families ignore these. max_position is the segment length trained on.
+    mem_len: int = 0  # hidden states per layer kept as memory for the next segment; 0 = none
+    reuse_len: int = 0  # only a segment's first reuse_len positions enter the memory; 0 = all
+    clamp_len: int = -1  # relative distances clipped to +-clamp_len; -1 = never
+    bi_data: bool = False  # 2nd half of each batch reads with mirrored relative positions
+    attn_type: str = "bi"  # "bi" (XLNet) or "uni" (causal, Transformer-XL)
 
     def __post_init__(self) -> None:
         if self.share_layers not in SHARE_MODES:
             raise EmberError(f"model.share_layers={self.share_layers!r}; choose one of {', '.join(SHARE_MODES)}")
+        if self.attn_type not in ATTN_TYPES:
+            raise EmberError(f"model.attn_type={self.attn_type!r}; choose one of {', '.join(ATTN_TYPES)}")
+        if self.mem_len < 0 or self.reuse_len < 0:
+            raise EmberError(f"model.mem_len={self.mem_len} and model.reuse_len={self.reuse_len} must be "
+                             ">= 0 (0: no memory / every position reused)")
         if self.hidden_size % self.num_heads:
             raise EmberError(
                 f"model.hidden_size={self.hidden_size} is not divisible by "
@@ -92,6 +105,18 @@ def _gpt2(layers: int, hidden: int, heads: int) -> ModelConfig:
     )
 
 
+def _xlnet(layers: int, hidden: int, heads: int, seq_len: int, mem_len: int) -> ModelConfig:
+    # XLNet (Yang et al. 2019, §3.1 and App. A Table 7; the released xlnet_config.json): post-LN
+    # Transformer-XL layers, FFN 4H with the exact GELU, LN eps 1e-12, dropout 0.1, a 32,000-piece
+    # SentencePiece vocabulary, 512-token segments with a memory of 384 positions. No absolute
+    # positions and no pooler (the sequence summary is a task head).
+    return ModelConfig(
+        family="xlnet", vocab_size=32000, hidden_size=hidden, num_layers=layers, num_heads=heads,
+        intermediate_size=4 * hidden, max_position=seq_len, hidden_act="gelu", layer_norm_eps=1e-12,
+        pooler=False, mem_len=mem_len,
+    )
+
+
 MODEL_PRESETS: dict[str, ModelConfig] = {
     "bert-tiny": _bert(2, 128),
     "bert-mini": _bert(4, 256),
@@ -126,6 +151,11 @@ MODEL_PRESETS: dict[str, ModelConfig] = {
     # positions, 40,478-token BPE vocabulary, post-LN, GELU (tanh form in the released code).
     "gpt1": dataclasses.replace(_gpt2(12, 768, 12), family="gpt", vocab_size=40478, max_position=512,
                                 pre_layer_norm=False),
+    # XLNet: a bert-mini-sized model for this CPU (128-token segments, memory 3/4 of that as
+    # 384/512 in the paper), then the published Base and Large.
+    "xlnet-mini": _xlnet(4, 256, 4, 128, 96),
+    "xlnet-base": _xlnet(12, 768, 12, 512, 384),
+    "xlnet-large": _xlnet(24, 1024, 16, 512, 384),
 }
 
 
@@ -193,6 +223,18 @@ class ElmoConfig:
     lowercase: bool = False  # the paper's model is cased; lower-case when the task text is
     max_corpus_words: int = 0  # stop reading the corpus after this many words (0 = all)
     valid_every: int = 50  # every N-th document is held out for perplexity
+
+
+@dataclass(frozen=True)
+class PlmConfig:
+    """XLNet's permutation language model (objective ``plm``; Yang et al. 2019 §2.3, App. A and
+    the released data pipeline). Sequences are ``A <sep> B <sep> <cls>`` of data.max_seq_length
+    tokens, each with the model.mem_len tokens before it as Transformer-XL memory."""
+
+    k: float = 6.0  # partial prediction: about 1/K of the tokens, the last 1/K of the order, are targets
+    num_predict: int = 0  # targets per sequence; 0 = round(max_seq_length / k) (512 / 6 -> 85)
+    max_span: int = 5  # a predicted span covers n <= max_span whole words, P(n) proportional to 1/n
+    random_segment_prob: float = 0.5  # B comes from a random place in the corpus, not after A
 
 
 @dataclass(frozen=True)
@@ -265,6 +307,7 @@ class RunConfig:
     objective: str = "bert"  # which pre-training objective (see ember.objectives)
     electra: ElectraConfig = field(default_factory=ElectraConfig)
     elmo: ElmoConfig = field(default_factory=ElmoConfig)
+    plm: PlmConfig = field(default_factory=PlmConfig)
     task: TaskConfig = field(default_factory=lambda: TaskConfig())
 
 

@@ -1,4 +1,4 @@
-"""`ember convert`: HF checkpoint folder <-> ember run folder, for every encoder family.
+"""`ember convert`: HF checkpoint folder <-> ember run folder, for every model family.
 
 Import reads ``config.json`` + ``model.safetensors``/``pytorch_model.bin`` + a tokenizer
 (``tokenizer.json``, WordPiece ``vocab.txt`` or byte-level BPE ``vocab.json`` +
@@ -29,6 +29,9 @@ def _objective(state: dict, family: str = "bert") -> str:
 
     if family in DECODER_FAMILIES:
         return "clm"  # GPT-1/GPT-2: the causal LM head is the tied embedding matrix
+    fixed = getattr(interop_for_family(family), "OBJECTIVE", None)  # a family with one objective (XLNet)
+    if fixed:
+        return fixed
     heads = {k.split(".", 1)[0] for k in state}
     if "nsp" in heads:
         return "bert"  # MLM + next-sentence prediction
@@ -88,7 +91,8 @@ def export_hf(run_dir: str | Path, out_dir: str | Path) -> Path:
     atomic_write_text(out_dir / "config.json", json.dumps(hf_config, indent=2))
     _export_tokenizer(run_dir / "tokenizer.json", out_dir, cfg.model.max_position,
                       segments=cfg.model.type_vocab_size > 1,
-                      causal=cfg.model.family in DECODER_FAMILIES)
+                      causal=cfg.model.family in DECODER_FAMILIES,
+                      settings=getattr(interop, "TOKENIZER_SETTINGS", None))
     return out_dir
 
 
@@ -152,14 +156,15 @@ def _gpt2_bpe(hf_dir: Path):
 
 
 def _export_tokenizer(tokenizer_path: Path, out_dir: Path, max_length: int, segments: bool,
-                      causal: bool = False) -> None:
+                      causal: bool = False, settings: dict | None = None) -> None:
     """tokenizer.json plus the files and settings ``AutoTokenizer.from_pretrained`` needs.
 
     ``PreTrainedTokenizerFast`` runs the saved tokenizer.json as is. A BertTokenizer class
     for WordPiece keeps older tooling happy; ``strip_accents: false`` matches ember's
     normalizer (transformers otherwise strips accents whenever it lower-cases). Models with
     one or no segment embedding (RoBERTa, DistilBERT) take no ``token_type_ids``. A causal LM
-    (GPT) reads plain text as GPT-2's tokenizer gives it: no <s> ... </s> template.
+    (GPT) reads plain text as GPT-2's tokenizer gives it: no <s> ... </s> template. A family's
+    own ``settings`` (its interop module's TOKENIZER_SETTINGS, e.g. XLNet's left padding) win.
     """
     from ember.tokenizers import end_of_text_id, load_tokenizer, special_token_ids, tokenizer_kind
 
@@ -194,4 +199,5 @@ def _export_tokenizer(tokenizer_path: Path, out_dir: Path, max_length: int, segm
         tok.model.save(str(out_dir))  # vocab.json + merges.txt, the files RoBERTa ships
         if "cls" in names:
             config.update(bos_token=names["cls"], eos_token=names["sep"])
+    config.update(settings or {})
     atomic_write_text(out_dir / "tokenizer_config.json", json.dumps(config, indent=2))

@@ -2,7 +2,7 @@
 
 ``BACKBONES`` maps each model family (``ModelConfig.family``) to its backbone class, imported
 on first use; a new family is one line here plus its module. Every encoder variant is one
-``Encoder`` class, GPT-1 and GPT-2 one causal ``Decoder``.
+``Encoder`` class, GPT-1 and GPT-2 one causal ``Decoder``, XLNet its own ``XLNet``.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ _ENCODER, _DECODER = "ember.models.encoder:Encoder", "ember.models.decoder:Decod
 BACKBONES: dict[str, str] = {
     "bert": _ENCODER, "roberta": _ENCODER, "albert": _ENCODER, "electra": _ENCODER, "distilbert": _ENCODER,
     "gpt": _DECODER, "gpt2": _DECODER,
+    "xlnet": "ember.models.xlnet:XLNet",  # Transformer-XL layers, two-stream attention (Yang et al. 2019)
 }
 
 

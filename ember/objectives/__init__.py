@@ -20,6 +20,7 @@ OBJECTIVES = {
     "electra": "ember.objectives.electra",  # replaced-token detection (Clark et al. 2020)
     "clm": "ember.objectives.clm",  # causal LM on packed blocks (GPT-1/GPT-2, Radford et al. 2018/2019)
     "bilm": "ember.objectives.bilm",  # ELMo forward + backward LSTM LMs (Peters et al. 2018)
+    "plm": "ember.objectives.plm",  # permutation LM, two-stream attention, memory (XLNet, Yang et al. 2019)
 }
 
 

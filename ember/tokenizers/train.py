@@ -33,12 +33,13 @@ ROBERTA_SPECIAL_TOKENS = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]
 # after RoBERTa's five, so causal-LM packing joins documents with a token of its own.
 END_OF_TEXT = "<|endoftext|>"
 
-# Role → the spellings we accept for it, most common first.
+# Role → the spellings we accept for it, in order of preference. XLNet's SentencePiece
+# vocabulary has <s>/</s> (bos/eos) besides its <cls>/<sep>, so <cls>/<sep> come first.
 ROLE_CANDIDATES = {
     "pad": ("[PAD]", "<pad>"),
     "unk": ("[UNK]", "<unk>"),
-    "cls": ("[CLS]", "<s>", "<cls>"),
-    "sep": ("[SEP]", "</s>", "<sep>"),
+    "cls": ("[CLS]", "<cls>", "<s>"),
+    "sep": ("[SEP]", "<sep>", "</s>"),
     "mask": ("[MASK]", "<mask>"),
 }
 
@@ -216,9 +217,9 @@ def special_token_ids(tok: Tokenizer) -> dict[str, int]:
 
 
 def end_of_text_id(tok: Tokenizer) -> int:
-    """The token that ends a document for causal LMs: GPT-2's ``<|endoftext|>`` when the
-    vocabulary has it, else the separator (``</s>``, ``[SEP]``) standing in for it."""
-    for token in (END_OF_TEXT, "</s>", "[SEP]"):
+    """The token that ends a document for causal LMs: GPT-2's ``<|endoftext|>`` (XLNet's
+    ``<eod>``) when the vocabulary has it, else the separator (``</s>``, ``[SEP]``)."""
+    for token in (END_OF_TEXT, "<eod>", "</s>", "[SEP]"):
         token_id = tok.token_to_id(token)
         if token_id is not None:
             return token_id
