@@ -101,6 +101,25 @@ def test_xlnet_hf_parity_perm_mask_and_target_mapping_query_stream():
         torch.testing.assert_close(p_g, a_g, atol=ATOL, rtol=0)
 
 
+def test_xlnet_hf_parity_padded_one_hot_and_soft_target_mappings():
+    """One-hot rows take the row-gather path, others transformers' linear placement: both
+    match it, including an all-zero (padded) target row."""
+    hf = tiny_hf(seed=3)
+    ours = ember_from_hf(hf)
+    ids = torch.randint(0, VOCAB, (2, 9), generator=torch.Generator().manual_seed(5))
+    perm, mapping = perm_inputs(2, 9)
+    mapping[1, 2] = 0.0  # a padded target
+    soft = mapping.clone()
+    soft[0, 0, :2] = 0.5  # a target spread over two positions
+    for m in (mapping, soft):
+        with torch.no_grad():
+            ref = hf(ids, token_type_ids=segments(ids), perm_mask=perm, target_mapping=m, use_mems=False)
+            fast = ours(ids, None, segments(ids), perm_mask=perm, target_mapping=m)
+            full = ours(ids, None, segments(ids), perm_mask=perm, target_mapping=m, output_attentions=True)
+        torch.testing.assert_close(ours.lm_logits(fast.query_hidden), ref.logits, atol=ATOL, rtol=0)
+        torch.testing.assert_close(fast.query_hidden, full.query_hidden, atol=ATOL, rtol=0)
+
+
 @pytest.mark.parametrize("reuse_len", [None, 4])
 def test_xlnet_hf_parity_mems_across_two_segments(reuse_len):
     hf = tiny_hf(seed=2, mem_len=6, reuse_len=reuse_len)
@@ -118,6 +137,8 @@ def test_xlnet_hf_parity_mems_across_two_segments(reuse_len):
         ref2_content = hf(second, mems=ref1.mems, use_mems=True)
         out2_content = ours(second, mems=out1.mems)
     assert out1.mems[0].shape == (2, 6 if reuse_len is None else 4, 32)
+    for a, b in zip(ours.memory(first, segments(first)), out1.mems):  # the memory-only pass
+        torch.testing.assert_close(a, b, atol=0, rtol=0)
     for a, b in zip(out1.mems, ref1.mems):  # transformers keeps memory as (M, B, H)
         torch.testing.assert_close(a, b.transpose(0, 1), atol=ATOL, rtol=0)
     torch.testing.assert_close(ours.lm_logits(out2.query_hidden), ref2.logits, atol=ATOL, rtol=0)

@@ -33,7 +33,7 @@ from ember.config import ModelConfig
 from ember.errors import EmberError
 from ember.models.encoder import EncoderOutput, init_weights
 from ember.nn.dropout import Dropout
-from ember.nn.relative_attention import segment_difference
+from ember.nn.relative_attention import TargetPlacement, segment_difference
 from ember.nn.relative_position import relative_positions
 from ember.nn.two_stream import TwoStreamLayer, two_stream_masks, update_memory
 
@@ -97,6 +97,45 @@ class XLNet(nn.Module):
                              f"keep only their last {cfg.mem_len} positions")
         return mlen
 
+    def _start(self, input_ids, attention_mask, token_type_ids, mems, perm_mask, target_mapping):
+        """Everything the layers need: (h, g, masks, segment difference, position table,
+        placement), from the inputs of ``forward``."""
+        cfg = self.config
+        b, t = input_ids.shape
+        mlen = self._check_mems(mems, b) if mems is not None else 0
+        if cfg.bi_data and b % 2:
+            raise EmberError(f"model.bi_data=true reads half of each batch forward and half mirrored; "
+                             f"the batch of {b} is odd - use an even batch size or bi_data=false")
+        h = self.dropout(self.word_embedding(input_ids))  # (B, T, H)
+        g, placement = None, None
+        if target_mapping is not None:
+            g = self.dropout(self.mask_emb.expand(b, target_mapping.shape[1], -1))  # (B, N, H)
+            placement = TargetPlacement.of(target_mapping)
+        masks = two_stream_masks(t, mlen, perm_mask, attention_mask, cfg.attn_type == "uni", input_ids.device)
+        different = segment_difference(token_type_ids, mlen)
+        positions = relative_positions(t, mlen + t, cfg.hidden_size, cfg.attn_type, cfg.clamp_len,
+                                       cfg.bi_data, input_ids.device).to(h.dtype)
+        positions = self.dropout(positions)  # (D, P, H); shared by the batch (transformers: per row)
+        return h, g, masks, different, positions, placement
+
+    def _memory(self, mems: list[torch.Tensor] | None, i: int, h: torch.Tensor) -> torch.Tensor:
+        return update_memory(mems[i] if mems is not None else None, h, self.config.mem_len, self.config.reuse_len)
+
+    @torch.no_grad()
+    def memory(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None,
+               mems: list[torch.Tensor] | None = None) -> list[torch.Tensor]:
+        """The memory a segment leaves for the next one - ``forward(...).mems`` - without
+        gradient and without running the last layer, whose output is not part of it."""
+        if self.config.mem_len == 0:
+            raise EmberError("this model keeps no memory (model.mem_len=0); set model.mem_len")
+        h, _, masks, different, positions, _ = self._start(input_ids, None, token_type_ids, mems, None, None)
+        new_mems = []
+        for i, layer in enumerate(self.layers):
+            new_mems.append(self._memory(mems, i, h))
+            if i + 1 < len(self.layers):
+                h = layer(h, None, mems[i] if mems is not None else None, positions, masks, different)[0]
+        return new_mems
+
     def forward(
         self,
         input_ids: torch.Tensor,  # (B, T)
@@ -108,30 +147,16 @@ class XLNet(nn.Module):
         output_hidden_states: bool = False,
         output_attentions: bool = False,
     ) -> XLNetOutput:
-        cfg = self.config
-        b, t = input_ids.shape
-        mlen = self._check_mems(mems, b) if mems is not None else 0
-        if cfg.bi_data and b % 2:
-            raise EmberError(f"model.bi_data=true reads half of each batch forward and half mirrored; "
-                             f"the batch of {b} is odd - use an even batch size or bi_data=false")
-        h = self.dropout(self.word_embedding(input_ids))  # (B, T, H)
-        g = None
-        if target_mapping is not None:
-            g = self.dropout(self.mask_emb.expand(b, target_mapping.shape[1], -1))  # (B, N, H)
-        masks = two_stream_masks(t, mlen, perm_mask, attention_mask, cfg.attn_type == "uni", input_ids.device)
-        different = segment_difference(token_type_ids, mlen)
-        positions = relative_positions(t, mlen + t, cfg.hidden_size, cfg.attn_type, cfg.clamp_len,
-                                       cfg.bi_data, input_ids.device).to(h.dtype)
-        positions = self.dropout(positions)  # (D, P, H); shared by the batch (transformers: per row)
-        new_mems = [] if cfg.mem_len > 0 else None
+        h, g, masks, different, positions, placement = self._start(
+            input_ids, attention_mask, token_type_ids, mems, perm_mask, target_mapping)
+        new_mems = [] if self.config.mem_len > 0 else None
         hidden_h, hidden_g = ([h], [g]) if output_hidden_states else (None, None)
         probs_h, probs_g = ([], []) if output_attentions else (None, None)
         for i, layer in enumerate(self.layers):
             if new_mems is not None:
-                new_mems.append(update_memory(mems[i] if mems is not None else None, h,
-                                              cfg.mem_len, cfg.reuse_len))
+                new_mems.append(self._memory(mems, i, h))
             h, g, p_h, p_g = layer(h, g, mems[i] if mems is not None else None, positions, masks,
-                                   different, target_mapping, output_attentions)
+                                   different, placement, output_attentions)
             if hidden_h is not None:
                 hidden_h.append(h)
                 hidden_g.append(g)

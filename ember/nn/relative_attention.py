@@ -20,6 +20,7 @@ to H. Masks are bool (B|1, T, K), True = may attend.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 from torch import nn
@@ -58,6 +59,30 @@ def segment_difference(token_type_ids: torch.Tensor | None, mlen: int) -> torch.
     return token_type_ids[:, :, None] != keys[:, None, :]
 
 
+@dataclass
+class TargetPlacement:
+    """Where the N queries of XLNet's query stream sit: ``mapping`` (B, N, T), row n the
+    position of query n. When every row is one-hot or all zero (a padded target) - always, for
+    ember's objective - ``positions`` (B, N) and ``valid`` (B, N) let attention compute only
+    the N query rows instead of all T."""
+
+    mapping: torch.Tensor
+    positions: torch.Tensor | None = None
+    valid: torch.Tensor | None = None
+
+    @classmethod
+    def of(cls, mapping: torch.Tensor) -> "TargetPlacement":
+        if bool(((mapping == 0) | (mapping == 1)).all()) and bool((mapping.sum(-1) <= 1).all()):
+            return cls(mapping, mapping.argmax(-1), mapping.sum(-1))
+        return cls(mapping)
+
+
+def _rows(t: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    """(B|1, T, K) -> (B, N, K): the rows at ``positions`` (B, N)."""
+    t = t.expand(positions.shape[0], -1, -1)
+    return t.gather(1, positions[..., None].expand(-1, -1, t.shape[-1]))
+
+
 class RelativeAttention(nn.Module):
     def __init__(self, hidden_size: int, num_heads: int, dropout_p: float) -> None:
         super().__init__()
@@ -91,22 +116,32 @@ class RelativeAttention(nn.Module):
         kv: tuple[torch.Tensor, torch.Tensor, torch.Tensor],  # from ``keys``
         mask: torch.Tensor | None = None,  # bool (B|1, T, K), True = may attend
         different: torch.Tensor | None = None,  # bool (B, T, K) from segment_difference
-        target_mapping: torch.Tensor | None = None,  # (B, N, T): query n sits at position t
+        placement: TargetPlacement | None = None,  # where the queries sit (query stream)
         need_weights: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """-> (B, N, H) attention output (after ``o``), probabilities (B, n, T, K) if asked.
 
-        Without ``target_mapping`` query n is position n (N = T). With it (XLNet's query
-        stream, §2.3), queries are first placed at their positions with the mapping, attend
-        there (position term and mask row of that position), and are mapped back: both maps
-        are linear, so a one-hot mapping is a gather and an all-zero row (a padded target)
-        gets no attention output."""
+        Without ``placement`` query n is position n (N = T). With it (XLNet's query stream,
+        §2.3), query n attends from the position its mapping row names: that position's
+        relative distances, mask row and segment. The general form (as transformers computes
+        it) places the queries with the mapping, attends at all T positions and maps back -
+        linear both ways, so an all-zero row (a padded target) gets no attention output; for
+        one-hot rows only the N query rows are computed, the same numbers at N/T of the cost."""
         k, v, kr = kv
         q = self._heads(self.q(x))  # (B, n, N, d)
-        if target_mapping is not None:
-            q = torch.einsum("bhnd,bnt->bhtd", q, target_mapping.to(q.dtype))  # (B, n, T, d)
-        content = (q + self.r_w_bias[:, None]) @ k.transpose(-1, -2)  # (B, n, T, K)
-        position = rel_shift((q + self.r_r_bias[:, None]) @ kr.transpose(-1, -2), k.shape[-2])
+        rows = placement is not None and placement.positions is not None and not need_weights
+        if placement is not None and not rows:
+            q = torch.einsum("bhnd,bnt->bhtd", q, placement.mapping.to(q.dtype))  # (B, n, T, d)
+        content = (q + self.r_w_bias[:, None]) @ k.transpose(-1, -2)  # (B, n, T|N, K)
+        position = (q + self.r_r_bias[:, None]) @ kr.transpose(-1, -2)  # (B, n, T|N, P)
+        if rows:  # query n at position p uses table row j + T - p for key j (see rel_shift)
+            t = placement.mapping.shape[-1]
+            index = torch.arange(k.shape[-2], device=q.device) + t - placement.positions[..., None]  # (B, N, K)
+            position = position.gather(-1, index[:, None].expand(-1, q.shape[1], -1, -1))
+            mask = _rows(mask, placement.positions) if mask is not None else None
+            different = _rows(different, placement.positions) if different is not None else None
+        else:
+            position = rel_shift(position, k.shape[-2])
         scores = content + position
         if different is not None:
             scores = scores + self.segment(q, different)
@@ -114,8 +149,10 @@ class RelativeAttention(nn.Module):
         if mask is not None:
             scores = scores.masked_fill(~mask[:, None], torch.finfo(scores.dtype).min)
         probs = scores.softmax(-1)
-        context = dropout(probs, self.dropout_p, self.training) @ v  # (B, n, T, d)
-        if target_mapping is not None:
-            context = torch.einsum("bhtd,bnt->bhnd", context, target_mapping.to(context.dtype))
+        context = dropout(probs, self.dropout_p, self.training) @ v  # (B, n, T|N, d)
+        if rows:
+            context = context * placement.valid[:, None, :, None].to(context.dtype)
+        elif placement is not None:
+            context = torch.einsum("bhtd,bnt->bhnd", context, placement.mapping.to(context.dtype))
         context = context.transpose(-3, -2).flatten(-2)  # (B, N, n*d)
         return self.o(context), probs if need_weights else None

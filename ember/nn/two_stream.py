@@ -33,7 +33,7 @@ from torch import nn
 
 from ember.nn.dropout import Dropout
 from ember.nn.feedforward import FeedForward
-from ember.nn.relative_attention import RelativeAttention
+from ember.nn.relative_attention import RelativeAttention, TargetPlacement
 
 
 def two_stream_masks(
@@ -86,8 +86,8 @@ class TwoStreamLayer(nn.Module):
         self.ffn_norm = nn.LayerNorm(hidden_size, eps=layer_norm_eps)
         self.dropout = Dropout(dropout)
 
-    def _attention_block(self, x, kv, mask, different, target_mapping, need_weights):
-        out, probs = self.attention.attend(x, kv, mask, different, target_mapping, need_weights)
+    def _attention_block(self, x, kv, mask, different, placement, need_weights):
+        out, probs = self.attention.attend(x, kv, mask, different, placement, need_weights)
         return self.attention_norm(x + self.dropout(out)), probs
 
     def _ffn_block(self, x: torch.Tensor) -> torch.Tensor:
@@ -101,7 +101,7 @@ class TwoStreamLayer(nn.Module):
         positions: torch.Tensor,  # (D, P, H) relative position table
         masks: tuple[torch.Tensor | None, torch.Tensor | None],  # (content, query) from two_stream_masks
         different: torch.Tensor | None = None,  # (B, T, M+T) segment difference
-        target_mapping: torch.Tensor | None = None,  # (B, N, T)
+        placement: TargetPlacement | None = None,  # the query stream's positions
         need_weights: bool = False,
     ):
         """-> (h, g, content probs, query probs); g and its probs None without a query stream."""
@@ -110,6 +110,6 @@ class TwoStreamLayer(nn.Module):
         h, probs_h = self._attention_block(h, kv, masks[0], different, None, need_weights)
         probs_g = None
         if g is not None:
-            g, probs_g = self._attention_block(g, kv, masks[1], different, target_mapping, need_weights)
+            g, probs_g = self._attention_block(g, kv, masks[1], different, placement, need_weights)
             g = self._ffn_block(g)
         return self._ffn_block(h), g, probs_h, probs_g

@@ -142,14 +142,11 @@ class PermutationLM(nn.Module):
             batch["memory_ids"] = torch.from_numpy(np.stack([e.memory for e in examples]).astype(np.int64))
         return batch
 
-    @torch.no_grad()
-    def memory(self, memory_ids: torch.Tensor) -> list[torch.Tensor]:
-        """The memory the sequences attend to: each layer's input over the preceding segment
-        (one segment, no permutation), without gradient (Transformer-XL §3.2)."""
-        return self.backbone(memory_ids, token_type_ids=torch.zeros_like(memory_ids)).mems
-
     def forward(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict]:
-        mems = self.memory(batch["memory_ids"]) if "memory_ids" in batch else None
+        mems = None
+        if "memory_ids" in batch:  # the preceding segment as one segment, no permutation, no gradient
+            ids = batch["memory_ids"]
+            mems = self.backbone.memory(ids, token_type_ids=torch.zeros_like(ids))
         out = self.backbone(batch["input_ids"], batch.get("attention_mask"), batch["token_type_ids"], mems=mems,
                             perm_mask=batch["perm_mask"], target_mapping=batch["target_mapping"])
         labels = batch["target_labels"]
