@@ -15,7 +15,10 @@ from ember.errors import EmberError
 from ember.models import build_backbone
 from ember.nn.two_stream import two_stream_masks
 from ember.objectives.permutation import (
-    ngram_length_probs, order_of, permutation_mask, plan_sequence,
+    ngram_length_probs,
+    order_of,
+    permutation_mask,
+    plan_sequence,
 )
 from ember.objectives.plm import PermutationLM
 
@@ -137,11 +140,11 @@ def wiki_plm(wiki_prepared):
     corpus = TokenCorpus(wiki_prepared, "train")
     special = {**corpus.special_token_ids, "tokenizer_path": str(corpus.tokenizer_path)}
     module = build_objective(cfg, special)
-    return module, module.build_dataset(corpus, cfg.data, 0), corpus
+    return module, module.build_dataset(corpus, cfg.data, 0)
 
 
 def test_xlnet_plm_predicts_one_kth_spread_over_the_sequence_in_word_spans_on_real_text(wiki_plm):
-    module, data, corpus = wiki_plm
+    module, data = wiki_plm
     assert module.num_predict == 21  # round(128 / 6)
     rng = np.random.default_rng(0)
     examples = [data.example(i) for i in rng.choice(len(data), 256, replace=False)]
@@ -167,7 +170,7 @@ def test_xlnet_plm_predicts_one_kth_spread_over_the_sequence_in_word_spans_on_re
 
 
 def test_xlnet_memory_pairs_tile_the_stream_with_the_text_before_as_memory(wiki_plm):
-    _, data, _ = wiki_plm
+    _, data = wiki_plm
     stream, window, m = data.stream, data.window, data.mem_len
     follows = []
     for i in range(len(data)):

@@ -77,7 +77,7 @@ def test_xlnet_resume_after_kill_matches_uninterrupted_losses(wiki_prepared, xln
     run = tmp_path / "run"
     cmd = [sys.executable, "-m", "ember", *pretrain_args(wiki_prepared, run)]
     kill_after_checkpoint(cmd, run, step=20)
-    done = subprocess.run(cmd + ["--resume"], env=env(), capture_output=True, text=True)
+    done = subprocess.run(cmd + ["--resume"], check=False, env=env(), capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "resumed from" in done.stdout
     resumed = train_losses(run)

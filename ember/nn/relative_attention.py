@@ -71,7 +71,7 @@ class TargetPlacement:
     valid: torch.Tensor | None = None
 
     @classmethod
-    def of(cls, mapping: torch.Tensor) -> "TargetPlacement":
+    def of(cls, mapping: torch.Tensor) -> TargetPlacement:
         if bool(((mapping == 0) | (mapping == 1)).all()) and bool((mapping.sum(-1) <= 1).all()):
             return cls(mapping, mapping.argmax(-1), mapping.sum(-1))
         return cls(mapping)

@@ -39,7 +39,7 @@ from ember.objectives.permutation import ngram_length_probs, plan_sequence
 STRUCTURE_TOKENS = 3  # <sep>, <sep>, <cls>
 
 
-def build(cfg, special_ids: dict) -> "PermutationLM":
+def build(cfg, special_ids: dict) -> PermutationLM:
     from ember.models import build_backbone
 
     if cfg.model.family != "xlnet":
@@ -64,7 +64,7 @@ def prediction_count(plm_cfg, seq_len: int) -> int:
         raise EmberError(f"plm.max_span={plm_cfg.max_span}: a predicted span has at least 1 word (XLNet: 5)")
     if plm_cfg.num_predict < 0:
         raise EmberError(f"plm.num_predict={plm_cfg.num_predict}: use 0 (= max_seq_length / k) or a positive count")
-    n = plm_cfg.num_predict or int(round(seq_len / plm_cfg.k))
+    n = plm_cfg.num_predict or round(seq_len / plm_cfg.k)
     if n < 1:
         raise EmberError(f"plm.k={plm_cfg.k} with data.max_seq_length={seq_len} leaves nothing to predict "
                          f"({seq_len}/{plm_cfg.k} rounds to 0 targets per sequence); lower plm.k or use "
