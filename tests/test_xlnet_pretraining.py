@@ -102,7 +102,6 @@ def sentencepiece_prepared(tmp_path_factory):
     return root / "prepared"
 
 
-@pytest.mark.slow  # ~20 s: a Unigram vocabulary trained on 100 articles
 def test_xlnet_sentencepiece_pretraining_and_export_match_transformers_on_real_text(sentencepiece_prepared, tmp_path):
     from ember.data.shards import TokenCorpus
     from ember.interop.convert import export_hf
