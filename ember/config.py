@@ -25,6 +25,7 @@ ENCODER_FAMILIES = ("bert", "roberta", "albert", "electra", "distilbert")
 DECODER_FAMILIES = ("gpt", "gpt2")
 # Encoder-decoders (ember.models.encoder_decoder): T5 v1.0 and v1.1 ("t5").
 SEQ2SEQ_FAMILIES = ("t5",)
+ATTN_TYPES = ("bi", "uni")  # XLNet's attention: bidirectional (XLNet) or causal (Transformer-XL)
 
 
 @dataclass(frozen=True)
@@ -59,6 +60,13 @@ class ModelConfig:
     # v1.0: the LM head is the input embedding matrix, applied to h * d_model^-0.5; False: an
     # own lm_head (v1.1, "no parameter sharing between embedding and classifier layer")
     tie_word_embeddings: bool = True
+    # XLNet / Transformer-XL (family "xlnet", ember.models.xlnet; Yang et al. 2019, Dai et al.
+    # 2019 §3.2-3.3). Other families ignore these. max_position is the segment length trained on.
+    mem_len: int = 0  # hidden states per layer kept as memory for the next segment; 0 = none
+    reuse_len: int = 0  # only a segment's first reuse_len positions enter the memory; 0 = all
+    clamp_len: int = -1  # relative distances clipped to +-clamp_len; -1 = never
+    bi_data: bool = False  # 2nd half of each batch reads with mirrored relative positions
+    attn_type: str = "bi"  # "bi" (XLNet) or "uni" (causal, Transformer-XL)
 
     def __post_init__(self) -> None:
         if self.share_layers not in SHARE_MODES:
@@ -67,6 +75,12 @@ class ModelConfig:
             raise EmberError(f"model.head_dim={self.head_dim} and model.num_decoder_layers="
                              f"{self.num_decoder_layers} must be >= 0 (0 = derived from the encoder)")
         if self.hidden_size % self.num_heads and not self.head_dim:
+        if self.attn_type not in ATTN_TYPES:
+            raise EmberError(f"model.attn_type={self.attn_type!r}; choose one of {', '.join(ATTN_TYPES)}")
+        if self.mem_len < 0 or self.reuse_len < 0:
+            raise EmberError(f"model.mem_len={self.mem_len} and model.reuse_len={self.reuse_len} must be "
+                             ">= 0 (0: no memory / every position reused)")
+        if self.hidden_size % self.num_heads:
             raise EmberError(
                 f"model.hidden_size={self.hidden_size} is not divisible by "
                 f"model.num_heads={self.num_heads}; pick sizes where hidden_size/num_heads is whole "
@@ -123,6 +137,15 @@ def _t5(layers: int, hidden: int, heads: int, ffn: int, v1_1: bool = False) -> M
         hidden_act="gated-gelu_new" if v1_1 else "relu", dropout=dropout, attention_dropout=dropout,
         layer_norm_eps=1e-6, initializer_range=1.0, pre_layer_norm=True, pooler=False,
         tie_word_embeddings=not v1_1,
+def _xlnet(layers: int, hidden: int, heads: int, seq_len: int, mem_len: int) -> ModelConfig:
+    # XLNet (Yang et al. 2019, §3.1 and App. A Table 7; the released xlnet_config.json): post-LN
+    # Transformer-XL layers, FFN 4H with the exact GELU, LN eps 1e-12, dropout 0.1, a 32,000-piece
+    # SentencePiece vocabulary, 512-token segments with a memory of 384 positions. No absolute
+    # positions and no pooler (the sequence summary is a task head).
+    return ModelConfig(
+        family="xlnet", vocab_size=32000, hidden_size=hidden, num_layers=layers, num_heads=heads,
+        intermediate_size=4 * hidden, max_position=seq_len, hidden_act="gelu", layer_norm_eps=1e-12,
+        pooler=False, mem_len=mem_len,
     )
 
 
@@ -175,6 +198,11 @@ MODEL_PRESETS: dict[str, ModelConfig] = {
     # 6 heads; base 12 + 12, 768, 2048, 12 heads.
     "t5-v1_1-small": _t5(8, 512, 6, 1024, v1_1=True),
     "t5-v1_1-base": _t5(12, 768, 12, 2048, v1_1=True),
+    # XLNet: a bert-mini-sized model for this CPU (128-token segments, memory 3/4 of that as
+    # 384/512 in the paper), then the published Base and Large.
+    "xlnet-mini": _xlnet(4, 256, 4, 128, 96),
+    "xlnet-base": _xlnet(12, 768, 12, 512, 384),
+    "xlnet-large": _xlnet(24, 1024, 16, 512, 384),
 }
 
 
@@ -252,6 +280,15 @@ class DenoisingConfig:
     noise_density: float = 0.15  # share of tokens corrupted (§3.3.3: 10/15/25/50% compared)
     mean_noise_span_length: float = 3.0  # span_corruption: mean span length (§3.3.4: 2/3/5/10)
     random_token_prob: float = 0.1  # bert_denoising: corrupted tokens given a random token, not the mask
+class PlmConfig:
+    """XLNet's permutation language model (objective ``plm``; Yang et al. 2019 §2.3, App. A and
+    the released data pipeline). Sequences are ``A <sep> B <sep> <cls>`` of data.max_seq_length
+    tokens, each with the model.mem_len tokens before it as Transformer-XL memory."""
+
+    k: float = 6.0  # partial prediction: about 1/K of the tokens, the last 1/K of the order, are targets
+    num_predict: int = 0  # targets per sequence; 0 = round(max_seq_length / k) (512 / 6 -> 85)
+    max_span: int = 5  # a predicted span covers n <= max_span whole words, P(n) proportional to 1/n
+    random_segment_prob: float = 0.5  # B comes from a random place in the corpus, not after A
 
 
 @dataclass(frozen=True)
@@ -336,6 +373,7 @@ class RunConfig:
     electra: ElectraConfig = field(default_factory=ElectraConfig)
     elmo: ElmoConfig = field(default_factory=ElmoConfig)
     denoising: DenoisingConfig = field(default_factory=DenoisingConfig)  # T5 objectives
+    plm: PlmConfig = field(default_factory=PlmConfig)
     task: TaskConfig = field(default_factory=lambda: TaskConfig())
 
 

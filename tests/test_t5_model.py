@@ -15,7 +15,7 @@ from t5_helpers import one_thread  # noqa: F401 (fixture)
 from ember.config import model_preset, run_config_from_dict
 from ember.errors import EmberError
 from ember.models import build_backbone
-from ember.nn.relative_position import relative_position_bucket
+from ember.nn.relative_bias import relative_position_bucket
 from ember.nn.rms_norm import RMSNorm
 
 pytestmark = pytest.mark.usefixtures("one_thread")

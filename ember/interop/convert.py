@@ -25,12 +25,13 @@ from ember.runs.folder import load_run_config, write_run_files
 
 def _objective(state: dict, family: str = "bert") -> str:
     """The pre-training objective whose heads the imported weights carry."""
-    from ember.config import DECODER_FAMILIES, SEQ2SEQ_FAMILIES
+    from ember.config import DECODER_FAMILIES
 
     if family in DECODER_FAMILIES:
         return "clm"  # GPT-1/GPT-2: the causal LM head is the tied embedding matrix
-    if family in SEQ2SEQ_FAMILIES:
-        return "span_corruption"  # T5's pre-training objective (Raffel et al. 2020, §3.1.4)
+    fixed = getattr(interop_for_family(family), "OBJECTIVE", None)  # a family with one objective (XLNet)
+    if fixed:
+        return fixed
     heads = {k.split(".", 1)[0] for k in state}
     if "nsp" in heads:
         return "bert"  # MLM + next-sentence prediction
@@ -92,7 +93,8 @@ def export_hf(run_dir: str | Path, out_dir: str | Path) -> Path:
     _export_tokenizer(run_dir / "tokenizer.json", out_dir, cfg.model.max_position,
                       segments=cfg.model.type_vocab_size > 1,
                       causal=cfg.model.family in DECODER_FAMILIES,
-                      seq2seq_pad=cfg.model.pad_token_id if seq2seq else None)
+                      seq2seq_pad=cfg.model.pad_token_id if seq2seq else None,
+                      settings=getattr(interop, "TOKENIZER_SETTINGS", None))
     return out_dir
 
 
@@ -156,7 +158,8 @@ def _gpt2_bpe(hf_dir: Path):
 
 
 def _export_tokenizer(tokenizer_path: Path, out_dir: Path, max_length: int, segments: bool,
-                      causal: bool = False, seq2seq_pad: int | None = None) -> None:
+                      causal: bool = False, seq2seq_pad: int | None = None,
+                      settings: dict | None = None) -> None:
     """tokenizer.json plus the files and settings ``AutoTokenizer.from_pretrained`` needs.
 
     ``PreTrainedTokenizerFast`` runs the saved tokenizer.json as is. A BertTokenizer class
@@ -166,6 +169,8 @@ def _export_tokenizer(tokenizer_path: Path, out_dir: Path, max_length: int, segm
     (GPT) reads plain text as GPT-2's tokenizer gives it: no <s> ... </s> template. A seq2seq
     model (T5, ``seq2seq_pad`` = its pad id) names T5's roles: pad (the decoder's start), the
     </s> that ends every sequence, unk; sentinels are special tokens of tokenizer.json itself.
+    A family's own ``settings`` (its interop module's TOKENIZER_SETTINGS, e.g. XLNet's left
+    padding) win.
     """
     from ember.tokenizers import end_of_text_id, load_tokenizer, special_token_ids, tokenizer_kind
 
@@ -204,4 +209,5 @@ def _export_tokenizer(tokenizer_path: Path, out_dir: Path, max_length: int, segm
         tok.model.save(str(out_dir))  # vocab.json + merges.txt, the files RoBERTa ships
         if "cls" in names:
             config.update(bos_token=names["cls"], eos_token=names["sep"])
+    config.update(settings or {})
     atomic_write_text(out_dir / "tokenizer_config.json", json.dumps(config, indent=2))

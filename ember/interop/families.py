@@ -35,6 +35,7 @@ FAMILIES = {
     "gpt2": "ember.interop.hf_gpt2",
     "gpt": "ember.interop.hf_gpt1",  # GPT-1; transformers calls it "openai-gpt"
     "t5": "ember.interop.hf_t5",
+    "xlnet": "ember.interop.hf_xlnet",
 }
 # HF model_type -> ember family where the two names differ.
 _MODEL_TYPES = {"openai-gpt": "gpt"}

@@ -31,6 +31,7 @@ from ember.interop.common import rename
 from ember.interop.families import module_rules, pop_tied_decoder
 
 MODEL_TYPE = "t5"
+OBJECTIVE = "span_corruption"  # what an imported T5 was pre-trained with (Raffel et al. 2020, §3.1.4)
 ARCHITECTURES = ("T5ForConditionalGeneration", "T5Model", "T5EncoderModel")
 _GATED = "gated-"
 # HF's decoder had a never-used cross-attention position bias in old checkpoints (it ignores it too).

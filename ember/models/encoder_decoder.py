@@ -9,7 +9,7 @@ Learning with a Unified Text-to-Text Transformer"), v1.0 and v1.1.
 
 Architecture (§2.1; blocks in ember.nn.seq2seq_layer): one embedding table shared by the
 encoder input, the decoder input and (v1.0) the output layer; no absolute positions but a
-relative position bias per stack (ember.nn.relative_position), bidirectional in the encoder
+relative position bias per stack (ember.nn.relative_bias), bidirectional in the encoder
 and causal in the decoder, computed once and shared by the stack's layers; pre-norm blocks
 with scale-only LayerNorm (ember.nn.rms_norm); dropout on the embeddings, on every
 sub-layer output and after each stack's final norm. The decoder is causal, with
@@ -42,7 +42,7 @@ from ember.models.encoder import EncoderOutput
 from ember.nn.attention import MultiHeadAttention
 from ember.nn.dropout import Dropout
 from ember.nn.kv_cache import EncoderDecoderCache
-from ember.nn.relative_position import RelativePositionBias
+from ember.nn.relative_bias import RelativePositionBias
 from ember.nn.rms_norm import RMSNorm
 from ember.nn.seq2seq_layer import Seq2SeqLayer
 

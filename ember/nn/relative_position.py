@@ -1,64 +1,67 @@
-"""T5's relative position bias (Raffel et al. 2020, §2.1; after Shaw et al. 2018).
+"""Sinusoidal relative position encodings and the relative shift (Transformer-XL, Dai et al.
+2019 §3.3; used by XLNet, Yang et al. 2019 §2.4).
 
-Instead of position embeddings added to the input, each attention head adds a learned
-scalar b[bucket(j - i)] to the logit of query i attending to key j. "We use 32 embeddings for
-all of our models with ranges that increase in size logarithmically up to an offset of 128
-beyond which we assign all relative positions to the same embedding" (§2.1):
+Attention between query i and key j depends on their distance i - j, not on absolute
+positions: one sinusoid table R (P, H) covers every distance the segment can see, and the
+position term of the score, (q_i + r_r) . W_r R_{i-j} (term (b)+(d) of Transformer-XL eq. in
+§3.3), is computed for all P distances of every query and then shifted into (query, key)
+alignment by ``rel_shift`` - a reshape, no gather.
 
-- bidirectional (encoder): half of the buckets for keys before the query, half for keys
-  after it; causal (decoder): all buckets for keys at or before the query (later keys are
-  masked anyway and share bucket 0 with distance 0);
-- within a direction, the first half of its buckets are exact distances 0, 1, ..., n/2 - 1,
-  the rest cover n/2 .. max_distance on a log scale, and farther keys share the last bucket.
-
-One bias table per stack, computed once per forward and shared by every layer of it (the
-paper: "each layer" uses the same position embeddings; the released models store them in
-the first layer only).
+Distances, for T queries after M memory positions (K = M + T keys; query i sits at absolute
+position M + i):
+- ``attn_type="bi"`` (XLNet): K, K-1, ..., -T+1 (P = K + T): every key, before or after.
+- ``attn_type="uni"`` (Transformer-XL): K, K-1, ..., 0 (P = K + 1): keys at or before the query
+  (later keys are masked, so their shifted scores, which are not meaningful, are never used).
+``clamp_len > 0`` clips distances to [-clamp_len, clamp_len]. ``bi_data`` (XLNet's
+bidirectional data pipeline) gives a second table with every distance negated, used by the
+second half of a batch: that half reads its text with mirrored positions.
 """
 
 from __future__ import annotations
 
-import math
-
 import torch
-from torch import nn
+
+from ember.errors import EmberError
 
 
-def relative_position_bucket(relative_position: torch.Tensor, bidirectional: bool = True,
-                             num_buckets: int = 32, max_distance: int = 128) -> torch.Tensor:
-    """Bucket ids in [0, num_buckets) of ``relative_position = key - query`` (an int tensor)."""
-    if bidirectional:
-        num_buckets //= 2
-        offset = (relative_position > 0).long() * num_buckets  # keys after the query: upper half
-        distance = relative_position.abs()
+def relative_distances(qlen: int, klen: int, attn_type: str, device=None) -> torch.Tensor:
+    """float (P,): the distance of each row of the position table, largest first."""
+    if attn_type == "bi":
+        stop = -qlen
+    elif attn_type == "uni":
+        stop = -1
     else:
-        offset = torch.zeros_like(relative_position)
-        distance = (-relative_position).clamp(min=0)  # keys after the query fall in bucket 0
-    exact = num_buckets // 2
-    # distance in [exact, max_distance) spread over the remaining buckets on a log scale;
-    # the clamp keeps log() finite for the exact distances, which do not use this value
-    scaled = torch.log(distance.clamp(min=exact).float() / exact) / math.log(max_distance / exact)
-    far = (exact + (scaled * (num_buckets - exact)).long()).clamp(max=num_buckets - 1)
-    return offset + torch.where(distance < exact, distance, far)
+        raise EmberError(f"attention type {attn_type!r}; choose 'bi' or 'uni'")
+    return torch.arange(klen, stop, -1, device=device, dtype=torch.int64).float()
 
 
-class RelativePositionBias(nn.Module):
-    """Learned per-head bias of every (query, key) pair from their bucketed offset."""
+def sinusoid_table(distances: torch.Tensor, dim: int) -> torch.Tensor:
+    """(P,) distances -> (P, dim) [sin(d w_k) | cos(d w_k)], w_k = 1 / 10000^(2k/dim)
+    (Vaswani et al. 2017 §3.5, applied to distances; sines then cosines, not interleaved)."""
+    inv_freq = 1.0 / torch.pow(10000, torch.arange(0, dim, 2, device=distances.device,
+                                                   dtype=torch.int64).float() / dim)  # (dim/2,)
+    angles = distances[:, None] * inv_freq[None, :]  # (P, dim/2)
+    return torch.cat([angles.sin(), angles.cos()], dim=-1)
 
-    def __init__(self, num_heads: int, bidirectional: bool, num_buckets: int = 32,
-                 max_distance: int = 128) -> None:
-        super().__init__()
-        self.embedding = nn.Embedding(num_buckets, num_heads)
-        self.bidirectional = bidirectional
-        self.num_buckets = num_buckets
-        self.max_distance = max_distance
 
-    def forward(self, query_length: int, key_length: int, query_offset: int = 0) -> torch.Tensor:
-        """(1, heads, T, L) bias for queries at positions offset .. offset + T - 1 (a decoder
-        step with a cache of ``query_offset`` positions) and keys at 0 .. L - 1."""
-        device = self.embedding.weight.device
-        query = torch.arange(query_offset, query_offset + query_length, device=device)[:, None]
-        key = torch.arange(key_length, device=device)[None, :]
-        buckets = relative_position_bucket(key - query, self.bidirectional, self.num_buckets,
-                                           self.max_distance)  # (T, L)
-        return self.embedding(buckets).permute(2, 0, 1).unsqueeze(0)  # (1, heads, T, L)
+def relative_positions(qlen: int, klen: int, dim: int, attn_type: str = "bi", clamp_len: int = -1,
+                       bi_data: bool = False, device=None) -> torch.Tensor:
+    """(D, P, dim) position table, D = 2 with ``bi_data`` (forward, then mirrored) else 1."""
+    forward = relative_distances(qlen, klen, attn_type, device)
+    tables = [forward, -forward] if bi_data else [forward]
+    if clamp_len > 0:
+        tables = [d.clamp(-clamp_len, clamp_len) for d in tables]
+    return torch.stack([sinusoid_table(d, dim) for d in tables])
+
+
+def rel_shift(x: torch.Tensor, klen: int) -> torch.Tensor:
+    """(..., T, P) scores against the P table rows -> (..., T, klen) scores against the keys.
+
+    Row i of the output takes x[..., i, j + T - i] for key j: the table row whose distance is
+    (M + i) - j, the query's absolute position minus the key's. Done as Transformer-XL does
+    (App. B): view the (T, P) block as (P, T), drop its first row, view it back as (T, P - 1),
+    so each query row slides left by one more than the row above; keep the first klen columns.
+    """
+    *lead, t, p = x.shape
+    x = x.reshape(*lead, p, t)[..., 1:, :].reshape(*lead, t, p - 1)
+    return x[..., :klen]

@@ -33,6 +33,7 @@ OBJECTIVES = {
     "deshuffle": "ember.objectives.span_corruption",
     "replace_spans": "ember.objectives.span_corruption",
     "drop_tokens": "ember.objectives.span_corruption",
+    "plm": "ember.objectives.plm",  # permutation LM, two-stream attention, memory (XLNet, Yang et al. 2019)
 }
 
 

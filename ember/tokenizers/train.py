@@ -47,12 +47,13 @@ DEFAULT_SENTINELS = {"unigram": T5_SENTINELS}
 # Roles a vocabulary with sentinels may lack: T5 has no [CLS] and masks with sentinels.
 SENTINEL_OPTIONAL_ROLES = ("cls", "mask")
 
-# Role → the spellings we accept for it, most common first.
+# Role → the spellings we accept for it, in order of preference. XLNet's SentencePiece
+# vocabulary has <s>/</s> (bos/eos) besides its <cls>/<sep>, so <cls>/<sep> come first.
 ROLE_CANDIDATES = {
     "pad": ("[PAD]", "<pad>"),
     "unk": ("[UNK]", "<unk>"),
-    "cls": ("[CLS]", "<s>", "<cls>"),
-    "sep": ("[SEP]", "</s>", "<sep>"),
+    "cls": ("[CLS]", "<cls>", "<s>"),
+    "sep": ("[SEP]", "<sep>", "</s>"),
     "mask": ("[MASK]", "<mask>"),
 }
 
@@ -259,9 +260,9 @@ def special_token_ids(tok: Tokenizer) -> dict[str, int]:
 
 
 def end_of_text_id(tok: Tokenizer) -> int:
-    """The token that ends a document for causal LMs: GPT-2's ``<|endoftext|>`` when the
-    vocabulary has it, else the separator (``</s>``, ``[SEP]``) standing in for it."""
-    for token in (END_OF_TEXT, "</s>", "[SEP]"):
+    """The token that ends a document for causal LMs: GPT-2's ``<|endoftext|>`` (XLNet's
+    ``<eod>``) when the vocabulary has it, else the separator (``</s>``, ``[SEP]``)."""
+    for token in (END_OF_TEXT, "<eod>", "</s>", "[SEP]"):
         token_id = tok.token_to_id(token)
         if token_id is not None:
             return token_id
