@@ -38,9 +38,10 @@ def fit_vocab_to_corpus(cfg: RunConfig) -> RunConfig:
 def resumed_config(saved: RunConfig, wanted: RunConfig, out: Path) -> RunConfig:
     """The saved settings, with the wanted time budget and device; anything else that differs
     is refused, since the continuation would not be the run it continues."""
-    changed = [f"{section}.{key}" for section in ("model", "data", "train", "elmo")
-               for key, value in to_dict(getattr(wanted, section)).items()
-               if key not in RESUMABLE_CHANGES and value != to_dict(getattr(saved, section))[key]]
+    old, new = to_dict(saved), to_dict(wanted)
+    changed = [f"{section}.{key}" for section, values in new.items() if isinstance(values, dict)
+               and section != "task" for key, value in values.items()
+               if key not in RESUMABLE_CHANGES and value != old.get(section, {}).get(key)]
     if changed or wanted.objective != saved.objective:
         raise EmberError(f"--resume continues {out} with its saved settings, but this command changes "
                          f"{changed or ['objective']}; drop those options or start a new run")
@@ -62,10 +63,10 @@ def pretrain_config(recipe: str | Path | RunConfig | None, out: str | Path, data
     else:
         base = saved_path if resuming and recipe is None else recipe_path(recipe or "bert-mini")
         cfg = run_config_from_dict(apply_overrides(load_yaml(base), overrides), where=str(base))
+    if not any(o.startswith("model.vocab_size=") for o in overrides):
+        cfg = fit_vocab_to_corpus(cfg)  # before a resume compares settings: the saved run was fitted too
     if resuming:
         cfg = resumed_config(run_config_from_dict(load_yaml(saved_path), where=str(saved_path)), cfg, out)
-    elif not any(o.startswith("model.vocab_size=") for o in overrides):
-        cfg = fit_vocab_to_corpus(cfg)
     if cfg.kind != "pretrain":
         raise EmberError(f"{recipe} is a {cfg.kind} recipe, not a pre-training one")
     return cfg

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 
 import pytest
@@ -53,16 +52,19 @@ def test_glue_adapter_loads_the_reader_examples_encoded_with_the_tokenizer_templ
     assert features[0]["input_ids"][0] == tok.token_to_id("[CLS]") and len(features) == 20
 
 
-def test_finetune_cli_defaults_come_from_the_adapter():
-    from ember.commands.finetune import finetune_config
+def test_finetune_defaults_come_from_the_adapter_and_settings_override_them():
+    from ember.api.finetune import finetune_config
+    from ember.config import ModelConfig
 
-    args = argparse.Namespace(task="conll2003", init="random", lr=None, batch_size=None, epochs=None,
-                              max_length=None, warmup_ratio=None, train_split=None, eval_split=None,
-                              overrides=[], seed=None, device=None, dtype=None, max_time=None)
-    cfg = finetune_config(args, seed=3)
+    cfg = finetune_config("conll2003", ModelConfig(), seed=3)
     assert (cfg.task.name, cfg.train.lr, cfg.train.batch_size, cfg.task.max_length) == ("conll2003", 5e-5, 32, 128)
-    cola = finetune_config(argparse.Namespace(**{**vars(args), "task": "cola"}), seed=None)
-    assert (cola.task.name, cola.train.lr) == ("cola", 2e-5)
+    assert cfg.train.seed == 3
+    cola = finetune_config("cola", ModelConfig(), lr=1e-4, overrides=["train.warmup_ratio=0.2"])
+    assert (cola.task.name, cola.train.lr, cola.train.warmup_ratio, cola.task.epochs) == ("cola", 1e-4, 0.2, 3.0)
+    ulmfit = finetune_config("sst2", ModelConfig(), ulmfit=True, schedule="linear")  # explicit settings win
+    assert (ulmfit.task.layer_lr_decay, ulmfit.train.schedule, ulmfit.task.gradual_unfreeze) == (1 / 2.6, "linear", True)
+    with pytest.raises(EmberError, match="unknown fine-tuning setting"):
+        finetune_config("sst2", ModelConfig(), learning_rate=1e-4)
 
 
 def _tiny(preset: str):
