@@ -20,7 +20,7 @@ from ember.errors import EmberError
 SHARE_MODES = ("none", "all", "attention", "ffn")
 # Every family below is the same Encoder with different options; the family name decides
 # how checkpoints are named when exchanged with Hugging Face (ember.interop).
-ENCODER_FAMILIES = ("bert", "roberta", "albert", "electra", "distilbert")
+ENCODER_FAMILIES = ("bert", "roberta", "albert", "electra", "distilbert", "xlm")
 # Causal decoders (ember.models.decoder): GPT-1 ("gpt") and GPT-2 ("gpt2").
 DECODER_FAMILIES = ("gpt", "gpt2")
 
@@ -47,6 +47,13 @@ class ModelConfig:
     pooler: bool = True  # [CLS] dense+tanh pooler used by NSP and classification
     embedding_size: int = 0  # E; 0 = hidden_size. E < H factorizes embeddings (ALBERT, ELECTRA)
     share_layers: str = "none"  # ALBERT cross-layer sharing: none | all | attention | ffn
+    # XLM (Lample & Conneau 2019, §3.4 and Fig. 2): a learned language embedding added to
+    # the token and position embeddings, a table of num_languages rows (0 = none);
+    # ``languages`` names them in id order ("en,ru": en = 0, ru = 1), as HF's id2lang.
+    num_languages: int = 0
+    languages: str = ""
+    sinusoidal_positions: bool = False  # fixed sin/cos position table (XLM's option) instead of learned
+    causal: bool = False  # every position attends only to itself and the left (XLM's CLM, §3.1)
 
     def __post_init__(self) -> None:
         if self.share_layers not in SHARE_MODES:
@@ -56,6 +63,20 @@ class ModelConfig:
                 f"model.hidden_size={self.hidden_size} is not divisible by "
                 f"model.num_heads={self.num_heads}; pick sizes where hidden_size/num_heads is whole"
             )
+        if self.num_languages == 1 or self.num_languages < 0:
+            raise EmberError(f"model.num_languages={self.num_languages}: use 0 (no language embeddings) "
+                             "or the number of languages (at least 2); one language needs no embedding")
+        codes = self.language_codes
+        if codes and len(codes) != self.num_languages:
+            raise EmberError(f"model.languages={self.languages!r} names {len(codes)} languages but "
+                             f"model.num_languages={self.num_languages}; give one code per language id")
+        if len(set(codes)) != len(codes):
+            raise EmberError(f"model.languages={self.languages!r} repeats a language code")
+
+    @property
+    def language_codes(self) -> list[str]:
+        """``languages`` as a list, index = language id ([] when unnamed)."""
+        return [c.strip() for c in self.languages.split(",") if c.strip()]
 
 
 def _bert(layers: int, hidden: int) -> ModelConfig:
@@ -79,6 +100,15 @@ def _electra(layers: int, hidden: int, embedding: int, heads: int) -> ModelConfi
     # ELECTRA (Clark et al. 2020, App. C Table 6): small = 12 layers, H 256, E 128, 4 heads.
     return dataclasses.replace(_bert(layers, hidden), family="electra", embedding_size=embedding,
                                num_heads=heads, pooler=False)
+
+
+def _xlm(layers: int, hidden: int, heads: int) -> ModelConfig:
+    # XLM (Lample & Conneau 2019, §5.1): post-LN Transformer, GELU, dropout 0.1, learned
+    # positions, FFN 4H (fixed in the released code), LN eps 1e-12; no segment embeddings
+    # (language embeddings instead: recipes set num_languages/languages) and no pooler
+    # (classification reads the first token, as transformers' XLMForSequenceClassification).
+    return dataclasses.replace(_bert(layers, hidden), family="xlm", num_heads=heads,
+                               type_vocab_size=0, pooler=False)
 
 
 def _gpt2(layers: int, hidden: int, heads: int) -> ModelConfig:
@@ -115,6 +145,10 @@ MODEL_PRESETS: dict[str, ModelConfig] = {
     # DistilBERT (Sanh et al. 2019, §3): BERT-base with half the layers, no token-type
     # embeddings and no pooler.
     "distilbert": dataclasses.replace(_bert(6, 768), family="distilbert", type_vocab_size=0, pooler=False),
+    # XLM: a miniature for this machine and the paper's XNLI size (§5.1: 1024 hidden units,
+    # 8 heads; 12 layers as the released xlm-mlm-tlm-xnli15-1024).
+    "xlm-mini": _xlm(4, 256, 4),
+    "xlm-1024": _xlm(12, 1024, 8),
     # GPT-2 miniatures for this machine, then the four published sizes (Radford et al. 2019).
     "gpt2-tiny": _gpt2(2, 128, 2),
     "gpt2-mini": _gpt2(4, 256, 4),
@@ -196,6 +230,15 @@ class ElmoConfig:
 
 
 @dataclass(frozen=True)
+class XlmConfig:
+    """XLM's data mix (Lample & Conneau 2019, §3.1 and §3.3), for objectives xlm_mlm,
+    xlm_clm, tlm and xlm_mlm_tlm on a corpus prepared with language codes."""
+
+    alpha: float = 0.5  # q_i = p_i^alpha / sum_j p_j^alpha: languages sampled with this exponent
+    tlm_fraction: float = 0.5  # xlm_mlm_tlm: share of sequences that are TLM pairs (the rest MLM streams)
+
+
+@dataclass(frozen=True)
 class TrainConfig:
     """Optimisation, budgets, logging and checkpointing."""
 
@@ -265,6 +308,7 @@ class RunConfig:
     objective: str = "bert"  # which pre-training objective (see ember.objectives)
     electra: ElectraConfig = field(default_factory=ElectraConfig)
     elmo: ElmoConfig = field(default_factory=ElmoConfig)
+    xlm: XlmConfig = field(default_factory=XlmConfig)
     task: TaskConfig = field(default_factory=lambda: TaskConfig())
 
 

@@ -34,6 +34,7 @@ FAMILIES = {
     "electra": "ember.interop.hf_electra",
     "gpt2": "ember.interop.hf_gpt2",
     "gpt": "ember.interop.hf_gpt1",  # GPT-1; transformers calls it "openai-gpt"
+    "xlm": "ember.interop.hf_xlm",  # XLMWithLMHeadModel (Lample & Conneau 2019)
 }
 # HF model_type -> ember family where the two names differ.
 _MODEL_TYPES = {"openai-gpt": "gpt"}

@@ -20,6 +20,11 @@ OBJECTIVES = {
     "electra": "ember.objectives.electra",  # replaced-token detection (Clark et al. 2020)
     "clm": "ember.objectives.clm",  # causal LM on packed blocks (GPT-1/GPT-2, Radford et al. 2018/2019)
     "bilm": "ember.objectives.bilm",  # ELMo forward + backward LSTM LMs (Peters et al. 2018)
+    # XLM (Lample & Conneau 2019): language embeddings; streams/pairs of a corpus prepared with --lang/--parallel
+    "xlm_mlm": "ember.objectives.xlm",  # masked LM on monolingual streams (§3.2)
+    "xlm_clm": "ember.objectives.xlm",  # causal LM on monolingual streams (§3.1)
+    "tlm": "ember.objectives.xlm",  # translation LM on parallel pairs (§3.3)
+    "xlm_mlm_tlm": "ember.objectives.xlm",  # MLM and TLM mixed
 }
 
 

@@ -143,13 +143,22 @@ def train_tokenizer(
     progress: bool = True,
     fmt: str = "auto",
     text_field: str = "text",
+    alpha: float = 0.5,
+    seed: int = 0,
 ) -> Tokenizer:
     """Train a ``kind`` tokenizer on the documents of ``files`` (files, folders, globs).
 
     Documents are streamed (see ``ember.data.readers``) into ``train_from_iterator``, so
     compressed dumps of any size work. ``max_documents`` caps the number of non-empty
     documents read. Special tokens come first in the vocabulary, in the order given.
+
+    A shared multilingual vocabulary (XLM, Lample & Conneau 2019 §3.1): ``files`` maps
+    language codes to their inputs ({"en": [...], "ru": [...]}), or is an
+    ``ember.data.language_mix.LanguageBalancedSentences``; the trainer then sees sentences
+    resampled so language i has the share q_i ~ p_i^alpha (``max_documents`` per language,
+    ``seed`` fixes the resample).
     """
+    from ember.data.language_mix import LanguageBalancedSentences
     from ember.data.readers import DocumentReader
 
     if kind not in KINDS:
@@ -165,6 +174,12 @@ def train_tokenizer(
     tok = _build(kind, lowercase, roles)
     trainer = _trainer(kind, vocab_size, special_tokens, min_frequency, roles, progress)
 
+    if isinstance(files, dict):
+        files = LanguageBalancedSentences(files, alpha, seed, max_documents, fmt, text_field)
+    if isinstance(files, LanguageBalancedSentences):  # it reports empty languages itself
+        tok.train_from_iterator(iter(files), trainer=trainer)
+        _set_post_processor(tok, kind, roles)
+        return tok
     reader = DocumentReader(files, fmt=fmt, text_field=text_field)
 
     def texts() -> Iterator[str]:
