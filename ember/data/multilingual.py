@@ -122,6 +122,9 @@ def prepare_multilingual(
         raise EmberError("no input: give monolingual text (--lang CODE=PATH) and/or parallel "
                          "files (--parallel SRC-TGT=FILE)")
     codes = language_order(mono, parallel, languages)
+    if not codes:
+        raise EmberError("--parallel FILE lines name their own languages; declare the corpus's languages "
+                         "(in id order) with --languages, e.g. --languages en,ru")
     out_dir, tokenizer_path = Path(out_dir), Path(tokenizer_path)
     if tokenizer_path.is_dir():
         tokenizer_path = tokenizer_path / "tokenizer.json"
