@@ -78,6 +78,15 @@ class ModelConfig:
         """``languages`` as a list, index = language id ([] when unnamed)."""
         return [c.strip() for c in self.languages.split(",") if c.strip()]
 
+    def language_id(self, code: str) -> int:
+        """The language id of ``code`` for this model (XLM): its index in ``languages``."""
+        codes = self.language_codes
+        if code not in codes:
+            raise EmberError(f"language {code!r} is not one of this model's languages "
+                             f"({', '.join(codes) or 'none: model.languages is empty'}); "
+                             "give one of those codes")
+        return codes.index(code)
+
 
 def _bert(layers: int, hidden: int) -> ModelConfig:
     # Turc et al. 2019 ("Well-Read Students Learn Better") miniatures and the BERT paper's

@@ -70,6 +70,9 @@ def test_xlm_family_registry_and_config_mapping():
     cfg = hf_xlm.config_from_hf(tiny_config().to_dict())
     assert (cfg.family, cfg.num_languages, cfg.language_codes) == ("xlm", 3, ["de", "en", "ru"])
     assert (cfg.intermediate_size, cfg.type_vocab_size, cfg.pooler, cfg.pad_token_id) == (128, 0, False, PAD)
+    assert cfg.language_id("ru") == 2
+    with pytest.raises(EmberError, match="'fr' is not one of this model's languages \\(de, en, ru\\)"):
+        cfg.language_id("fr")
     assert hf_xlm.config_from_hf(tiny_config(n_langs=1).to_dict()).num_languages == 0
     assert hf_xlm.config_from_hf(tiny_config(gelu_activation=False).to_dict()).hidden_act == "relu"
 

@@ -10,6 +10,8 @@ Every family module (``hf_bert``, ``hf_roberta``, ``hf_albert``, ``hf_distilbert
                                                         ``sop.*``, ``classifier.*``)
     state_to_hf(state, cfg) -> HF state dict (names of the architecture below)
     hf_architecture(state) -> str               e.g. "RobertaForMaskedLM"
+    objective_for(model_cfg) -> str             optional: the objective of an imported LM head
+                                                when its weights alone do not tell (XLM)
 
 Modules are imported lazily so a family still being written cannot break the others.
 """

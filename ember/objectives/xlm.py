@@ -154,7 +154,7 @@ class XlmPretraining(nn.Module):
             raise EmberError(f"the corpus has language(s) {', '.join(missing)} that the model does not "
                              f"(model.languages={','.join(self.codes)}); add them there and raise "
                              "model.num_languages")
-        return {c: self.codes.index(c) for c in corpus_codes}
+        return {c: self.backbone.config.language_id(c) for c in corpus_codes}
 
     def build_dataset(self, corpus, data_cfg, seed: int):
         """The language mix of ``corpus``'s streams (ember.data.language_mix.MixedDataset)."""
