@@ -280,6 +280,9 @@ def test_xlm_objective_bad_setups_say_what_to_do(tmp_path, word_tokenizer):
 
     with pytest.raises(EmberError, match="model.causal=true"):
         build_objective(RunConfig(objective="xlm_clm", model=model_preset("xlm-mini")), SPECIAL)
+    with pytest.raises(EmberError, match="tlm_fraction=1.0"):
+        build_objective(RunConfig(objective="xlm_mlm_tlm", model=model_preset("xlm-mini"),
+                                  xlm=XlmConfig(tlm_fraction=1.0)), SPECIAL)
     with pytest.raises(EmberError, match="not model family 'bert'"):
         build_objective(RunConfig(objective="xlm_mlm", model=model_preset("bert-mini")), SPECIAL)
     en = write(tmp_path / "en.txt", "The cat sat on the mat. " * 20)
@@ -295,3 +298,29 @@ def test_xlm_objective_bad_setups_say_what_to_do(tmp_path, word_tokenizer):
     prepare_corpus([en], word_tokenizer, plain, valid_fraction=0, progress=False)
     with pytest.raises(EmberError, match="prepared without language codes"):
         xlm_module("mlm").build_dataset(TokenCorpus(plain, "train"), DataConfig(max_seq_length=8), 0)
+
+
+def test_xlm_mlm_tlm_mixes_streams_and_pairs_at_tlm_fraction(tmp_path, word_tokenizer):
+    """xlm_mlm_tlm: a share xlm.tlm_fraction of sequences are TLM pairs, the rest MLM streams,
+    and a batch of both trains (metrics apart)."""
+    import dataclasses
+
+    from ember.data.multilingual import prepare_multilingual
+    from ember.data.shards import TokenCorpus
+
+    en = write(tmp_path / "en.txt", "The cat sat on the mat. " * 200)
+    ru = write(tmp_path / "ru.txt", "Кошка сидела на коврике. " * 200)
+    tsv = write(tmp_path / "pairs.tsv", PAIRS * 20)
+    prepare_multilingual({"en": [en], "ru": [ru]}, [(("en", "ru"), tsv)], word_tokenizer, tmp_path / "prep",
+                         valid_fraction=0, progress=False)
+    module = xlm_module("mlm_tlm")
+    module.xlm = dataclasses.replace(module.xlm, tlm_fraction=0.3)
+    data = module.build_dataset(TokenCorpus(tmp_path / "prep", "train"), DataConfig(max_seq_length=16), seed=0)
+    examples = [data.example(i, e) for e in range(4) for i in range(len(data))]
+    share = np.mean([e.pair for e in examples])
+    assert abs(share - 0.3) < 5 * np.sqrt(0.3 * 0.7 / len(examples))
+    batch = module.make_batch(examples[:16], np.random.default_rng(0))
+    loss, metrics = module.train()(batch)
+    loss.backward()
+    assert metrics["tlm_loss"][1] + metrics["mlm_loss"][1] == int((batch["labels"] != -100).sum())
+    assert module.backbone.embeddings.language.weight.grad.abs().sum() > 0

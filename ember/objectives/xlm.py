@@ -122,6 +122,9 @@ def build(cfg, special_ids: dict) -> "XlmPretraining":
     if model.num_languages and not model.language_codes:
         raise EmberError(f"model.num_languages={model.num_languages} but model.languages is empty; name the "
                          "languages in id order, e.g. --set model.languages=en,ru (the corpus's codes)")
+    if mode == "mlm_tlm" and not 0 < cfg.xlm.tlm_fraction < 1:
+        raise EmberError(f"xlm.tlm_fraction={cfg.xlm.tlm_fraction}: the share of TLM pairs must be between 0 "
+                         "and 1 (exclusive); for TLM or MLM alone use objective tlm or xlm_mlm")
     if (mode == "clm") != model.causal:
         raise EmberError(f"objective {cfg.objective} needs model.causal={str(mode == 'clm').lower()}: "
                          "XLM's CLM attends only to the left, MLM/TLM to both sides")
@@ -172,8 +175,9 @@ class XlmPretraining(nn.Module):
             if s.kind not in wanted or len(s.docs) == 0:
                 continue
             try:
-                if s.kind == "mono":
-                    source = _Streams(TokenBlockDataset(SentenceView(corpus, s.docs), t - 1, sep), ids[s.languages[0]], cls)
+                if s.kind == "mono":  # <s> + T-1 stream tokens
+                    blocks = TokenBlockDataset(SentenceView(corpus, s.docs), t - 1, sep)
+                    source = _Streams(blocks, ids[s.languages[0]], cls)
                 else:
                     source = _Pairs(ParallelPairs(corpus, s.docs), tuple(ids[c] for c in s.languages), cls, sep, t)
             except EmberError as exc:
@@ -185,7 +189,8 @@ class XlmPretraining(nn.Module):
             groups[s.kind][1].append(s.num_sentences)
         missing = [k for k in wanted if not groups[k][0]]
         if missing:
-            need = {"mono": "monolingual text (--lang CODE=PATH)", "parallel": "parallel pairs (--parallel SRC-TGT=FILE)"}
+            need = {"mono": "monolingual text (--lang CODE=PATH)",
+                    "parallel": "parallel pairs (--parallel SRC-TGT=FILE)"}
             raise EmberError(f"objective {self.objective_name} needs {' and '.join(need[k] for k in missing)} "
                              f"in the {corpus.split} split of {corpus.prepared_dir}")
         share = {"mono": 1.0 - self.xlm.tlm_fraction, "parallel": self.xlm.tlm_fraction} \
