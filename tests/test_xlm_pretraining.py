@@ -72,6 +72,26 @@ def test_xlm_mini_pretrain_on_real_en_ru_loss_goes_down(tmp_path, en_ru):
     state = load_weights(run / "model.safetensors")
     assert state["backbone.embeddings.language.weight"].shape == (2, 32) and "lm.bias" in state
 
+    # The trained run exports to transformers' XLMWithLMHeadModel with the same logits on a
+    # real held-out Russian stream.
+    transformers = pytest.importorskip("transformers")
+    from ember.data.shards import TokenCorpus
+    from ember.interop.convert import export_hf
+    from ember.models import build_backbone
+    from ember.objectives.xlm import XlmPretraining
+
+    ours = XlmPretraining(build_backbone(cfg.model), TokenCorpus(en_ru, "train").special_token_ids, cfg.data,
+                          cfg.xlm).eval()
+    ours.load_state_dict(state)
+    data = ours.build_dataset(TokenCorpus(en_ru, "valid"), cfg.data, seed=0)
+    ru = next(e for e in (data.example(i) for i in range(len(data))) if e.language_ids[0] == 1)
+    batch = {k: v for k, v in ours.make_batch([ru], np.random.default_rng(0)).items()}
+    hf = transformers.XLMWithLMHeadModel.from_pretrained(export_hf(run, tmp_path / "hf")).eval()
+    assert hf.config.lang2id == {"en": 0, "ru": 1}
+    with torch.no_grad():
+        ref = hf(input_ids=batch["input_ids"], langs=batch["language_ids"], position_ids=batch["position_ids"]).logits
+        torch.testing.assert_close(ours.logits(batch), ref, atol=1e-5, rtol=0)
+
 
 def test_xlm_causal_encoder_never_reads_the_future():
     """model.causal: logits at position t do not change when tokens after t do (XLM's CLM)."""
