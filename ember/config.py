@@ -20,7 +20,7 @@ from ember.errors import EmberError
 SHARE_MODES = ("none", "all", "attention", "ffn")
 # Every family below is the same Encoder with different options; the family name decides
 # how checkpoints are named when exchanged with Hugging Face (ember.interop).
-ENCODER_FAMILIES = ("bert", "roberta", "albert", "electra", "distilbert")
+ENCODER_FAMILIES = ("bert", "roberta", "albert", "electra", "distilbert", "xlm")
 # Causal decoders (ember.models.decoder): GPT-1 ("gpt") and GPT-2 ("gpt2").
 DECODER_FAMILIES = ("gpt", "gpt2")
 # Encoder-decoders (ember.models.encoder_decoder): T5 v1.0 and v1.1 ("t5").
@@ -67,6 +67,13 @@ class ModelConfig:
     clamp_len: int = -1  # relative distances clipped to +-clamp_len; -1 = never
     bi_data: bool = False  # 2nd half of each batch reads with mirrored relative positions
     attn_type: str = "bi"  # "bi" (XLNet) or "uni" (causal, Transformer-XL)
+    # XLM (Lample & Conneau 2019, §3.4 and Fig. 2): a learned language embedding added to
+    # the token and position embeddings, a table of num_languages rows (0 = none);
+    # ``languages`` names them in id order ("en,ru": en = 0, ru = 1), as HF's id2lang.
+    num_languages: int = 0
+    languages: str = ""
+    sinusoidal_positions: bool = False  # fixed sin/cos position table (XLM's option) instead of learned
+    causal: bool = False  # every position attends only to itself and the left (XLM's CLM, §3.1)
 
     def __post_init__(self) -> None:
         if self.share_layers not in SHARE_MODES:
@@ -74,18 +81,40 @@ class ModelConfig:
         if self.head_dim < 0 or self.num_decoder_layers < 0:
             raise EmberError(f"model.head_dim={self.head_dim} and model.num_decoder_layers="
                              f"{self.num_decoder_layers} must be >= 0 (0 = derived from the encoder)")
-        if self.hidden_size % self.num_heads and not self.head_dim:
         if self.attn_type not in ATTN_TYPES:
             raise EmberError(f"model.attn_type={self.attn_type!r}; choose one of {', '.join(ATTN_TYPES)}")
         if self.mem_len < 0 or self.reuse_len < 0:
             raise EmberError(f"model.mem_len={self.mem_len} and model.reuse_len={self.reuse_len} must be "
                              ">= 0 (0: no memory / every position reused)")
-        if self.hidden_size % self.num_heads:
+        if self.hidden_size % self.num_heads and not self.head_dim:
             raise EmberError(
                 f"model.hidden_size={self.hidden_size} is not divisible by "
                 f"model.num_heads={self.num_heads}; pick sizes where hidden_size/num_heads is whole "
                 "(or set model.head_dim, T5's d_kv)"
             )
+        if self.num_languages == 1 or self.num_languages < 0:
+            raise EmberError(f"model.num_languages={self.num_languages}: use 0 (no language embeddings) "
+                             "or the number of languages (at least 2); one language needs no embedding")
+        codes = self.language_codes
+        if codes and len(codes) != self.num_languages:
+            raise EmberError(f"model.languages={self.languages!r} names {len(codes)} languages but "
+                             f"model.num_languages={self.num_languages}; give one code per language id")
+        if len(set(codes)) != len(codes):
+            raise EmberError(f"model.languages={self.languages!r} repeats a language code")
+
+    @property
+    def language_codes(self) -> list[str]:
+        """``languages`` as a list, index = language id ([] when unnamed)."""
+        return [c.strip() for c in self.languages.split(",") if c.strip()]
+
+    def language_id(self, code: str) -> int:
+        """The language id of ``code`` for this model (XLM): its index in ``languages``."""
+        codes = self.language_codes
+        if code not in codes:
+            raise EmberError(f"language {code!r} is not one of this model's languages "
+                             f"({', '.join(codes) or 'none: model.languages is empty'}); "
+                             "give one of those codes")
+        return codes.index(code)
 
 
 def _bert(layers: int, hidden: int) -> ModelConfig:
@@ -109,6 +138,15 @@ def _electra(layers: int, hidden: int, embedding: int, heads: int) -> ModelConfi
     # ELECTRA (Clark et al. 2020, App. C Table 6): small = 12 layers, H 256, E 128, 4 heads.
     return dataclasses.replace(_bert(layers, hidden), family="electra", embedding_size=embedding,
                                num_heads=heads, pooler=False)
+
+
+def _xlm(layers: int, hidden: int, heads: int) -> ModelConfig:
+    # XLM (Lample & Conneau 2019, §5.1): post-LN Transformer, GELU, dropout 0.1, learned
+    # positions, FFN 4H (fixed in the released code), LN eps 1e-12; no segment embeddings
+    # (language embeddings instead: recipes set num_languages/languages) and no pooler
+    # (classification reads the first token, as transformers' XLMForSequenceClassification).
+    return dataclasses.replace(_bert(layers, hidden), family="xlm", num_heads=heads,
+                               type_vocab_size=0, pooler=False)
 
 
 def _gpt2(layers: int, hidden: int, heads: int) -> ModelConfig:
@@ -137,6 +175,9 @@ def _t5(layers: int, hidden: int, heads: int, ffn: int, v1_1: bool = False) -> M
         hidden_act="gated-gelu_new" if v1_1 else "relu", dropout=dropout, attention_dropout=dropout,
         layer_norm_eps=1e-6, initializer_range=1.0, pre_layer_norm=True, pooler=False,
         tie_word_embeddings=not v1_1,
+    )
+
+
 def _xlnet(layers: int, hidden: int, heads: int, seq_len: int, mem_len: int) -> ModelConfig:
     # XLNet (Yang et al. 2019, §3.1 and App. A Table 7; the released xlnet_config.json): post-LN
     # Transformer-XL layers, FFN 4H with the exact GELU, LN eps 1e-12, dropout 0.1, a 32,000-piece
@@ -172,6 +213,10 @@ MODEL_PRESETS: dict[str, ModelConfig] = {
     # DistilBERT (Sanh et al. 2019, §3): BERT-base with half the layers, no token-type
     # embeddings and no pooler.
     "distilbert": dataclasses.replace(_bert(6, 768), family="distilbert", type_vocab_size=0, pooler=False),
+    # XLM: a miniature for this machine and the paper's XNLI size (§5.1: 1024 hidden units,
+    # 8 heads; 12 layers as the released xlm-mlm-tlm-xnli15-1024).
+    "xlm-mini": _xlm(4, 256, 4),
+    "xlm-1024": _xlm(12, 1024, 8),
     # GPT-2 miniatures for this machine, then the four published sizes (Radford et al. 2019).
     "gpt2-tiny": _gpt2(2, 128, 2),
     "gpt2-mini": _gpt2(4, 256, 4),
@@ -289,6 +334,12 @@ class PlmConfig:
     num_predict: int = 0  # targets per sequence; 0 = round(max_seq_length / k) (512 / 6 -> 85)
     max_span: int = 5  # a predicted span covers n <= max_span whole words, P(n) proportional to 1/n
     random_segment_prob: float = 0.5  # B comes from a random place in the corpus, not after A
+class XlmConfig:
+    """XLM's data mix (Lample & Conneau 2019, §3.1 and §3.3), for objectives xlm_mlm,
+    xlm_clm, tlm and xlm_mlm_tlm on a corpus prepared with language codes."""
+
+    alpha: float = 0.5  # q_i = p_i^alpha / sum_j p_j^alpha: languages sampled with this exponent
+    tlm_fraction: float = 0.5  # xlm_mlm_tlm: share of sequences that are TLM pairs (the rest MLM streams)
 
 
 @dataclass(frozen=True)
@@ -374,6 +425,7 @@ class RunConfig:
     elmo: ElmoConfig = field(default_factory=ElmoConfig)
     denoising: DenoisingConfig = field(default_factory=DenoisingConfig)  # T5 objectives
     plm: PlmConfig = field(default_factory=PlmConfig)
+    xlm: XlmConfig = field(default_factory=XlmConfig)
     task: TaskConfig = field(default_factory=lambda: TaskConfig())
 
 

@@ -8,7 +8,7 @@ import pytest
 
 from conftest import real_data
 from ember.errors import EmberError
-from ember.tokenizers import load_tokenizer, sentinel_ids, special_token_ids, train_tokenizer
+from ember.tokenizers import sentinel_ids, special_token_ids, train_tokenizer
 
 VOCAB = 1000  # 900 learnt pieces + 3 specials counted in them + 100 sentinels
 

@@ -24,9 +24,18 @@ it joins the previous token's phrase/entity unit.
                     in ember/data/phrases.py.
 A token belongs to a span its characters overlap; units never cross sentences.
 
+Languages, for XLM (objectives xlm_mlm, xlm_clm, tlm, xlm_mlm_tlm; docs/xlm.md): instead of
+INPUTs, give monolingual text per language with --lang CODE=PATH and parallel sentences with
+--parallel SRC-TGT=FILE, a TSV of source<TAB>target lines (or --parallel FILE whose lines are
+src_lang<TAB>tgt_lang<TAB>source<TAB>target). Language ids follow --languages en,ru when
+given, else the order the codes first appear. A line with a missing side or an unknown
+language code stops with its file:line.
+
 examples:
   ember prepare data/wiki-en --tokenizer runs/tok/tokenizer.json --out runs/wiki-prepared
   ember prepare data/wiki-en --tokenizer runs/tok --out runs/wiki-phrases --phrases detect
+  ember prepare --lang en=data/wiki-en --lang ru='data/ruslit/*/*.txt' --parallel en-ru=pairs.tsv \
+      --tokenizer runs/xlm-tok --out runs/en-ru
 """
 
 
@@ -35,9 +44,17 @@ def register(subparsers) -> None:
         "prepare", help="tokenize a corpus into shards for pre-training", description=HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("inputs", nargs="+", metavar="INPUT",
+    parser.add_argument("inputs", nargs="*", metavar="INPUT",
                         help="text files, folders (searched recursively) or glob patterns; "
-                             "plain, .gz or .bz2")
+                             "plain, .gz or .bz2 (or --lang/--parallel for a multilingual corpus)")
+    parser.add_argument("--lang", action="append", default=[], metavar="CODE=PATH",
+                        help="monolingual text of one language (XLM); repeat per language or path")
+    parser.add_argument("--parallel", action="append", default=[], metavar="[SRC-TGT=]FILE",
+                        help="parallel sentences for TLM: a TSV of source<TAB>target lines in "
+                             "languages SRC and TGT, or FILE of src_lang<TAB>tgt_lang<TAB>source<TAB>target")
+    parser.add_argument("--languages", metavar="CODES",
+                        help="with --lang/--parallel: all language codes in id order, e.g. en,ru "
+                             "(default: the order they first appear); any other code is an error")
     parser.add_argument("--tokenizer", required=True, metavar="PATH",
                         help="tokenizer.json (or a folder holding one) from `ember tokenizer train`")
     parser.add_argument("--out", required=True, metavar="DIR", help="output folder")
@@ -75,6 +92,14 @@ def run(args) -> int:
     import sys
 
     from ember.data.prepare import format_summary, prepare_corpus
+    from ember.errors import EmberError
+
+    if args.lang or args.parallel:
+        if args.inputs:
+            raise EmberError("give either INPUT paths or --lang/--parallel (a multilingual corpus), not both")
+        return run_multilingual(args)
+    if not args.inputs:
+        raise EmberError("no input: give INPUT paths, or --lang CODE=PATH / --parallel SRC-TGT=FILE")
 
     stats = prepare_corpus(
         args.inputs, args.tokenizer, args.out, fmt=args.fmt, text_field=args.text_field,
@@ -86,4 +111,28 @@ def run(args) -> int:
     for warning in stats["warnings"]:
         print(f"ember prepare: warning: {warning}", file=sys.stderr)
     print(format_summary(stats))
+    return 0
+
+
+def run_multilingual(args) -> int:
+    from ember.data.multilingual import parse_language_inputs, parse_parallel_inputs, prepare_multilingual
+    from ember.errors import EmberError
+
+    if args.phrases != "none":
+        raise EmberError("--phrases is not available with --lang/--parallel (XLM masks single tokens)")
+    stats = prepare_multilingual(
+        parse_language_inputs(args.lang), parse_parallel_inputs(args.parallel), args.tokenizer, args.out,
+        languages=[c.strip() for c in args.languages.split(",")] if args.languages else None,
+        fmt=args.fmt, text_field=args.text_field, valid_fraction=args.valid_fraction,
+        shard_tokens=args.shard_tokens, max_docs=args.max_docs, seed=args.seed,
+        progress=not args.no_progress, overwrite=args.overwrite,
+    )
+    print(f"prepared {len(stats['streams'])} streams in languages {', '.join(stats['languages'])} "
+          f"(ids 0..{len(stats['languages']) - 1}) -> {stats['out_dir']}")
+    for s in stats["streams"]:
+        tr, va = s["splits"]["train"], s["splits"]["valid"]
+        unit = "pairs" if s["kind"] == "parallel" else "docs"
+        print(f"  {s['name']:>8} {s['kind']:<8} train {tr['docs'][1] - tr['docs'][0]:,} {unit} / "
+              f"{tr['num_tokens']:,} tokens, valid {va['docs'][1] - va['docs'][0]:,} {unit} / "
+              f"{va['num_tokens']:,} tokens")
     return 0

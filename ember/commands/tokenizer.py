@@ -15,8 +15,15 @@ Train a subword tokenizer on raw text and save it as a single tokenizer.json.
 
 Lower-casing keeps accents and Hangul intact (no NFD accent stripping).
 
-example:
+A shared multilingual vocabulary (XLM, Lample & Conneau 2019 §3.1): give each language's
+text with --lang CODE=PATH instead of INPUTs. Sentences are then resampled so language i
+has the share q_i = p_i^alpha / sum_j p_j^alpha of the text the trainer sees (p_i: its
+share of the sentences; alpha 0.5 by default), so a smaller language keeps whole words.
+
+examples:
   ember tokenizer train data/wiki-en/AA --vocab-size 30522 --out runs/tok/tokenizer.json
+  ember tokenizer train --kind bpe --lang en=data/wiki-en --lang ru='data/ruslit/*/*.txt' \
+      --alpha 0.5 --vocab-size 16000 --no-lowercase --out runs/xlm-tok
 """
 
 
@@ -30,9 +37,15 @@ def register(subparsers) -> None:
         "train", help="train a tokenizer on text files", description=HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    train.add_argument("inputs", nargs="+", metavar="INPUT",
+    train.add_argument("inputs", nargs="*", metavar="INPUT",
                        help="text files, folders (searched recursively) or glob patterns; "
-                            "plain, .gz or .bz2")
+                            "plain, .gz or .bz2 (or use --lang for a multilingual vocabulary)")
+    train.add_argument("--lang", action="append", default=[], metavar="CODE=PATH",
+                       help="one language's text for a shared multilingual vocabulary; repeat per "
+                            "language (and per path); sentences are balanced with --alpha")
+    train.add_argument("--alpha", type=float, default=0.5,
+                       help="--lang: language-sampling exponent, q_i ~ p_i^alpha (default: 0.5, XLM's)")
+    train.add_argument("--seed", type=int, default=0, help="--lang: seed of the sentence resample (default: 0)")
     train.add_argument("--kind", choices=["wordpiece", "bpe", "unigram"], default="wordpiece",
                        help="tokenizer model (default: wordpiece)")
     train.add_argument("--vocab-size", type=int, default=30522,
@@ -70,17 +83,29 @@ def register(subparsers) -> None:
 def run_train(args) -> int:
     from pathlib import Path
 
+    from ember.data.language_mix import LanguageBalancedSentences
+    from ember.data.multilingual import parse_language_inputs
+    from ember.errors import EmberError
     from ember.tokenizers.train import special_token_ids, tokenizer_kind, train_tokenizer
 
     out = Path(args.out)
     if out.suffix != ".json":
         out = out / "tokenizer.json"
+    if bool(args.inputs) == bool(args.lang):
+        raise EmberError("give either INPUT paths or --lang CODE=PATH options (a multilingual "
+                         "vocabulary), not both and not neither")
+    source = args.inputs
+    if args.lang:
+        source = LanguageBalancedSentences(parse_language_inputs(args.lang), args.alpha, args.seed,
+                                           args.max_documents, args.fmt, args.text_field)
     tok = train_tokenizer(
-        args.inputs, kind=args.kind, vocab_size=args.vocab_size, lowercase=args.lowercase,
+        source, kind=args.kind, vocab_size=args.vocab_size, lowercase=args.lowercase,
         special_tokens=args.special_tokens, min_frequency=args.min_frequency,
         max_documents=args.max_documents, progress=not args.no_progress,
         fmt=args.fmt, text_field=args.text_field, sentinels=args.sentinels,
     )
+    if args.lang:
+        print("language-balanced sentences (XLM §3.1):\n" + source.summary())
     out.parent.mkdir(parents=True, exist_ok=True)
     tok.save(str(out))
     ids = ", ".join(f"{k}={v}" for k, v in special_token_ids(tok).items())

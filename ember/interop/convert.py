@@ -23,10 +23,13 @@ from ember.runs.checkpoint import atomic_write_text, load_weights, save_weights
 from ember.runs.folder import load_run_config, write_run_files
 
 
-def _objective(state: dict, family: str = "bert") -> str:
+def _objective(state: dict, family: str = "bert", model_cfg=None) -> str:
     """The pre-training objective whose heads the imported weights carry."""
     from ember.config import DECODER_FAMILIES
 
+    own = getattr(interop_for_family(family), "objective_for", None)  # a family that decides itself (XLM)
+    if own is not None and model_cfg is not None:
+        return own(model_cfg)
     if family in DECODER_FAMILIES:
         return "clm"  # GPT-1/GPT-2: the causal LM head is the tied embedding matrix
     fixed = getattr(interop_for_family(family), "OBJECTIVE", None)  # a family with one objective (XLNet)
@@ -45,7 +48,7 @@ def _objective(state: dict, family: str = "bert") -> str:
 def import_hf(hf_dir: str | Path, out_dir: str | Path) -> Path:
     hf_dir, out_dir = Path(hf_dir), Path(out_dir)
     model_cfg, state = import_checkpoint(read_hf_config(hf_dir), read_hf_weights(hf_dir))
-    objective = _objective(state, model_cfg.family)
+    objective = _objective(state, model_cfg.family, model_cfg)
     kind = "finetune" if any(k.startswith("classifier.") for k in state) else "pretrain"
     cfg = RunConfig(kind=kind, objective=objective, model=model_cfg, data=DataConfig(nsp=objective == "bert"))
     out_dir.mkdir(parents=True, exist_ok=True)

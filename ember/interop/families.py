@@ -10,6 +10,8 @@ Every family module (``hf_bert``, ``hf_roberta``, ``hf_albert``, ``hf_distilbert
                                                         ``sop.*``, ``classifier.*``)
     state_to_hf(state, cfg) -> HF state dict (names of the architecture below)
     hf_architecture(state) -> str               e.g. "RobertaForMaskedLM"
+    objective_for(model_cfg) -> str             optional: the objective of an imported LM head
+                                                when its weights alone do not tell (XLM)
 
 Modules are imported lazily so a family still being written cannot break the others.
 """
@@ -36,6 +38,7 @@ FAMILIES = {
     "gpt": "ember.interop.hf_gpt1",  # GPT-1; transformers calls it "openai-gpt"
     "t5": "ember.interop.hf_t5",
     "xlnet": "ember.interop.hf_xlnet",
+    "xlm": "ember.interop.hf_xlm",  # XLMWithLMHeadModel (Lample & Conneau 2019)
 }
 # HF model_type -> ember family where the two names differ.
 _MODEL_TYPES = {"openai-gpt": "gpt"}

@@ -2,8 +2,8 @@
 
 ``BACKBONES`` maps each model family (``ModelConfig.family``) to its backbone class, imported
 on first use; a new family is one line here plus its module. Every encoder variant is one
-``Encoder`` class, GPT-1 and GPT-2 one causal ``Decoder``, T5 the ``EncoderDecoder``, XLNet its
-own ``XLNet``.
+``Encoder`` class (XLM's language embeddings are an Encoder option), GPT-1 and GPT-2 one
+causal ``Decoder``, T5 the ``EncoderDecoder``, XLNet its own ``XLNet``.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ __all__ = ["BACKBONES", "Decoder", "DecoderOutput", "Encoder", "EncoderOutput", 
 _ENCODER, _DECODER = "ember.models.encoder:Encoder", "ember.models.decoder:Decoder"
 BACKBONES: dict[str, str] = {
     "bert": _ENCODER, "roberta": _ENCODER, "albert": _ENCODER, "electra": _ENCODER, "distilbert": _ENCODER,
+    "xlm": _ENCODER,  # + language embeddings (Lample & Conneau 2019)
     "gpt": _DECODER, "gpt2": _DECODER,
     "t5": "ember.models.encoder_decoder:EncoderDecoder",
     "xlnet": "ember.models.xlnet:XLNet",  # Transformer-XL layers, two-stream attention (Yang et al. 2019)

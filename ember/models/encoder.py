@@ -12,6 +12,10 @@ Options used by the variants, all from ModelConfig:
 - ``embeddings=False`` builds an encoder without its own embedding tables; it is fed
   ``inputs_embeds`` from another model's embeddings (ELECTRA's generator shares the
   discriminator's, Clark et al. 2020 §3.2).
+- ``num_languages`` / ``language_ids``: XLM's language embeddings (Lample & Conneau 2019,
+  §3.4), ``sinusoidal_positions``: a fixed position table (ember.nn.embeddings).
+- ``causal``: every position attends only to itself and to its left (XLM's causal LM,
+  §3.1); see ``causal_mask_4d`` for padding.
 """
 
 from __future__ import annotations
@@ -46,6 +50,19 @@ def attention_mask_4d(attention_mask: torch.Tensor | None) -> torch.Tensor | Non
     if bool(mask.all()):
         return None
     return mask[:, None, None, :]
+
+
+def causal_mask_4d(attention_mask: torch.Tensor | None) -> torch.Tensor | None:
+    """The mask of a causal encoder: None (SDPA's ``is_causal``) when nothing is padded,
+    else bool (B, 1, T, T) allowing key j for query i when j <= i and j is a real token, or
+    j == i (a pad query then still has one key: no all-masked softmax row, whose output
+    nothing reads). Real tokens see exactly what transformers' causal XLM lets them see."""
+    if attention_mask is None or bool(attention_mask.bool().all()):
+        return None
+    t = attention_mask.shape[1]
+    eye = torch.eye(t, dtype=torch.bool, device=attention_mask.device)
+    keys = attention_mask.bool()[:, None, None, :] | eye  # (B, 1, T, T)
+    return keys & torch.ones(t, t, dtype=torch.bool, device=attention_mask.device).tril()
 
 
 def init_weights(module: nn.Module, std: float) -> None:
@@ -90,6 +107,7 @@ class Encoder(nn.Module):
         self.embeddings = InputEmbeddings(
             cfg.vocab_size, e, cfg.max_position, cfg.type_vocab_size,
             cfg.dropout, cfg.layer_norm_eps, cfg.pad_token_id,
+            num_languages=cfg.num_languages, sinusoidal=cfg.sinusoidal_positions,
         ) if embeddings else None
         self.embed_project = nn.Linear(e, cfg.hidden_size) if e != cfg.hidden_size else None
         self.layers = build_layers(cfg)
@@ -117,15 +135,21 @@ class Encoder(nn.Module):
         output_hidden_states: bool = False,
         output_attentions: bool = False,
         inputs_embeds: torch.Tensor | None = None,  # (B, T, E) from an embeddings module
+        language_ids: torch.Tensor | None = None,  # (B, T) XLM language of each token
     ) -> EncoderOutput:
-        x = inputs_embeds if inputs_embeds is not None else self.embeddings(input_ids, token_type_ids, position_ids)
+        if inputs_embeds is not None:
+            x = inputs_embeds
+        else:
+            x = self.embeddings(input_ids, token_type_ids, position_ids, language_ids)
         if self.embed_project is not None:
             x = self.embed_project(x)  # (B, T, E) -> (B, T, H)
-        mask = attention_mask_4d(attention_mask)
+        causal = self.config.causal
+        mask = causal_mask_4d(attention_mask) if causal else attention_mask_4d(attention_mask)
+        is_causal = causal and mask is None  # SDPA's triangle; no (T, T) mask to build
         hidden_states = [x] if output_hidden_states else None
         attentions = [] if output_attentions else None
         for layer, donor in self.layer_sequence():
-            x, probs = layer(x, mask, need_weights=output_attentions, donor=donor)
+            x, probs = layer(x, mask, need_weights=output_attentions, donor=donor, is_causal=is_causal)
             if hidden_states is not None:
                 hidden_states.append(x)
             if attentions is not None:

@@ -41,3 +41,17 @@ class Pooler(nn.Module):
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:  # (B, T, H) -> (B, H)
         return torch.tanh(self.dense(hidden[:, 0]))
+
+
+class TiedLMHead(nn.Module):
+    """XLM's prediction layer (Lample & Conneau 2019; transformers' ``XLMPredLayer``): logits
+    = h E^T + b with E the word embeddings (tied) and a bias of its own; no transform layer
+    in between, unlike BERT's ``MaskedLMHead``. Used for XLM's MLM, TLM and CLM alike."""
+
+    def __init__(self, vocab_size: int) -> None:
+        super().__init__()
+        self.bias = nn.Parameter(torch.zeros(vocab_size))
+
+    def forward(self, hidden: torch.Tensor, word_embeddings: torch.Tensor) -> torch.Tensor:
+        """hidden (..., H), word_embeddings (V, H) -> logits (..., V)."""
+        return F.linear(hidden, word_embeddings, self.bias)

@@ -34,6 +34,11 @@ OBJECTIVES = {
     "replace_spans": "ember.objectives.span_corruption",
     "drop_tokens": "ember.objectives.span_corruption",
     "plm": "ember.objectives.plm",  # permutation LM, two-stream attention, memory (XLNet, Yang et al. 2019)
+    # XLM (Lample & Conneau 2019): language embeddings; streams/pairs of a corpus prepared with --lang/--parallel
+    "xlm_mlm": "ember.objectives.xlm",  # masked LM on monolingual streams (§3.2)
+    "xlm_clm": "ember.objectives.xlm",  # causal LM on monolingual streams (§3.1)
+    "tlm": "ember.objectives.xlm",  # translation LM on parallel pairs (§3.3)
+    "xlm_mlm_tlm": "ember.objectives.xlm",  # MLM and TLM mixed
 }
 
 

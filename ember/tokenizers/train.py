@@ -176,6 +176,8 @@ def train_tokenizer(
     fmt: str = "auto",
     text_field: str = "text",
     sentinels: int | None = None,
+    alpha: float = 0.5,
+    seed: int = 0,
 ) -> Tokenizer:
     """Train a ``kind`` tokenizer on the documents of ``files`` (files, folders, globs).
 
@@ -184,7 +186,14 @@ def train_tokenizer(
     documents read. Special tokens come first in the vocabulary, in the order given;
     ``sentinels`` (default: 100 for unigram, else 0) T5 sentinels come last, and
     ``vocab_size`` counts them (T5: 32,000 pieces + 100 sentinels = 32,100).
+
+    A shared multilingual vocabulary (XLM, Lample & Conneau 2019 §3.1): ``files`` maps
+    language codes to their inputs ({"en": [...], "ru": [...]}), or is an
+    ``ember.data.language_mix.LanguageBalancedSentences``; the trainer then sees sentences
+    resampled so language i has the share q_i ~ p_i^alpha (``max_documents`` per language,
+    ``seed`` fixes the resample).
     """
+    from ember.data.language_mix import LanguageBalancedSentences
     from ember.data.readers import DocumentReader
 
     if kind not in KINDS:
@@ -203,6 +212,12 @@ def train_tokenizer(
     tok = _build(kind, lowercase, roles)
     trainer = _trainer(kind, vocab_size - sentinels, special_tokens, min_frequency, roles, progress)
 
+    if isinstance(files, dict):
+        files = LanguageBalancedSentences(files, alpha, seed, max_documents, fmt, text_field)
+    if isinstance(files, LanguageBalancedSentences):  # it reports empty languages itself
+        tok.train_from_iterator(iter(files), trainer=trainer)
+        _set_post_processor(tok, kind, roles)
+        return tok
     reader = DocumentReader(files, fmt=fmt, text_field=text_field)
 
     def texts() -> Iterator[str]:
