@@ -40,7 +40,7 @@ def metrics(run):
 
 
 def test_xlm_mini_recipe_loads_with_languages():
-    from ember.commands.common import recipe_path
+    from ember.recipes import recipe_path
     from ember.config import load_yaml, run_config_from_dict
 
     cfg = run_config_from_dict(load_yaml(recipe_path("xlm-mini")))

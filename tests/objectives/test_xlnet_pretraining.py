@@ -15,10 +15,10 @@ import torch
 
 from conftest import TINY_MODEL, real_data
 from ember.cli import main
-from ember.commands.common import recipe_path
+from ember.recipes import recipe_path
 from ember.config import load_yaml, run_config_from_dict
 from ember.objectives.plm import prediction_count
-from test_resume import env, kill_after_checkpoint, train_losses
+from run_helpers import env, kill_after_checkpoint, train_losses
 
 # XLNet's SentencePiece special tokens, in its order (<unk> 0 ... <eop> 8).
 XLNET_SPECIALS = ["<unk>", "<s>", "</s>", "<cls>", "<sep>", "<pad>", "<mask>", "<eod>", "<eop>"]

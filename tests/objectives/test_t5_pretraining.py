@@ -115,7 +115,7 @@ def test_t5_pretrain_on_a_corpus_without_sentinels_is_one_clear_error(wiki_prepa
 
 @pytest.mark.parametrize("name", ["t5-tiny", "t5-mini", "t5-small", "t5-base"])
 def test_t5_recipes_load_with_the_papers_pretraining_settings(name):
-    from ember.commands.common import recipe_path
+    from ember.recipes import recipe_path
 
     cfg = run_config_from_dict(load_yaml(recipe_path(name)), where=name)
     assert cfg.objective == "span_corruption" and cfg.model == model_preset(name)
@@ -149,7 +149,7 @@ def t5_pretrain_cmd(prepared: Path, run: Path, *extra: str) -> list[str]:
 
 @pytest.fixture(scope="module")
 def t5_uninterrupted(wiki_t5_prepared, tmp_path_factory):
-    from test_resume import env, train_losses
+    from run_helpers import env, train_losses
 
     run = tmp_path_factory.mktemp("t5-uninterrupted") / "run"
     done = subprocess.run(t5_pretrain_cmd(wiki_t5_prepared, run), env=env(), capture_output=True, text=True)
@@ -177,7 +177,7 @@ def test_t5_pretrain_recipe_trains_and_the_loss_falls(t5_uninterrupted):
 
 @pytest.mark.slow
 def test_t5_pretrain_resume_after_kill_matches_uninterrupted_losses(wiki_t5_prepared, t5_uninterrupted, tmp_path):
-    from test_resume import env, kill_after_checkpoint, train_losses
+    from run_helpers import env, kill_after_checkpoint, train_losses
 
     run = tmp_path / "run"
     kill_after_checkpoint(t5_pretrain_cmd(wiki_t5_prepared, run), run, step=40)
