@@ -325,6 +325,9 @@ class DenoisingConfig:
     noise_density: float = 0.15  # share of tokens corrupted (§3.3.3: 10/15/25/50% compared)
     mean_noise_span_length: float = 3.0  # span_corruption: mean span length (§3.3.4: 2/3/5/10)
     random_token_prob: float = 0.1  # bert_denoising: corrupted tokens given a random token, not the mask
+
+
+@dataclass(frozen=True)
 class PlmConfig:
     """XLNet's permutation language model (objective ``plm``; Yang et al. 2019 §2.3, App. A and
     the released data pipeline). Sequences are ``A <sep> B <sep> <cls>`` of data.max_seq_length
@@ -334,6 +337,9 @@ class PlmConfig:
     num_predict: int = 0  # targets per sequence; 0 = round(max_seq_length / k) (512 / 6 -> 85)
     max_span: int = 5  # a predicted span covers n <= max_span whole words, P(n) proportional to 1/n
     random_segment_prob: float = 0.5  # B comes from a random place in the corpus, not after A
+
+
+@dataclass(frozen=True)
 class XlmConfig:
     """XLM's data mix (Lample & Conneau 2019, §3.1 and §3.3), for objectives xlm_mlm,
     xlm_clm, tlm and xlm_mlm_tlm on a corpus prepared with language codes."""

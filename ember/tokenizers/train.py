@@ -216,22 +216,19 @@ def train_tokenizer(
         files = LanguageBalancedSentences(files, alpha, seed, max_documents, fmt, text_field)
     if isinstance(files, LanguageBalancedSentences):  # it reports empty languages itself
         tok.train_from_iterator(iter(files), trainer=trainer)
-        _set_post_processor(tok, kind, roles)
-        return tok
-    reader = DocumentReader(files, fmt=fmt, text_field=text_field)
+    else:
+        reader = DocumentReader(files, fmt=fmt, text_field=text_field)
 
-    def texts() -> Iterator[str]:
-        for i, doc in enumerate(reader):
-            if max_documents is not None and i >= max_documents:
-                return
-            yield doc.text
+        def texts() -> Iterator[str]:
+            for i, doc in enumerate(reader):
+                if max_documents is not None and i >= max_documents:
+                    return
+                yield doc.text
 
-    tok.train_from_iterator(texts(), trainer=trainer)
-    if reader.documents == 0:
-        raise EmberError(
-            f"no text to train on: read {reader.describe_inputs()} "
-            f"({reader.empty_skipped} empty documents)"
-        )
+        tok.train_from_iterator(texts(), trainer=trainer)
+        if reader.documents == 0:
+            raise EmberError(f"no text to train on: read {reader.describe_inputs()} "
+                             f"({reader.empty_skipped} empty documents)")
     add_sentinels(tok, sentinels)
     _set_post_processor(tok, kind, roles)
     return tok

@@ -15,9 +15,9 @@ from ember.cli import main
 from ember.recipes import RECIPES_DIR, recipe_path
 from ember.config import apply_overrides, load_yaml, run_config_from_dict
 
-# Encoder recipes (WordPiece corpus fixture); GPT recipes need a BPE corpus with an end-of-text
-# token and are stepped in tests/test_gpt_pretraining.py, XLM recipes a corpus with language
-# codes (tests/test_xlm_pretraining.py).
+# Encoder, XLNet and T5 recipes (WordPiece corpus fixture; T5's with sentinels); GPT recipes need
+# a BPE corpus with an end-of-text token and are stepped in objectives/test_gpt_pretraining.py,
+# XLM recipes a corpus with language codes (objectives/test_xlm_pretraining.py).
 RECIPES = sorted(p.stem for p in RECIPES_DIR.glob("*.yaml") if not p.stem.startswith(("gpt", "elmo", "xlm")))
 # Small, fast runs: loss must still fall from ~ln(V) towards the unigram entropy.
 QUICK_RUN = ["--max-steps", "40", "--batch-size", "16", "--grad-accum", "1", "--lr", "3e-3",
@@ -56,8 +56,11 @@ def test_every_recipe_builds_its_objective_and_data_and_takes_a_step(name, wiki_
     from ember.objectives.setup import objective_dataset
 
     cfg = recipe(name)
-    # ERNIE-style phrase masking needs a corpus prepared with phrase flags.
+    # ERNIE-style phrase masking needs a corpus prepared with phrase flags, T5's objectives one
+    # whose vocabulary has sentinels.
     prepared = request.getfixturevalue("phrase_prepared") if cfg.data.masking == "phrase" else wiki_prepared
+    if cfg.model.family == "t5":
+        prepared = request.getfixturevalue("wiki_t5_prepared")
     cfg = recipe(name, *TINY_MODEL, f"data.prepared={prepared}")
     assert cfg.kind == "pretrain"
     corpus = TokenCorpus(prepared, "train")
