@@ -36,7 +36,9 @@ def register(sub) -> None:
         "runs/wiki-prepared \\\n    --budget 20m --seeds 1,2,3 --baseline random --out runs/compare",
     )
     p.add_argument("recipes", nargs="+", metavar="RECIPE", help="recipe names (ember/recipes) or YAML paths")
-    p.add_argument("--data", required=True, help="prepared corpus folder (from `ember prepare`), shared by all")
+    p.add_argument("--data", required=True, action="append", metavar="PATH | RECIPE=PATH",
+                   help="prepared corpus folder (from `ember prepare`) shared by all recipes; repeat as "
+                   "RECIPE=PATH for a recipe that needs its own vocabulary (T5's sentinels, GPT's BPE)")
     p.add_argument("--budget", required=True, help="pre-training time per recipe: 90s, 20m, 1.5h or seconds")
     p.add_argument("--tasks", default="sst2,cola,mrpc,rte,stsb", help="fine-tuning tasks (default: %(default)s)")
     p.add_argument("--seeds", default="1,2,3", help="fine-tuning seeds, one run each (default: %(default)s)")

@@ -120,18 +120,45 @@ def assign_labels(recipes: list[str], labels: list[str]) -> list[tuple[str, str]
     return pairs
 
 
+def parse_data(items: list[str] | str | Path) -> tuple[Path, dict[str, Path]]:
+    """``--data`` values -> (the corpus of every recipe, {recipe or label: its own corpus}).
+
+    A recipe whose vocabulary must differ (T5's sentinels, GPT's byte-level BPE) gets its own
+    prepared corpus with NAME=PATH; the text should be the same for the comparison to be fair."""
+    items = [items] if isinstance(items, (str, Path)) else list(items)
+    default, own = None, {}
+    for item in map(str, items):
+        name, sep, path = item.partition("=")
+        if sep and name and not Path(item).exists():
+            own[name] = Path(path).resolve()
+        elif default is None:
+            default = Path(item).resolve()
+        else:
+            raise EmberError(f"--data {item!r}: one shared corpus is given already ({default}); name the "
+                             "recipe a second corpus is for, e.g. --data t5-mini=runs/wiki-t5")
+    if default is None:
+        raise EmberError("--data needs the corpus the recipes share (a folder from `ember prepare`)")
+    return default, own
+
+
 def build_entries(recipes: list[str], labels: list[str], data: Path, overrides: list[str],
-                  seed: int) -> list[Entry]:
-    from ember.recipes import recipe_path
+                  seed: int, own_data: dict[str, Path] | None = None) -> list[Entry]:
     from ember.config import apply_overrides, load_yaml, run_config_from_dict
     from ember.data.shards import TokenCorpus
+    from ember.recipes import recipe_path
 
-    vocab = TokenCorpus(data, "train").vocab_size  # also checks that --data is a prepared corpus
+    own_data = own_data or {}
+    pairs = assign_labels(recipes, labels)
+    unknown = sorted(set(own_data) - {n for pair in pairs for n in pair})
+    if unknown:
+        raise EmberError(f"--data {unknown[0]}=...: no recipe or label of that name in this comparison")
     entries = []
-    for label, recipe in assign_labels(recipes, labels):
+    for label, recipe in pairs:
         path = recipe_path(recipe)
+        corpus = own_data.get(label, own_data.get(recipe, data))
+        vocab = TokenCorpus(corpus, "train").vocab_size  # also checks that it is a prepared corpus
         # Shared settings first, then the user's --set (applied to every recipe alike).
-        values = apply_overrides(load_yaml(path), [f"data.prepared={data}", f"model.vocab_size={vocab}",
+        values = apply_overrides(load_yaml(path), [f"data.prepared={corpus}", f"model.vocab_size={vocab}",
                                                    f"train.seed={seed}", *overrides])
         cfg = run_config_from_dict(values, where=str(path))
         if cfg.kind != "pretrain":
@@ -279,7 +306,7 @@ def finetune_settings(settings: FinetuneSettings, base: TrainConfig) -> dict:
 
 # -- the whole comparison --------------------------------------------------------------------
 
-def run_compare(recipes: list[str], data: str | Path, budget: float, out: str | Path,
+def run_compare(recipes: list[str], data: str | Path | list[str], budget: float, out: str | Path,
                 tasks: list[str] = DEFAULT_TASKS, seeds: list[int] = (1, 2, 3), overrides: list[str] = (),
                 labels: list[str] = (), finetune: FinetuneSettings = FinetuneSettings(),
                 baseline: bool = False, pretrain_seed: int = 0, probe_steps: int = PROBE_STEPS,
@@ -293,13 +320,14 @@ def run_compare(recipes: list[str], data: str | Path, budget: float, out: str | 
     from ember.experiments.compare_report import write_reports
     from ember.tasks.glue import get_task, read_examples
 
-    out, data = Path(out), Path(data).resolve()
+    out = Path(out)
+    data, own_data = parse_data(data)
     specs = [get_task(t) for t in tasks]
     if len({s.name for s in specs}) != len(specs):
         raise EmberError(f"a task is listed twice in {list(tasks)}")
     if not seeds:
         raise EmberError("give at least one fine-tuning seed, e.g. --seeds 1,2,3")
-    entries = build_entries(list(recipes), list(labels), data, list(overrides), pretrain_seed)
+    entries = build_entries(list(recipes), list(labels), data, list(overrides), pretrain_seed, own_data)
     # Fail now, not after hours of pre-training: the task files must be readable and fit.
     n_train = {}
     for spec in specs:
@@ -310,6 +338,7 @@ def run_compare(recipes: list[str], data: str | Path, budget: float, out: str | 
                 raise EmberError(f"fine-tuning max length {length} exceeds {e.label}'s {e.cfg.model.max_position} "
                                  "positions; pass a smaller --max-length")
     settings = {"budget_seconds": budget, "data": str(data), "overrides": list(overrides),
+                **({"data_for": {k: str(v) for k, v in sorted(own_data.items())}} if own_data else {}),
                 "pretrain_seed": pretrain_seed, "finetune": dataclasses.asdict(finetune)}
     check_settings(out, settings, {e.label: e.recipe for e in entries})
     root = out / "runs"

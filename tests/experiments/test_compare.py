@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import shutil
+from pathlib import Path
 
 import pytest
 import torch
@@ -200,3 +201,21 @@ def test_compare_rerun_with_another_budget_is_refused(compared, capsys):
     assert main(changed) == 1
     err = capsys.readouterr().err
     assert "other settings" in err and "budget_seconds: 4.0 then, 9.0 now" in err
+
+
+def test_compare_gives_a_recipe_its_own_corpus_and_vocabulary(wiki_prepared, wiki_t5_prepared, tmp_path):
+    """T5's objectives need sentinels in the vocabulary: ``--data t5-tiny=PATH`` gives it the same
+    text prepared with its own tokenizer; every other recipe keeps the shared corpus."""
+    from ember.data.shards import TokenCorpus
+    from ember.experiments.compare import build_entries, parse_data
+
+    shared, own = parse_data([str(wiki_prepared), f"t5-tiny={wiki_t5_prepared}"])
+    assert shared == wiki_prepared.resolve() and own == {"t5-tiny": wiki_t5_prepared.resolve()}
+    bert, t5 = build_entries(["bert-mini", "t5-tiny"], [], shared, [], 0, own)
+    assert Path(bert.cfg.data.prepared) == wiki_prepared.resolve()
+    assert Path(t5.cfg.data.prepared) == wiki_t5_prepared.resolve()
+    assert t5.cfg.model.vocab_size == TokenCorpus(wiki_t5_prepared, "train").vocab_size and t5.cfg.model.family == "t5"
+    with pytest.raises(EmberError, match="no recipe or label of that name"):
+        build_entries(["bert-mini"], [], shared, [], 0, {"t5-tiny": wiki_t5_prepared})
+    with pytest.raises(EmberError, match="one shared corpus is given already"):
+        parse_data([str(wiki_prepared), str(wiki_t5_prepared)])
