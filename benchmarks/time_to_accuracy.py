@@ -39,7 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _bench import load, machine  # noqa: E402
 from ember.train.loop import step_clock  # noqa: E402
 
-from ember.cli import main as ember_cli  # noqa: E402
+import ember  # noqa: E402
 from ember.durations import parse_duration  # noqa: E402
 from ember.recipes import recipe_path  # noqa: E402
 from ember.config import apply_overrides, load_yaml, run_config_from_dict  # noqa: E402
@@ -119,21 +119,11 @@ def train_reference(data: Path, out: Path, cfg, budget: float, progress: bool) -
 
 
 def finetune(init: Path, out: Path, args) -> dict:
-    argv = ["finetune", "--task", "sst2", "--init", str(init), "--out", str(out), "--seeds", args.seeds,
-            "--no-progress", "--overwrite"]
-    if args.train_limit:
-        argv += ["--train-limit", str(args.train_limit)]
-    if args.finetune_epochs:
-        argv += ["--epochs", str(args.finetune_epochs)]
-    if args.max_length:
-        argv += ["--max-length", str(args.max_length)]
-    if args.finetune_lr:
-        argv += ["--lr", str(args.finetune_lr)]
-    if ember_cli(argv) != 0:
-        raise SystemExit(f"fine-tuning {init} failed")
-    seeds = [s.strip() for s in args.seeds.split(",") if s.strip()]
-    runs = [out / f"seed-{s}" for s in seeds] if len(seeds) > 1 else [out]
-    accs = [json.loads((r / "results.json").read_text())["metrics"]["accuracy"] for r in runs]
+    seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
+    result = ember.finetune("sst2", out, init, seeds=seeds, train_limit=args.train_limit or None,
+                            epochs=args.finetune_epochs or None, max_length=args.max_length or None,
+                            lr=args.finetune_lr or None, overwrite=True, progress=False)
+    accs = [r["metrics"]["accuracy"] for r in result.runs]
     return {"accuracy_mean": float(np.mean(accs)), "accuracies": accs}
 
 
@@ -179,11 +169,8 @@ def main(argv: list[str] | None = None) -> dict:
                         f"train.schedule={args.ember_schedule}"]
     if args.ember_schedule == "time":
         sets.append("train.max_steps=100000000")  # the budget ends the run
-    argv_pre = ["pretrain", "--recipe", args.recipe, "--data", args.data, "--out", str(ember_run),
-                "--overwrite", "--no-progress"] + [x for s in sets for x in ("--set", s)]
     started = time.perf_counter()
-    if ember_cli(argv_pre) != 0:
-        raise SystemExit("ember pre-training failed")
+    ember.pretrain(args.recipe, ember_run, data=args.data, overrides=sets, overwrite=True, progress=False)
     ember_wall = time.perf_counter() - started
     state = _last_trainer_state(ember_run)
     started = time.perf_counter()
