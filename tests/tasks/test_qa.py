@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import real_data
 from test_squad import squad_file, squad_tokenizer
 
 from ember.config import ModelConfig, TrainConfig
@@ -147,6 +148,7 @@ def test_squad2_tiny_bert_finetuning_loss_goes_down_on_real_text(tmp_path):
 
 
 def test_squad1_adapter_drops_unanswerable_questions():
+    real_data("squad2-dev-half")
     adapter = SquadAdapter("squad")
     examples = adapter.read("dev", limit=50)
     assert len(examples) == 50 and not any(ex.is_impossible for ex in examples)

@@ -35,6 +35,7 @@ def test_nsmc_reviews_with_a_bare_carriage_return_stay_one_row():
 
 
 def test_carved_dev_is_deterministic_disjoint_and_keeps_duplicates_together():
+    real_data("rusentiment")
     task = SENTIMENT_TASKS["rusentiment"]
     train, dev = read_split(task, "train"), read_split(task, "dev")
     assert len(train) + len(dev) == 21_268 + 6_950
@@ -46,6 +47,7 @@ def test_carved_dev_is_deterministic_disjoint_and_keeps_duplicates_together():
 
 
 def test_rusentiment_reads_quoted_multiline_csv_texts():
+    real_data("rusentiment")
     test = read_split("rusentiment", "test")
     assert len(test) == 2_967
     names = SENTIMENT_TASKS["rusentiment"].spec.labels
