@@ -42,27 +42,19 @@ def test_xlnet_template_puts_cls_last_with_segment_types_0_1_2():
     assert tok.encode("a good film").tokens[0] == "[CLS]"  # the caller's tokenizer is left alone
 
 
-def test_xlnet_template_keeps_byte_level_offsets_trimmed():
+def test_xlnet_template_keeps_byte_level_offsets_trimmed(tmp_path):
     """A byte-level BPE's offsets keep excluding the leading space, so SQuAD spans map back."""
     from ember.tokenizers import train_tokenizer
 
-    text = "the cat sat on the mat . a dog ran in the park ." * 5
-    bpe = xlnet_template(train_tokenizer_from_text(train_tokenizer, text))
-    enc = bpe.encode("where is the cat", "the cat sat on the mat")
+    text = tmp_path / "t.txt"
+    text.write_text("the cat sat on the mat . a dog ran in the park .\n" * 5)
+    bpe = xlnet_template(train_tokenizer([text], kind="bpe", vocab_size=300, lowercase=False, progress=False,
+                                         fmt="lines"))
     context = "the cat sat on the mat"
+    enc = bpe.encode("where is the cat", context)
     words = [context[s:e] for (s, e), q in zip(enc.offsets, enc.sequence_ids) if q == 1]
-    assert all(not w.startswith(" ") for w in words) and "".join(words).replace(" ", "") == context.replace(" ", "")
+    assert all(not w.startswith(" ") for w in words) and "".join(words) == context.replace(" ", "")
     assert enc.tokens[-2:] == ["</s>", "<s>"] and enc.type_ids[-1] == 2  # RoBERTa-style sep / cls
-
-
-def train_tokenizer_from_text(train_tokenizer, text):
-    import tempfile
-    from pathlib import Path
-
-    with tempfile.TemporaryDirectory() as d:
-        path = Path(d) / "t.txt"
-        path.write_text(text)
-        return train_tokenizer([path], kind="bpe", vocab_size=300, lowercase=False, progress=False, fmt="lines")
 
 
 def test_xlnet_real_rte_pairs_are_laid_out_and_left_padded(wordpiece):
@@ -131,6 +123,11 @@ def test_xlnet_finetunes_on_real_sst2_and_learns(wordpiece, tmp_path):
     assert np.mean(losses[-3:]) < 0.8 * np.mean(losses[:3])
     kept = load_tokenizer(tmp_path / "sst2" / "tokenizer.json")  # the run reads texts as it was trained
     assert kept.encode("a fine film").tokens[-2:] == ["[SEP]", "[CLS]"]
+    tsv = tmp_path / "in.tsv"
+    tsv.write_text("sentence\tlabel\na great , moving film\t1\na dull mess\t0\n")
+    assert main(["predict", str(tmp_path / "sst2"), "--input", str(tsv), "--out", str(tmp_path / "p.jsonl")]) == 0
+    rows = [json.loads(line) for line in (tmp_path / "p.jsonl").read_text().splitlines()]
+    assert [r["prediction"] for r in rows] == ["positive", "negative"]
 
 
 @pytest.mark.slow  # ~30 CPU s: scoring CoNLL dev + test and the SQuAD dev windows
