@@ -34,7 +34,8 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from _bench import run_cli  # noqa: E402
 
 from ember.errors import EmberError  # noqa: E402
 from ember.fileio import atomic_write_text  # noqa: E402
@@ -293,7 +294,4 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except EmberError as exc:
-        sys.exit(f"error: {exc}")
+    run_cli(main)
