@@ -117,3 +117,15 @@ def _fmt(value: float) -> str:
 
 def median(values: list[float]) -> float:
     return statistics.median(values) if values else float("nan")
+
+
+def run_cli(main: Callable[[], object]) -> None:
+    """A benchmark's ``__main__``: run ``main``; ember's own errors end it with one line, not a traceback."""
+    import sys
+
+    from ember.errors import EmberError
+
+    try:
+        main()
+    except EmberError as exc:
+        sys.exit(f"error: {exc}")

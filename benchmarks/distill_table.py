@@ -36,7 +36,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _bench import add_common_args, alternate, apply_common_args, clock_name, load, machine, median  # noqa: E402
+from _bench import add_common_args, alternate, apply_common_args, clock_name, load, machine, median, run_cli  # noqa: E402
 from _distill_report import claims, render_markdown, write_chart  # noqa: E402
 from _predictors import onnx_predictors, rate_keeping_logits, torch_predictors  # noqa: E402
 
@@ -265,7 +265,4 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except EmberError as exc:
-        sys.exit(f"error: {exc}")
+    run_cli(main)

@@ -418,6 +418,9 @@ class TaskConfig:
     layer_lr_decay: float = 1.0  # lr x decay^(depth below the head) per layer; 1 = off; ULMFiT 1/2.6
     gradual_unfreeze: bool = False  # epoch 1: head + top layer; one more layer per epoch
     patience: int = 0  # stop after N dev evaluations without a better main metric; 0 = never
+    # The language of the task's texts ("" = the task's own: "en" for GLUE, "ko" NSMC, "ru"
+    # RuSentiment); a model with language embeddings (XLM) gives every token this language's id.
+    language: str = ""
 
 
 @dataclass(frozen=True)

@@ -225,3 +225,34 @@ def test_distill_claims_follow_the_numbers():
     # a student that loses to the baseline is reported as such
     rows[1] = row("A", "student", 80)
     assert not report.claims({"rows": rows, "labels": gold})["beats"][0]["beats"]
+
+
+def test_xlm_zero_shot_smoke_fine_tunes_both_on_english_and_scores_russian_beside_the_baseline(tmp_path):
+    from ember.errors import EmberError
+
+    real_data("glue", "SST-2", "train.tsv")
+    real_data("rusentiment", "rusentiment_test.csv")
+    bench = load_benchmark("xlm_zero_shot")
+    out = tmp_path / "zero-shot"
+    result = bench.main(["--smoke", "--seeds", "1,2", "--out", str(out), "--no-progress"])
+    assert [m["label"] for m in result["models"]] == ["XLM (en+ru)", "English-only"] and result["ran"] == 4
+    # the majority class of the 794 binary test posts: 536 positive -> 67.5% accuracy, macro F1 0.403
+    assert result["baseline"]["label"] == "positive" and result["baseline"]["accuracy"] == pytest.approx(536 / 794)
+    assert result["baseline"]["f1_macro"] == pytest.approx((2 * (536 / 794) / (1 + 536 / 794)) / 2)
+    for model in result["models"]:
+        assert [r["seed"] for r in model["runs"]] == [1, 2]
+        assert {r["target"]["task"] for r in model["runs"]} == {"RuSentiment pos/neg"}
+        for name in ("sst2_accuracy", "ru_accuracy", "ru_f1_macro"):
+            stat = model["summary"][name]
+            assert 0.0 <= stat["mean"] <= 1.0 and stat["std"] is not None and len(stat["values"]) == 2
+    markdown = (out / "results.md").read_text()
+    assert "| majority class (always positive) | — | — | 67.5 | 40.3 |" in markdown and "## Reading" in markdown
+    assert json.loads((out / "results.json").read_text())["models"][0]["summary"] == result["models"][0]["summary"]
+    assert (out / "zero_shot.png").read_bytes()[:4] == b"\x89PNG"
+    # Resumable: finished (model, seed) pairs are kept, a missing one is redone ...
+    (out / "runs" / "english" / "seed-2" / "zero_shot.json").unlink()
+    again = bench.main(["--smoke", "--seeds", "1,2", "--out", str(out), "--no-progress"])
+    assert again["ran"] == 1 and again["models"][0]["summary"] == result["models"][0]["summary"]
+    # ... and other settings in the same folder are refused.
+    with pytest.raises(EmberError, match="other settings"):
+        bench.main(["--smoke", "--seeds", "1", "--lr", "1e-4", "--out", str(out), "--no-progress"])

@@ -1,4 +1,5 @@
-"""XLNet <-> Hugging Face ``transformers`` (XLNetModel / XLNetLMHeadModel).
+"""XLNet <-> Hugging Face ``transformers`` (XLNetModel / XLNetLMHeadModel, and the fine-tuned
+XLNetForSequenceClassification / XLNetForTokenClassification / XLNetForQuestionAnsweringSimple).
 
 transformers keeps the original TF layout: the attention projections are parameters of shape
 (H, heads, d) applied with einsum ("ibh,hnd->ibnd"), the output projection ``o`` (H, heads, d)
@@ -8,6 +9,11 @@ flattened heads, so q/k/v/r weights are (heads*d, H) = reshape(H, heads*d).T and
 their (heads, d) / (2, heads, d) shapes; ``mask_emb`` (1, 1, H) becomes (H,). The LM output
 layer ``lm_loss`` is tied to the word embeddings (a checkpoint with an untied one is refused);
 its bias is ember's ``backbone.lm_bias`` (zeros when a base XLNetModel is imported).
+
+Task heads (``ember.tasks.xlnet_tasks``): the sequence summary ``sequence_summary.summary`` (last
+token, Linear(H, H), tanh) is ember's ``summary`` and ``logits_proj`` its ``classifier``; the
+token classifier and the start/end layer keep their names (``classifier``, ``qa_outputs``).
+A fine-tuned model exports without the LM layer's bias, which those classes do not have.
 
 Config: ``mem_len``/``reuse_len`` None in transformers (keep everything) is 0 in ember (no
 memory / reuse every position); transformers' XLNet has no position limit, so ember's
@@ -28,7 +34,10 @@ from ember.interop.families import module_rules, pop_tied_decoder
 MODEL_TYPE = "xlnet"
 OBJECTIVE = "plm"  # an imported XLNet run continues with the permutation LM (ember.interop.convert)
 # XLNet's tokenizer pads on the left: its sequence summary reads the last position (<cls>).
-TOKENIZER_SETTINGS = {"padding_side": "left"}
+# transformers runs tokenizer.json as it is (its template: a fine-tuned run's is XLNet's
+# ``A <sep> B <sep> <cls>``, ember.tasks.xlnet_tasks) only as a PreTrainedTokenizerFast; its
+# BertTokenizer would put BERT's own [CLS] A [SEP] template back on a WordPiece vocabulary.
+TOKENIZER_SETTINGS = {"padding_side": "left", "tokenizer_class": "PreTrainedTokenizerFast"}
 _PREFIX = "transformer."
 _ACTIVATIONS = ("gelu", "gelu_new", "relu", "silu")
 # Modules with .weight/.bias that map one to one.
@@ -42,6 +51,14 @@ _NAMES = [
 _PROJECTIONS = ("q", "k", "v", "r")  # (H, n, d) <-> Linear (n*d, H)
 _BIASES = {"r_w_bias": "r_w_bias", "r_r_bias": "r_r_bias", "r_s_bias": "segment.bias",
            "seg_embed": "segment.embed"}
+# Fine-tuning heads: transformers class -> (HF module, ember module) pairs, outside ``transformer.``.
+HEADS = {
+    "XLNetForSequenceClassification": [("sequence_summary.summary", "summary"), ("logits_proj", "classifier")],
+    "XLNetForTokenClassification": [("classifier", "classifier")],
+    "XLNetForQuestionAnsweringSimple": [("qa_outputs", "qa_outputs")],
+}
+# The sequence summary ember's classifier computes (transformers' XLNetConfig defaults).
+SUMMARY = {"summary_type": "last", "summary_use_proj": True, "summary_activation": "tanh"}
 
 
 def config_from_hf(hf: dict) -> ModelConfig:
@@ -61,6 +78,14 @@ def config_from_hf(hf: dict) -> ModelConfig:
     h, heads = hf.get("d_model", 1024), hf.get("n_head", 16)
     if hf.get("d_head") not in (None, h // heads):
         raise EmberError(f"config.json has d_head={hf['d_head']}; ember's XLNet uses d_model/n_head = {h // heads}")
+    if "XLNetForSequenceClassification" in (hf.get("architectures") or []):
+        differs = {k: hf[k] for k, v in SUMMARY.items() if k in hf and hf[k] != v}
+        if hf.get("summary_proj_to_labels"):
+            differs["summary_proj_to_labels"] = True
+        if differs:
+            raise EmberError(f"this XLNetForSequenceClassification's sequence summary differs from XLNet's "
+                             f"({differs}): ember's classifier reads the last token through Linear(H, H) "
+                             f"and tanh ({SUMMARY})")
     pad = hf.get("pad_token_id")
     return dataclasses.replace(
         model_preset("xlnet-large"),
@@ -84,6 +109,7 @@ def config_to_hf(cfg: ModelConfig, architectures: list[str], extra: dict | None 
         "mem_len": cfg.mem_len or None, "reuse_len": cfg.reuse_len or None, "clamp_len": cfg.clamp_len,
         "bi_data": cfg.bi_data, "same_length": False, "use_mems_eval": True, "use_mems_train": False,
         "pad_token_id": cfg.pad_token_id, "tie_word_embeddings": True,
+        **SUMMARY, "summary_last_dropout": cfg.dropout,
         **(extra or {}),
     }
 
@@ -96,12 +122,32 @@ def _check_exportable(cfg: ModelConfig) -> None:
                          f"and attention_dropout={cfg.attention_dropout}")
 
 
+def _head(state: dict, ours: bool) -> str | None:
+    """The fine-tuning class whose head ``state`` holds (ember's names when ``ours``), None for a
+    language model. The sequence classifier comes first: it has a ``classifier`` too."""
+    side = 1 if ours else 0
+    for arch, pairs in HEADS.items():
+        if all(any(k.startswith(pair[side] + ".") for k in state) for pair in pairs):
+            return arch
+    return None
+
+
+def _take_head(state: dict, head: str | None, ours: bool) -> dict:
+    """Remove ``head``'s tensors from ``state`` and return them renamed to the other side."""
+    if head is None:
+        return {}
+    pairs = HEADS[head]
+    names = [k for k in state if any(k.startswith(pair[1 if ours else 0] + ".") for pair in pairs)]
+    return rename({k: state.pop(k) for k in names}, module_rules(pairs)[1 if ours else 0])[0]
+
+
 def state_from_hf(hf_state: dict[str, torch.Tensor], cfg: ModelConfig) -> dict[str, torch.Tensor]:
-    """XLNetModel or XLNetLMHeadModel tensors -> ember ``backbone.*`` names."""
+    """XLNetModel, XLNetLMHeadModel or fine-tuned (``HEADS``) tensors -> ember names."""
     hf = {k.removeprefix(_PREFIX): v for k, v in hf_state.items()}
+    heads = _take_head(hf, _head(hf, ours=False), ours=False)
     pop_tied_decoder(hf, "lm_loss.weight", "word_embedding.weight")
     hidden = cfg.hidden_size
-    out = {"backbone.lm_bias": hf.pop("lm_loss.bias", torch.zeros(cfg.vocab_size))}
+    out = {"backbone.lm_bias": hf.pop("lm_loss.bias", torch.zeros(cfg.vocab_size)), **heads}
     if "mask_emb" in hf:
         out["backbone.mask_emb"] = hf.pop("mask_emb").reshape(hidden)
     for i in range(cfg.num_layers):
@@ -122,12 +168,15 @@ def state_from_hf(hf_state: dict[str, torch.Tensor], cfg: ModelConfig) -> dict[s
 
 
 def state_to_hf(state: dict[str, torch.Tensor], cfg: ModelConfig) -> dict[str, torch.Tensor]:
-    """ember state -> XLNetLMHeadModel names (``transformer.*`` and ``lm_loss.bias``)."""
+    """ember state -> XLNetLMHeadModel names (``transformer.*`` and ``lm_loss.bias``), or a
+    fine-tuned model's (``transformer.*`` and its head, ``HEADS``)."""
     _check_exportable(cfg)
     state = dict(state)
     hidden, heads = cfg.hidden_size, cfg.num_heads
-    out = {"lm_loss.bias": state.pop("backbone.lm_bias"),
-           _PREFIX + "mask_emb": state.pop("backbone.mask_emb").reshape(1, 1, hidden)}
+    head = _head(state, ours=True)
+    lm_bias = state.pop("backbone.lm_bias")
+    out = _take_head(state, head, ours=True) if head else {"lm_loss.bias": lm_bias}
+    out[_PREFIX + "mask_emb"] = state.pop("backbone.mask_emb").reshape(1, 1, hidden)
     for i in range(cfg.num_layers):
         src, dst = f"backbone.layers.{i}.attention.", f"{_PREFIX}layer.{i}.rel_attn."
         for name in _PROJECTIONS:
@@ -142,4 +191,5 @@ def state_to_hf(state: dict[str, torch.Tensor], cfg: ModelConfig) -> dict[str, t
 
 
 def hf_architecture(state: dict[str, torch.Tensor]) -> str:
-    return "XLNetLMHeadModel"  # the LM layer is the tied embedding matrix plus lm_bias, always present
+    # A pre-trained model's LM layer is the tied embedding matrix plus lm_bias, always present.
+    return _head(state, ours=True) or "XLNetLMHeadModel"

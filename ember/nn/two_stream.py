@@ -62,7 +62,10 @@ def two_stream_masks(
         memory = torch.ones(*query.shape[:-1], mlen, dtype=torch.bool, device=query.device)
         query = torch.cat([memory, query], dim=-1)
     itself = torch.zeros(qlen, mlen + qlen, dtype=torch.bool, device=query.device)
-    itself[:, mlen:] = torch.eye(qlen, dtype=torch.bool, device=query.device)
+    # i == j by comparison, not a bool torch.eye: ONNX Runtime has no EyeLike kernel for bool,
+    # and a fine-tuned XLNet's graph is exported to ONNX (ember export).
+    positions = torch.arange(qlen, device=query.device)
+    itself[:, mlen:] = positions[:, None] == positions[None, :]
     return query | itself[None], query
 
 

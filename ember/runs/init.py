@@ -16,8 +16,9 @@ from ember.errors import EmberError
 from ember.runs.checkpoint import load_weights
 from ember.runs.folder import check_family, load_run_config
 
-# Every encoder variant fine-tunes the same way; GPT decoders the GPT-1 way (ember.tasks.gpt_classification).
-SUPPORTED_FAMILIES = ENCODER_FAMILIES + DECODER_FAMILIES  # families that fine-tune today
+# Every encoder variant fine-tunes the same way; GPT decoders the GPT-1 way (ember.tasks.gpt_classification),
+# XLNet its own way (ember.tasks.xlnet_tasks).
+SUPPORTED_FAMILIES = ENCODER_FAMILIES + DECODER_FAMILIES + ("xlnet",)  # families that fine-tune today
 
 
 class Init(NamedTuple):

@@ -48,7 +48,8 @@ def _write(fmt: str, run_dir: Path, tmp: Path, info, module):
         from ember.interop.convert import export_hf
 
         export_hf(run_dir, tmp)
-        return (lambda: load_hf_runner(tmp)), tmp / "model.safetensors"
+        # A provider may add inputs to every row (an XLM task's language), which transformers takes too.
+        return (lambda: load_hf_runner(tmp, getattr(info.provider, "hf_inputs", None))), tmp / "model.safetensors"
     _copy_run_files(run_dir, tmp)
     if fmt == "int8":
         save_int8(quantize_int8(module), tmp / INT8_FILE)

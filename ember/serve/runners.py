@@ -53,8 +53,11 @@ class OnnxRunner:
     def __call__(self, arrays: dict[str, np.ndarray], need_hidden: bool = False):
         self.calls += 1
         names = ["logits", "hidden_states"] if need_hidden else ["logits"]
+        # A graph whose model ignores an input (XLM has no segment embeddings) was exported
+        # without it; feed the inputs the file declares.
+        declared = {i.name for i in self.session.get_inputs()}
         feeds = {k: np.ascontiguousarray(arrays[k], dtype=np.int64)
-                 for k in ("input_ids", "attention_mask", "token_type_ids")}
+                 for k in ("input_ids", "attention_mask", "token_type_ids") if k in declared}
         out = self.session.run(names, feeds)
         return out[0], (out[1] if need_hidden else None)
 
@@ -65,32 +68,56 @@ class OnnxRunner:
 
 class HFRunner:
     """A transformers model from an HF export, mapped to the graph's logits layout (a QA model's
-    start/end logits stacked as (B, 2, T), as ember's span head gives them)."""
+    start/end logits stacked as (B, 2, T), as ember's span head gives them). An export whose
+    tokenizer pads on the left (XLNet: its summary reads the last position) is fed the rows
+    padded on the left, as transformers' users feed it, and its per-token outputs are moved
+    back to the rows' right-padded layout. ``extra_inputs(input_ids) -> dict`` gives the model
+    inputs the run's provider adds to every row (a fine-tuned XLM's ``langs``: the task language)."""
 
-    def __init__(self, model) -> None:
+    def __init__(self, model, left_padding: bool = False, extra_inputs=None, input_names=None) -> None:
         self.model = model.eval()
         self.backend = "hf"
         self.calls = 0
+        self.left_padding = left_padding
+        self.extra_inputs = extra_inputs
+        self.input_names = input_names  # what the exported tokenizer gives the model (None: all)
 
     def __call__(self, arrays: dict[str, np.ndarray], need_hidden: bool = False):
         self.calls += 1
         t = {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in arrays.items()}
+        pads = (t["attention_mask"].shape[1] - t["attention_mask"].sum(1)).tolist() if self.left_padding else None
+        if pads is not None:
+            t = {k: _shift(v, pads, 1) for k, v in t.items()}
         if getattr(self.model.config, "type_vocab_size", 2) in (0, 1):
             t.pop("token_type_ids")  # RoBERTa-style / DistilBERT: no segment input
         if self.model.config.model_type == "distilbert":
             t.pop("token_type_ids", None)
+        if self.input_names is not None:  # e.g. no token_type_ids for XLM, which would embed them as words
+            t = {k: v for k, v in t.items() if k in self.input_names}
+        if self.extra_inputs is not None:
+            t.update(self.extra_inputs(t["input_ids"]))
         with torch.inference_mode():
             out = self.model(**t, output_hidden_states=need_hidden)
+        back = (lambda x, axis: _shift(x, [-p for p in pads], axis)) if pads is not None else (lambda x, axis: x)
         if hasattr(out, "start_logits"):
-            pad = t["attention_mask"] == 0
-            logits = torch.stack([out.start_logits.masked_fill(pad, -1e4), out.end_logits.masked_fill(pad, -1e4)], 1)
+            pad = torch.from_numpy(np.ascontiguousarray(arrays["attention_mask"])) == 0
+            start, end = back(out.start_logits, 1), back(out.end_logits, 1)
+            logits = torch.stack([start.masked_fill(pad, -1e4), end.masked_fill(pad, -1e4)], 1)
         else:  # *ForPreTraining models name their MLM logits prediction_logits
             logits = out.logits if hasattr(out, "logits") else out.prediction_logits
-        hidden = torch.stack(out.hidden_states).numpy() if need_hidden else None
+            logits = back(logits, 1) if logits.dim() == 3 else logits  # per token: (B, T, C)
+        hidden = back(torch.stack(out.hidden_states), 2).numpy() if need_hidden else None
         return logits.float().numpy(), hidden
 
 
-def load_hf_runner(hf_dir: Path) -> HFRunner:
+def _shift(x: torch.Tensor, shifts: list[int], axis: int) -> torch.Tensor:
+    """Roll row b of ``x`` (batch axis 0, or 1 for stacked hidden states) by ``shifts[b]`` along ``axis``."""
+    batch_axis = 0 if axis == 1 else 1
+    rows = [torch.roll(row, s, dims=axis - 1) for row, s in zip(x.unbind(batch_axis), shifts)]
+    return torch.stack(rows, batch_axis)
+
+
+def load_hf_runner(hf_dir: Path, extra_inputs=None) -> HFRunner:
     try:
         import transformers
     except ImportError:
@@ -101,7 +128,10 @@ def load_hf_runner(hf_dir: Path) -> HFRunner:
     cls = getattr(transformers, arch, None)
     if cls is None:
         raise EmberError(f"{hf_dir}/config.json names architecture {arch!r}, unknown to transformers")
-    return HFRunner(cls.from_pretrained(str(hf_dir)))
+    tokenizer_config = Path(hf_dir) / "tokenizer_config.json"
+    settings = json.loads(tokenizer_config.read_text()) if tokenizer_config.is_file() else {}
+    return HFRunner(cls.from_pretrained(str(hf_dir)), left_padding=settings.get("padding_side") == "left",
+                    extra_inputs=extra_inputs, input_names=settings.get("model_input_names"))
 
 
 def example_inputs(info: ServeInfo) -> dict[str, torch.Tensor]:

@@ -14,6 +14,7 @@ path, so a missing optional module only matters when its task is asked for.
 
 from __future__ import annotations
 
+import copy
 import importlib
 import inspect
 from pathlib import Path
@@ -32,6 +33,11 @@ class TaskAdapter(Protocol):
 
     * ``hparams: BertHParams`` - fine-tuning defaults (else ``BertHParams()``);
     * ``report_splits: tuple[str, ...]`` - splits also scored after training (e.g. test);
+    * ``language: str`` - the language of the task's texts (else "en"), for XLM's language ids;
+    * ``model_config(model) -> ModelConfig`` - the backbone's shape for this task, when a
+      family fine-tunes another shape than it pre-trains (XLNet: no memory);
+    * ``run_tokenizer(tokenizer) -> Tokenizer`` - the tokenizer a fine-tuned run keeps, when
+      a family reads another input layout than the tokenizer's template (XLNet);
     * ``predict_file(module, tokenizer, max_length, path, batch_size, device) -> (rows, n_truncated)``
       and ``rows_to_tsv(rows) -> str`` - for ``ember predict``.
     """
@@ -62,6 +68,7 @@ LAZY_ADAPTERS = {
     "squad2": "ember.tasks.squad_task:SquadAdapter",
     "nsmc": "ember.tasks.sentiment:SentimentAdapter",
     "rusentiment": "ember.tasks.sentiment:SentimentAdapter",
+    "rusentimentbinary": "ember.tasks.sentiment:SentimentAdapter",  # positive/negative, SST-2's labels
 }
 ALIASES = {"conll": "conll2003", "conll03": "conll2003", "ner": "conll2003"}
 
@@ -72,7 +79,11 @@ ALIASES = {"conll": "conll2003", "conll03": "conll2003", "ner": "conll2003"}
 FAMILY_ADAPTERS = {
     "gpt": "ember.tasks.gpt_classification:adapt",  # GPT-1's input transformations, §3.3
     "gpt2": "ember.tasks.gpt_classification:adapt",
+    "xlnet": "ember.tasks.xlnet_tasks:adapt",  # A <sep> B <sep> <cls>, left padding, last-token summary
 }
+# Any model with language embeddings (XLM's, ``model.num_languages`` > 0) reads a language id
+# per token: the task's adapter is wrapped to give its features the task's language.
+LANGUAGE_ADAPTER = "ember.tasks.language_ids:adapt"
 
 
 def task_names() -> list[str]:
@@ -88,13 +99,19 @@ def _load(target: str, what: str):
                          "this ember installation does not support it yet") from None
 
 
-def get_adapter(task: str | TaskAdapter, model=None) -> TaskAdapter:
+def get_adapter(task: str | TaskAdapter, model=None, language: str = "") -> TaskAdapter:
     """The adapter of a task name (case and ``-``/``_`` insensitive, as ``get_task``), for the
-    backbone family of ``model`` (a ModelConfig; None = an encoder)."""
+    backbone family of ``model`` (a ModelConfig; None = an encoder); ``language`` overrides the
+    language of the task's texts (``task.language``; "" = the task's own)."""
     adapter = _get_adapter(task)
+    if language:
+        adapter = copy.copy(adapter)  # never change an adapter the caller passed in
+        adapter.language = language
     family = getattr(model, "family", None)
     if family in FAMILY_ADAPTERS:
-        return _load(FAMILY_ADAPTERS[family], f"fine-tuning a {family} model")(adapter, model)
+        adapter = _load(FAMILY_ADAPTERS[family], f"fine-tuning a {family} model")(adapter, model)
+    if getattr(model, "num_languages", 0):
+        adapter = _load(LANGUAGE_ADAPTER, "a model with language embeddings")(adapter, model)
     return adapter
 
 

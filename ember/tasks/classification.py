@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 
 from ember.nn.linear_head import BackboneWithLinearHead
-from ember.tasks.featurize import collate
+from ember.tasks.featurize import collate, extra_inputs
 from ember.tasks.inference import encode_texts, sequence_view, softmax
 from ember.tasks.requests import parse_texts
 
@@ -21,13 +21,14 @@ from ember.tasks.requests import parse_texts
 class SequenceClassifier(BackboneWithLinearHead):
     logits_axes = {0: "batch"}  # (B, num_labels): no sequence axis
     compare_view = staticmethod(sequence_view)
+    padding: dict = {}  # ``collate`` options of this head's batches (XLNet: left padding)
 
     @property
     def is_regression(self) -> bool:
         return self.num_labels == 1
 
     def make_batch(self, features: list[dict], rng: np.random.Generator | None = None) -> dict:
-        return collate(features, self.pad_id)
+        return collate(features, self.pad_id, **self.padding)
 
     def head_logits(self, out, attention_mask: torch.Tensor) -> torch.Tensor:  # (B, num_labels)
         """The head on one backbone pass: [CLS] (through the pooler when there is one)."""
@@ -35,7 +36,8 @@ class SequenceClassifier(BackboneWithLinearHead):
         return self.classifier(self.dropout(pooled))
 
     def logits(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:  # (B, num_labels)
-        out = self.backbone(batch["input_ids"], batch["attention_mask"], batch.get("token_type_ids"))
+        out = self.backbone(batch["input_ids"], batch["attention_mask"], batch.get("token_type_ids"),
+                            **extra_inputs(batch))
         return self.head_logits(out, batch["attention_mask"])
 
     def forward(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict]:
@@ -58,7 +60,7 @@ class SequenceClassifier(BackboneWithLinearHead):
         out = np.zeros((len(features), self.num_labels), dtype=np.float32)
         for start in range(0, len(order), batch_size):
             idx = order[start : start + batch_size]
-            batch = collate([{**features[i], "label": None} for i in idx], self.pad_id)
+            batch = self.make_batch([{**features[i], "label": None} for i in idx])
             batch = {k: v.to(device) for k, v in batch.items()}
             out[idx] = self.logits(batch).float().cpu().numpy()
         self.train(was_training)

@@ -23,6 +23,7 @@ from torch import nn
 from ember.models.encoder import EncoderOutput, init_weights
 from ember.nn.activations import activation
 from ember.nn.scalar_mix import ScalarMix
+from ember.tasks.featurize import EXTRA_INPUTS
 
 
 class FeatureBackbone(nn.Module):
@@ -55,11 +56,12 @@ class FeatureBackbone(nn.Module):
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 token_type_ids: torch.Tensor | None = None, output_hidden_states: bool = False,
-                **_) -> EncoderOutput:
+                **extra) -> EncoderOutput:
         if attention_mask is None:
             attention_mask = torch.ones_like(input_ids)
+        inputs = {k: v for k, v in extra.items() if k in EXTRA_INPUTS and v is not None}  # e.g. XLM's language_ids
         with torch.no_grad():
-            out = self.encoder(input_ids, attention_mask, token_type_ids, output_hidden_states=True)
+            out = self.encoder(input_ids, attention_mask, token_type_ids, output_hidden_states=True, **inputs)
         # The top entry is the encoder's final output (after a pre-LN model's final LayerNorm).
         layers = list(out.hidden_states[:-1]) + [out.last_hidden_state]  # L+1 x (B, T, H)
         x = self.project(self.mix(layers, attention_mask))  # (B, T, H)

@@ -92,29 +92,52 @@ def encode_examples(
     return Featurized(features, n_truncated)
 
 
-def collate(features: Sequence[dict], pad_id: int) -> dict[str, torch.Tensor]:
+# Optional per-token model inputs a feature may carry besides input_ids/token_type_ids: padded
+# like token_type_ids by ``collate`` and handed to the backbone by keyword (``extra_inputs``).
+# XLM's language of each token (Lample & Conneau 2019, §3.4) is one; a family whose backbone
+# reads another per-token input adds its name here.
+EXTRA_INPUTS = ("language_ids",)
+
+
+def extra_inputs(batch: dict) -> dict:
+    """The optional backbone inputs present in ``batch`` (keyword arguments of the backbone)."""
+    return {name: batch[name] for name in EXTRA_INPUTS if name in batch}
+
+
+def collate(features: Sequence[dict], pad_id: int, left: bool = False, pad_type_id: int = 0) -> dict[str, torch.Tensor]:
     """Pad a batch to its longest row.
 
     Returns ``input_ids``, ``attention_mask`` (1 = real token), ``token_type_ids`` (padding
-    gets segment 0), all (B, T) int64, and ``labels`` (B,): int64 for class ids, float32 for
-    regression targets (any float label). ``labels`` is left out when no feature has one.
+    gets segment ``pad_type_id``), every ``EXTRA_INPUTS`` entry the features carry (padding
+    0), all (B, T) int64, and ``labels`` (B,): int64 for class ids, float32 for regression
+    targets (any float label). ``labels`` is left out when no feature has one. ``left=True``
+    pads on the left (XLNet, whose sequence summary is the last position).
     """
     if not features:
         raise ValueError("cannot collate an empty batch")
     batch = len(features)
     width = max(len(f["input_ids"]) for f in features)
+    extras = [name for name in EXTRA_INPUTS if any(name in f for f in features)]
+    for name in extras:
+        if not all(name in f for f in features):
+            raise ValueError(f"some features carry {name!r} and some do not; cannot mix them")
     input_ids = torch.full((batch, width), pad_id, dtype=torch.long)
     attention_mask = torch.zeros((batch, width), dtype=torch.long)
-    token_type_ids = torch.zeros((batch, width), dtype=torch.long)
+    token_type_ids = torch.full((batch, width), pad_type_id, dtype=torch.long)
+    per_token = {name: torch.zeros((batch, width), dtype=torch.long) for name in extras}
     for row, f in enumerate(features):
         n = len(f["input_ids"])
-        input_ids[row, :n] = torch.as_tensor(f["input_ids"], dtype=torch.long)
-        attention_mask[row, :n] = 1
-        token_type_ids[row, :n] = torch.as_tensor(f["token_type_ids"], dtype=torch.long)
+        cols = slice(width - n, width) if left else slice(0, n)
+        input_ids[row, cols] = torch.as_tensor(f["input_ids"], dtype=torch.long)
+        attention_mask[row, cols] = 1
+        token_type_ids[row, cols] = torch.as_tensor(f["token_type_ids"], dtype=torch.long)
+        for name in extras:
+            per_token[name][row, cols] = torch.as_tensor(f[name], dtype=torch.long)
     out = {
         "input_ids": input_ids,
         "attention_mask": attention_mask,
         "token_type_ids": token_type_ids,
+        **per_token,
     }
 
     labels = [f.get("label") for f in features]

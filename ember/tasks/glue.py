@@ -62,6 +62,7 @@ class TaskSpec:
     quoting: str = "none"  # "none" (original GLUE) or "csv" (datasets-style export)
     score_range: tuple[float, float] | None = None  # regression targets must lie here
     bert_hparams: BertHParams = BertHParams()
+    language: str = "en"  # ISO code of the texts: models with language embeddings (XLM) read it
 
     @property
     def is_regression(self) -> bool:

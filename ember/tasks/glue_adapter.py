@@ -22,6 +22,7 @@ class GlueAdapter:
 
     def __init__(self, spec) -> None:
         self.spec = spec
+        self.language = spec.language  # of the texts (``task.language`` overrides it)
 
     name = property(lambda self: self.spec.name)
     display_name = property(lambda self: self.spec.display_name)

@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ember.tasks.featurize import collate
+from ember.tasks.featurize import EXTRA_INPUTS, collate, extra_inputs
 
 
 def span_view(logits: np.ndarray, mask: np.ndarray, regression: bool = False):
@@ -49,8 +49,8 @@ class QuestionAnswering(nn.Module):
 
     def make_batch(self, features: Sequence[dict], rng: np.random.Generator | None = None) -> dict:
         """Pad to the longest window; add start/end targets (B,) when the features carry them."""
-        batch = collate([{"input_ids": f["input_ids"], "token_type_ids": f["token_type_ids"]}
-                         for f in features], self.pad_id)
+        keep = ("input_ids", "token_type_ids") + EXTRA_INPUTS
+        batch = collate([{k: f[k] for k in keep if k in f} for f in features], self.pad_id)
         if all(f.get("start_position") is not None for f in features):
             batch["start_positions"] = torch.tensor([f["start_position"] for f in features])
             batch["end_positions"] = torch.tensor([f["end_position"] for f in features])
@@ -64,7 +64,8 @@ class QuestionAnswering(nn.Module):
 
     def logits(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
         """Start and end logits, each (B, T); padding positions are set to -inf-like values."""
-        out = self.backbone(batch["input_ids"], batch["attention_mask"], batch.get("token_type_ids"))
+        out = self.backbone(batch["input_ids"], batch["attention_mask"], batch.get("token_type_ids"),
+                            **extra_inputs(batch))
         start, end = self.head_logits(out, batch["attention_mask"]).unbind(1)
         return start, end
 

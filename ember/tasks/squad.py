@@ -20,7 +20,7 @@ tokenizer's own template, e.g. RoBERTa's ``<s> q </s></s> c </s>``). A context l
 fits is covered by windows whose starts move by ``doc_stride`` tokens (BERT's meaning: the
 step, not the overlap). A window that does not hold the whole answer is labelled with the
 [CLS] position for both start and end - the "no answer" target of SQuAD 2.0 and BERT's
-"out of span" target for 1.1. Character offsets come from the fast tokenizer, so spans map
+"out of span" target for 1.1 (XLNet's template ``q <sep> c <sep> <cls>`` puts it last). Character offsets come from the fast tokenizer, so spans map
 back to the exact context characters for WordPiece and byte-level BPE alike.
 """
 
@@ -163,8 +163,13 @@ class _Layout:
 
     prefix: list[int]  # ids before the question, e.g. [CLS]
     middle: list[int]  # between question and context, e.g. [SEP] or </s></s>
-    suffix: list[int]  # after the context, e.g. [SEP]
-    types: tuple[int, int, int, int, int]  # token_type of prefix, question, middle, context, suffix
+    suffix: list[int]  # after the context, e.g. [SEP], or XLNet's <sep> <cls>
+    types: tuple[list[int], int, list[int], int, list[int]]  # token types: prefix, question, middle, context, suffix
+
+    def cls_index(self, length: int) -> int:
+        """The no-answer position of a window of ``length`` tokens: the template's first token
+        ([CLS], <s>), or, when nothing precedes the question, its last (XLNet's <cls>)."""
+        return 0 if self.prefix else length - 1
 
 
 def _template_layout(encoding) -> _Layout:
@@ -178,17 +183,12 @@ def _template_layout(encoding) -> _Layout:
     prefix = list(range(0, q_pos[0]))
     middle = list(range(q_pos[-1] + 1, c_pos[0]))
     suffix = list(range(c_pos[-1] + 1, len(ids)))
-    if not prefix:
-        raise EmberError("the tokenizer's pair template puts no special token before the question; "
-                         "extractive QA needs one ([CLS] or <s>) as the no-answer position")
-
-    def type_of(positions, default):
-        return types[positions[0]] if positions else default
-
-    layout_types = (type_of(prefix, 0), types[q_pos[0]], type_of(middle, types[q_pos[0]]),
-                    types[c_pos[0]], type_of(suffix, types[c_pos[0]]))
-    return _Layout([ids[i] for i in prefix], [ids[i] for i in middle], [ids[i] for i in suffix],
-                   layout_types)
+    if not prefix and not suffix:
+        raise EmberError("the tokenizer's pair template puts no special token before the question or after the "
+                         "context; extractive QA needs one ([CLS], <s>, XLNet's <cls>) as the no-answer position")
+    layout_types = ([types[i] for i in prefix], types[q_pos[0]], [types[i] for i in middle], types[c_pos[0]],
+                    [types[i] for i in suffix])
+    return _Layout([ids[i] for i in prefix], [ids[i] for i in middle], [ids[i] for i in suffix], layout_types)
 
 
 def _answer_tokens(offsets: list[tuple[int, int]], start_char: int, end_char: int) -> tuple[int, int]:
@@ -248,14 +248,13 @@ def featurize_squad(
             ctx0 = len(head)
             ids = head + c_ids[w_start:w_start + w_len] + layout.suffix
             tp, tq, tm, tc, ts = layout.types
-            types = ([tp] * len(layout.prefix) + [tq] * len(q_ids) + [tm] * len(layout.middle)
-                     + [tc] * w_len + [ts] * len(layout.suffix))
+            types = tp + [tq] * len(q_ids) + tm + [tc] * w_len + ts
             offsets = [None] * len(ids)
             max_context = [False] * len(ids)
             for j in range(w_len):
                 offsets[ctx0 + j] = c_offsets[w_start + j]
                 max_context[ctx0 + j] = _is_max_context(windows, (w_start, w_len), w_start + j)
-            cls_index = 0
+            cls_index = layout.cls_index(len(ids))
             start_pos = end_pos = cls_index
             if answer is not None and w_start <= answer[0] and answer[1] < w_start + w_len:
                 start_pos, end_pos = ctx0 + answer[0] - w_start, ctx0 + answer[1] - w_start

@@ -45,6 +45,7 @@ class SquadAdapter:
     """`--task squad` / `--task squad2`: extractive QA with the official EM/F1 (see the module docstring)."""
 
     kind = "answer"  # its inference method (``inference_methods``)
+    language = "en"
 
     def __init__(self, version: str = "squad2", doc_stride: int = 128, max_query_length: int = 64,
                  n_best: int = 20, max_answer_length: int = 30, null_threshold: float = 0.0,

@@ -26,7 +26,7 @@ from torch import nn
 
 from ember.errors import EmberError
 from ember.nn.linear_head import BackboneWithLinearHead
-from ember.tasks.featurize import collate
+from ember.tasks.featurize import collate, extra_inputs
 from ember.tasks.glue import BertHParams
 from ember.tasks.inference import token_view
 
@@ -97,7 +97,8 @@ class TokenClassifier(BackboneWithLinearHead):
         return self.classifier(self.dropout(out.last_hidden_state))
 
     def logits(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:  # (B, T, num_labels)
-        out = self.backbone(batch["input_ids"], batch["attention_mask"], batch.get("token_type_ids"))
+        out = self.backbone(batch["input_ids"], batch["attention_mask"], batch.get("token_type_ids"),
+                            **extra_inputs(batch))
         return self.head_logits(out, batch["attention_mask"])
 
     def forward(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict]:
@@ -247,6 +248,7 @@ class ConllNerAdapter:
     name = "conll2003"
     display_name = "CoNLL-2003"
     main_metric = "f1"
+    language = "en"
     report_splits = ("test",)  # scored with the best-on-dev weights after training
     # BERT appendix A.3's grid (lr {5e-5, 3e-5, 2e-5}, batch 32, 3 epochs); 5e-5 suits NER's
     # per-word loss. 128 sub-tokens hold all but a handful of CoNLL sentences.

@@ -65,8 +65,18 @@ def build_task_module(cfg: RunConfig, adapter: TaskAdapter, state: dict | None, 
 
 
 def load_run_adapter(run_dir: Path, cfg: RunConfig, task: str = "") -> TaskAdapter:
-    """The run's task adapter with the settings tuned during fine-tuning (RUN/tuned.json)."""
-    adapter = get_adapter(task or cfg.task.name, cfg.model)
+    """The run's task adapter with the settings tuned during fine-tuning (RUN/tuned.json).
+
+    Another ``task`` (evaluating an SST-2 run on Russian sentiment) comes in its own language
+    (XLM's language ids), and needs the run's output labels, in the same order.
+    """
+    own = cfg.task.name
+    other = bool(task) and (not own or get_adapter(task).name != get_adapter(own).name)
+    adapter = get_adapter(task or own, cfg.model, "" if other else cfg.task.language)
+    if other:
+        if own:  # an imported classifier (`ember convert --from-hf`) names no task to compare with
+            _check_labels(run_dir, cfg, adapter)
+        return adapter  # settings tuned for the run's own task do not carry over
     tuned_path = Path(run_dir) / "tuned.json"
     if tuned_path.is_file() and hasattr(adapter, "apply_tuned"):
         try:
@@ -74,6 +84,17 @@ def load_run_adapter(run_dir: Path, cfg: RunConfig, task: str = "") -> TaskAdapt
         except (ValueError, KeyError, TypeError) as exc:
             raise EmberError(f"{tuned_path}: unreadable ({exc}); delete it to use the task's defaults") from None
     return adapter
+
+
+def _check_labels(run_dir: Path, cfg: RunConfig, adapter: TaskAdapter) -> None:
+    labels_file = Path(run_dir) / "labels.json"
+    own = json.loads(labels_file.read_text()) if labels_file.is_file() else get_adapter(cfg.task.name).label_names()
+    theirs = adapter.label_names()
+    if own != theirs:
+        raise EmberError(f"{run_dir} was fine-tuned on {cfg.task.name} with output labels {own}; "
+                         f"{adapter.display_name} has labels {theirs}, so the run's head cannot be scored on it "
+                         "(a task with the same labels in the same order can, e.g. an SST-2 run on "
+                         "rusentiment-binary)")
 
 
 def load_task_module(run_dir: Path, cfg: RunConfig, adapter: TaskAdapter, pad_id: int) -> nn.Module:

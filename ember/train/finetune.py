@@ -58,8 +58,12 @@ def run_finetuning(cfg: RunConfig, run_dir: Path, state: dict | None, tokenizer_
     from ember.tokenizers import load_tokenizer
 
     check_options(cfg)
-    adapter = get_adapter(cfg.task.name, cfg.model)
+    adapter = get_adapter(cfg.task.name, cfg.model, cfg.task.language)
+    if hasattr(adapter, "model_config"):  # a family that fine-tunes another shape (XLNet: no memory)
+        cfg = dataclasses.replace(cfg, model=adapter.model_config(cfg.model))
     tokenizer = load_tokenizer(tokenizer_path)
+    if hasattr(adapter, "run_tokenizer"):  # a family's own input layout (XLNet), kept in the run
+        tokenizer = adapter.run_tokenizer(tokenizer)
     pad_id = pad_token_id(tokenizer)
     if cfg.task.max_length > cfg.model.max_position:
         raise EmberError(f"--max-length {cfg.task.max_length} exceeds the model's "
@@ -77,6 +81,8 @@ def run_finetuning(cfg: RunConfig, run_dir: Path, state: dict | None, tokenizer_
               f"{cfg.model.num_layers + 1} or more reaches the embeddings")
     prepare_run_dir(run_dir, resume, overwrite)
     write_run_files(run_dir, cfg, tokenizer_path)
+    if hasattr(adapter, "run_tokenizer"):
+        atomic_write_text(run_dir / "tokenizer.json", tokenizer.to_str())
     labels = adapter.label_names()
     if labels is not None:
         atomic_write_text(run_dir / "labels.json", json.dumps(labels))
