@@ -107,6 +107,7 @@ def run_task_distillation(opts: TaskDistillOptions) -> dict:
     from ember.tasks.glue_adapter import GlueAdapter
     from ember.tasks.base import get_adapter
     from ember.tokenizers import load_tokenizer, special_token_ids
+    from ember.config import ENCODER_FAMILIES
     from ember.tasks.task_model import load_task_module
     from ember.train.loop import Trainer, epoch_schedule
     from ember.runs.folder import load_run_config, prepare_run_dir, write_run_files
@@ -115,7 +116,13 @@ def run_task_distillation(opts: TaskDistillOptions) -> dict:
         raise EmberError(f"--method {opts.method!r} is not a task-level method; choose kd, pkd or tinybert")
     teacher_dir, out = Path(opts.teacher), Path(opts.out)
     teacher_cfg = load_run_config(teacher_dir, expect_kind="finetune")
-    adapter = get_adapter(teacher_cfg.task.name)
+    # Teacher and student read the same encoded transfer set, so both must take the encoders'
+    # input layout: no family-specific inputs (XLNet's, GPT's) and no language ids (XLM's).
+    if teacher_cfg.model.family not in ENCODER_FAMILIES or teacher_cfg.model.num_languages:
+        raise EmberError(f"{teacher_dir} holds a fine-tuned {teacher_cfg.model.family} model; task distillation "
+                         "takes encoder teachers without language embeddings (BERT, RoBERTa, ALBERT, ELECTRA, "
+                         "DistilBERT)")
+    adapter = get_adapter(teacher_cfg.task.name, teacher_cfg.model)
     if not isinstance(adapter, GlueAdapter):
         raise EmberError(f"{teacher_dir} was fine-tuned on {adapter.display_name}; task distillation "
                          "supports sentence (pair) classification and regression tasks (GLUE-style)")

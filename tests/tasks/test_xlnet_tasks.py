@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from conftest import TINY_MODEL, make_wordpiece, real_data
-from xlnet_xlm_helpers import finetune_args, sst2_wordpiece, task_run, xlnet_pretraining_run
+from xlnet_xlm_helpers import sst2_wordpiece, task_run, xlnet_pretraining_run
 
 from ember.cli import main
 from ember.config import model_preset
