@@ -72,6 +72,7 @@ ALIASES = {"conll": "conll2003", "conll03": "conll2003", "ner": "conll2003"}
 FAMILY_ADAPTERS = {
     "gpt": "ember.tasks.gpt_classification:adapt",  # GPT-1's input transformations, §3.3
     "gpt2": "ember.tasks.gpt_classification:adapt",
+    "t5": "ember.tasks.text2text:adapt",  # every task as text to text, Raffel et al. 2020 §2.4
 }
 
 
