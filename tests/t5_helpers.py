@@ -88,6 +88,12 @@ TINY_T5 = ["model.hidden_size=64", "model.head_dim=32", "model.num_heads=2", "mo
            "model.num_layers=2", "model.max_position=64"]  # t5-tiny narrowed: fast on one thread
 
 
+@pytest.fixture(scope="session")
+def t5_glue_tokenizer(tmp_path_factory):
+    """Path of ``glue_t5_tokenizer``, trained once per session."""
+    return glue_t5_tokenizer(tmp_path_factory.mktemp("t5-glue-tok") / "tokenizer.json")
+
+
 def glue_t5_tokenizer(path):
     """A T5-layout unigram tokenizer (<pad> </s> <unk>, 100 sentinels, cased; 2k pieces) trained on
     real SST-2 training sentences and the dev sentences of the other GLUE tasks, plus one line of

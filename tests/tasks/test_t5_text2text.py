@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from conftest import real_data
-from t5_helpers import TINY_T5, glue_t5_tokenizer, one_thread, t5_run_folder  # noqa: F401
+from t5_helpers import TINY_T5, one_thread, t5_glue_tokenizer  # noqa: F401
 
 from ember.config import model_preset
 from ember.errors import EmberError
@@ -24,15 +24,10 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")
-def tok_path(tmp_path_factory):
-    return glue_t5_tokenizer(tmp_path_factory.mktemp("t5-glue") / "tokenizer.json")
-
-
-@pytest.fixture(scope="module")
-def tok(tok_path):
+def tok(t5_glue_tokenizer):
     from ember.tokenizers import load_tokenizer
 
-    return load_tokenizer(tok_path)
+    return load_tokenizer(t5_glue_tokenizer)
 
 
 # The first dev row of each task, written by hand in Appendix D's format (Raffel et al. 2020)
@@ -241,14 +236,14 @@ def test_t5_text2text_module_is_the_backbone_with_the_pretraining_loss(tok):
 
 
 @pytest.mark.slow
-def test_t5_text2text_fine_tuning_on_real_sst2_learns(tmp_path, tok_path):
+def test_t5_text2text_fine_tuning_on_real_sst2_learns(tmp_path, t5_glue_tokenizer):
     """A narrow t5-tiny from random init, 3 epochs on 4000 real SST-2 training phrases (375 steps,
     T5's Adafactor at lr 0.01: T5's 1e-3 is a fine-tuning rate for a pre-trained model):
     the loss falls, outputs are valid labels, and dev accuracy on all 872 sentences is above
     the majority class (50.9%) by far more than chance allows (0.6 is 5 sigma)."""
     import ember
 
-    result = ember.finetune("sst2", tmp_path / "run", init="random", model="t5-tiny", tokenizer=str(tok_path),
+    result = ember.finetune("sst2", tmp_path / "run", init="random", model="t5-tiny", tokenizer=str(t5_glue_tokenizer),
                             train_limit=4000, epochs=3, lr=0.01, max_length=48, progress=False,
                             overrides=TINY_T5)
     records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
