@@ -7,17 +7,14 @@ task's encoder adapter into ``Text2TextAdapter``, so `ember finetune --task sst2
 and use this. The task's reader and official metric stay the encoder adapter's; what changes:
 
 * Inputs and targets are text (``ember.tasks.text2text_templates``: the prefixes of Appendix D,
-  labels as words, STS-B scores as "3.8"). Input = the template's pieces, tokenized without
-  the tokenizer's template, then ``</s>``; too long an input loses tokens from its longest
-  text field, one at a time (BERT's pair rule), never from the prefixes. Target = the target
-  text's tokens then ``</s>``; a target longer than the decoder's limit (model.max_position,
-  the most tokens ember decodes) is an EmberError naming the example.
+  labels as words, STS-B scores as "3.8"), turned into ids by ``ember.tasks.text2text_encoding``
+  (prefixes never cut, </s> at the end; a target beyond the decoder's limit is an error).
 * The task model (``Text2TextModel``) is the backbone alone: ``forward`` is the seq2seq loss
   with teacher forcing (ember.nn.lm_loss.seq2seq_loss, the pre-training loss), no new head,
   so a fine-tuned run holds exactly T5ForConditionalGeneration's weights (`ember convert
   --to-hf` exports it as is).
-* Predictions are greedy decodes (T5 reports greedy decoding for its GLUE / SQuAD results,
-  §3.1.3 and §3.7), batched by input length, of at most the longest valid target + 1 tokens
+* Predictions are greedy decodes (T5 decodes greedily but for its long-output tasks, which get
+  beam search, §3.7), batched by input length, of at most the longest valid target + 1 tokens
   (the extra one shows a model that goes on past a label), parsed back to a class id, score
   or span. Invalid outputs count as wrong and their share is the metric ``invalid``.
 
