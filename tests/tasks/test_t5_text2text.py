@@ -79,6 +79,18 @@ def test_t5_squad_input_is_question_then_context_and_the_target_the_first_answer
     assert adapter.main_metric == "f1" and adapter.hparams.max_length == 512
 
 
+@pytest.mark.parametrize("task,folder,text,target", [
+    ("nsmc", "nsmc", "nsmc sentence: 스토리며 설정이며 결국엔 삼류 쓰레기 영화..", "negative"),
+    ("rusentiment", "rusentiment", "rusentiment sentence: урря!я дождался этой овцыы)", "positive")],
+    ids=["nsmc", "rusentiment"])
+def test_t5_korean_and_russian_sentiment_take_the_single_sentence_pattern(task, folder, text, target):
+    real_data(folder)
+    adapter = get_adapter(task, T5)
+    example = adapter.inner.read("dev", limit=1)[0]
+    assert (input_text(adapter.template, example), adapter.template.target(example)) == (text, target)
+    assert adapter.report_splits == ("test",) and adapter.label_names() == adapter.inner.label_names()
+
+
 @pytest.mark.parametrize("score,text", [(2.57, "2.6"), (4.75, "4.8"), (3.9, "4.0"), (0.3, "0.4"), (0.1, "0.0"),
                                         (1.1, "1.2"), (5.0, "5.0"), (0.0, "0.0"), (3.8, "3.8")])
 def test_t5_stsb_target_rounds_to_the_nearest_0_2(score, text):
