@@ -39,7 +39,11 @@ from torch import nn
 from ember.errors import EmberError
 from ember.nn.lm_loss import seq2seq_loss
 from ember.tasks.glue import BertHParams
-from ember.tasks.text2text_encoding import NO_GRAPH_REASON, Text2TextEncoder, greedy_decode
+from ember.tasks.text2text_encoding import (
+    NO_GRAPH_REASON,
+    Text2TextEncoder,
+    greedy_decode,
+)
 from ember.tasks.text2text_templates import template_for
 
 # TrainConfig defaults of every text-to-text fine-tuning (see the module docstring).
@@ -190,7 +194,11 @@ class Text2TextAdapter:
         return load_model(run_dir)
 
     def inference_methods(self, ctx) -> list:
-        from ember.tasks.text2text_methods import Seq2SeqGenerateMethod, Text2TextAnswerMethod, Text2TextClassifyMethod
+        from ember.tasks.text2text_methods import (
+            Seq2SeqGenerateMethod,
+            Text2TextAnswerMethod,
+            Text2TextClassifyMethod,
+        )
 
         task_method = Text2TextAnswerMethod if self.kind == "answer" else Text2TextClassifyMethod
         return [task_method(self, ctx), Seq2SeqGenerateMethod(ctx)]

@@ -26,11 +26,19 @@ A pre-training T5 run (any of T5's objectives) serves ``generate`` through ``Seq
 from __future__ import annotations
 
 import threading
-from typing import Sequence
+from collections.abc import Sequence
 
 from ember.errors import RequestError
 from ember.tasks.generation import GenerateMethod, parse_decoding, refuse_fields
-from ember.tasks.requests import Limits, check_fields, int_field, number_field, parse_texts, text_field, texts_field
+from ember.tasks.requests import (
+    Limits,
+    check_fields,
+    int_field,
+    number_field,
+    parse_texts,
+    text_field,
+    texts_field,
+)
 from ember.tasks.text2text_encoding import NO_GRAPH_REASON, greedy_decode
 
 MAX_BEAMS = 8  # beams per input of one request (each beam is a decoder row)

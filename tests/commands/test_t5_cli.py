@@ -9,12 +9,15 @@ import json
 
 import pytest
 import torch
-
 from conftest import real_data
 from t5_helpers import one_thread, t5_glue_tokenizer, t5_run_folder  # noqa: F401
 
 from ember.cli import main
-from ember.seq2seq_generation import Seq2SeqGenerationConfig, load_seq2seq_lm, seq2seq_generate_text
+from ember.seq2seq_generation import (
+    Seq2SeqGenerationConfig,
+    load_seq2seq_lm,
+    seq2seq_generate_text,
+)
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

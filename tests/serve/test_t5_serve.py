@@ -9,16 +9,19 @@ import json
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-
 from conftest import real_data
 from t5_helpers import one_thread, t5_glue_tokenizer, t5_run_folder  # noqa: F401
 
 pytest.importorskip("fastapi")
 pytest.importorskip("httpx")
-from fastapi.testclient import TestClient  # noqa: E402
+from fastapi.testclient import TestClient
 
-from ember.errors import EmberError  # noqa: E402
-from ember.seq2seq_generation import Seq2SeqGenerationConfig, load_seq2seq_lm, seq2seq_generate_text  # noqa: E402
+from ember.errors import EmberError
+from ember.seq2seq_generation import (
+    Seq2SeqGenerationConfig,
+    load_seq2seq_lm,
+    seq2seq_generate_text,
+)
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 DECODER_LIMIT = 64  # model.max_position of the tiny runs (t5_helpers.TINY_T5)
@@ -65,7 +68,7 @@ def served(pretrain_run):
 
 
 def test_t5_pretraining_run_serves_generate_as_seq2seq_generate_text(served, pretrain_run, sentences):
-    client, predictor = served
+    client, _ = served
     model, tok = load_seq2seq_lm(pretrain_run)
     texts = sentences[:5]
     for settings in ({"max_new_tokens": 7}, {"max_new_tokens": 9, "num_beams": 3, "length_penalty": 0.6},

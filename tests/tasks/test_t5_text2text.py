@@ -10,7 +10,6 @@ import json
 import numpy as np
 import pytest
 import torch
-
 from conftest import real_data
 from t5_helpers import TINY_T5, one_thread, t5_glue_tokenizer  # noqa: F401
 
@@ -35,18 +34,18 @@ def tok(t5_glue_tokenizer):
 GOLDEN = {
     "sst2": ("sst2 sentence: it 's a charming and often affecting journey .", "positive"),
     "cola": ("cola sentence: The sailors rode the breeze clear of the rocks.", "acceptable"),
-    "mrpc": ("mrpc sentence1: He said the foodservice pie business doesn 't fit the company 's long-term growth "
-             "strategy . sentence2: \" The foodservice pie business does not fit our long-term growth strategy .",
+    "mrpc": (("mrpc sentence1: He said the foodservice pie business doesn 't fit the company 's long-term growth "
+              "strategy . sentence2: \" The foodservice pie business does not fit our long-term growth strategy ."),
              "equivalent"),
-    "rte": ("rte sentence1: Dana Reeve, the widow of the actor Christopher Reeve, has died of lung cancer at age 44, "
-            "according to the Christopher Reeve Foundation. sentence2: Christopher Reeve had an accident.",
+    "rte": (("rte sentence1: Dana Reeve, the widow of the actor Christopher Reeve, has died of lung cancer at age 44, "
+             "according to the Christopher Reeve Foundation. sentence2: Christopher Reeve had an accident."),
             "not_entailment"),
     "stsb": ("stsb sentence1: A man with a hard hat is dancing. sentence2: A man wearing a hard hat is dancing.",
              "5.0"),
-    "qnli": ("qnli question: What came into force after the new constitution was herald? sentence: As of that "
-             "day, the new constitution heralding the Second Republic came into force.", "entailment"),
-    "snli": ("mnli hypothesis: The sisters are hugging goodbye while holding to go packages after just eating "
-             "lunch. premise: Two women are embracing while holding to go packages.", "neutral"),
+    "qnli": (("qnli question: What came into force after the new constitution was herald? sentence: As of that "
+              "day, the new constitution heralding the Second Republic came into force."), "entailment"),
+    "snli": (("mnli hypothesis: The sisters are hugging goodbye while holding to go packages after just eating "
+              "lunch. premise: Two women are embracing while holding to go packages."), "neutral"),
 }
 
 
@@ -67,7 +66,7 @@ def test_t5_text2text_inputs_of_real_glue_rows_follow_appendix_d(task, tok):
 def test_t5_squad_input_is_question_then_context_and_the_target_the_first_answer(tok):
     real_data("squad2-dev-half", "dev-v2.0.json")
     adapter = get_adapter("squad2", T5)
-    examples, features = adapter.load("dev", tok, 512, limit=3)
+    examples, _ = adapter.load("dev", tok, 512, limit=3)
     ex = examples[0]
     assert input_text(adapter.template, ex) == f"question: {' '.join(ex.question.split())} context: {ex.context}"
     assert input_text(adapter.template, ex).startswith(
@@ -240,7 +239,7 @@ def test_t5_text2text_module_is_the_backbone_with_the_pretraining_loss(tok):
     module = adapter.build_module(build_backbone(cfg), 0)
     batch = module.make_batch(features)
     assert (batch["labels"][:, 0] != -100).all() and (batch["labels"] == -100).any()  # different lengths
-    loss, metrics = module(batch)
+    loss, _ = module(batch)
     assert loss.item() == pytest.approx(seq2seq_loss(module.backbone, batch)[0].item())
     assert all(k.startswith("backbone.") for k in module.state_dict())
     with pytest.raises(EmberError, match="drop --features"):
