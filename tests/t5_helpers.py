@@ -79,3 +79,76 @@ def t5_style_tokenizer(pieces: list[str]):
                                                        special_tokens=[("</s>", 1)])
     return tok
 
+
+
+# -- text-to-text fine-tuning and serving (tests/tasks/test_t5_text2text.py, tests/serve/test_t5_serve.py,
+#    tests/commands/test_t5_cli.py)
+
+TINY_T5 = ["model.hidden_size=64", "model.head_dim=32", "model.num_heads=2", "model.intermediate_size=256",
+           "model.num_layers=2", "model.max_position=64"]  # t5-tiny narrowed: fast on one thread
+
+
+@pytest.fixture(scope="session")
+def t5_glue_tokenizer(tmp_path_factory):
+    """Path of ``glue_t5_tokenizer``, trained once per session."""
+    return glue_t5_tokenizer(tmp_path_factory.mktemp("t5-glue-tok") / "tokenizer.json")
+
+
+def glue_t5_tokenizer(path):
+    """A T5-layout unigram tokenizer (<pad> </s> <unk>, 100 sentinels, cased; 2k pieces) trained on
+    real SST-2 training sentences and the dev sentences of the other GLUE tasks, plus one line of
+    T5's label words (so that "not_entailment" and "3.8" can be spelled). Written to ``path``."""
+    from conftest import real_data
+
+    from ember.tasks.glue import read_examples
+    from ember.tasks.text2text_templates import GLUE_FORMATS, NO_ANSWER, stsb_target
+    from ember.tokenizers import train_tokenizer
+
+    real_data("glue", "SST-2", "train.tsv")
+    texts = [ex.text_a for ex in read_examples("sst2", "train", limit=6000)]
+    for task in ("cola", "mrpc", "rte", "stsb", "qnli", "snli"):
+        texts += [t for ex in read_examples(task, "dev", limit=300) for t in (ex.text_a, ex.text_b) if t]
+    words = ["not_entailment not_equivalent unacceptable acceptable contradiction neutral", NO_ANSWER,
+             " ".join(stsb_target(k / 5) for k in range(26)), " ".join(p for p, _ in GLUE_FORMATS.values())]
+    corpus = path.parent / "t5-glue-corpus.txt"
+    corpus.write_text("\n\n".join(texts + words), encoding="utf-8")
+    train_tokenizer([corpus], kind="unigram", vocab_size=2000, lowercase=False, progress=False).save(str(path))
+    return path
+
+
+def t5_run_folder(root, tokenizer_path, kind: str = "pretrain", task: str = "sst2", seed: int = 0,
+                  overrides=()):
+    """A run folder holding a seeded random tiny T5: a span-corruption pre-training run, or (``kind``
+    "finetune") a text-to-text ``task`` run as `ember finetune` writes it. Weights are the
+    backbone's (``backbone.*``), with final-norm gains drawn from N(0, 1) so that greedy decoding
+    does not repeat one token forever (see tests/tasks/test_t5_generate.py)."""
+    import json
+    import shutil
+
+    from ember.config import RunConfig, TaskConfig, apply_overrides, run_config_from_dict, save_yaml, to_dict
+    from ember.config import model_preset
+    from ember.runs.checkpoint import save_weights
+    from ember.tokenizers import load_tokenizer
+
+    root.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(tokenizer_path, root / "tokenizer.json")
+    vocab = load_tokenizer(tokenizer_path).get_vocab_size()
+    base = RunConfig(kind=kind, objective="span_corruption", model=model_preset("t5-tiny"),
+                     task=TaskConfig(name=task if kind == "finetune" else "", max_length=48))
+    values = apply_overrides(to_dict(base), [*TINY_T5, f"model.vocab_size={vocab}", "data.max_seq_length=48",
+                                             *overrides])
+    cfg = run_config_from_dict(values, where="t5_run_folder")
+    torch.manual_seed(seed)
+    backbone = build_backbone(cfg.model)
+    with torch.no_grad():
+        for stack in (backbone.encoder, backbone.decoder):
+            stack.final_norm.weight.copy_(torch.randn(stack.final_norm.weight.shape))
+    save_yaml(cfg, root / "config.yaml")
+    save_weights({f"backbone.{k}": v for k, v in backbone.state_dict().items()}, root / "model.safetensors")
+    if kind == "finetune":
+        from ember.tasks.base import get_adapter
+
+        labels = get_adapter(task, cfg.model).label_names()
+        if labels is not None:
+            (root / "labels.json").write_text(json.dumps(labels))
+    return root

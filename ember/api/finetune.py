@@ -1,7 +1,8 @@
 """``ember.finetune``: a task and a starting point -> fine-tuned run folder(s), one per seed.
 
 The task's own defaults come first (BERT's, Devlin et al. 2019 §4 and App. A.3: batch 32,
-3 epochs, 10% warm-up, max length 128, lr 2e-5; NER and SQuAD have theirs), then the
+3 epochs, 10% warm-up, max length 128, lr 2e-5; NER and SQuAD have theirs; a T5 model's
+text-to-text tasks T5's, ember.tasks.text2text), then the
 keyword settings, then ``section.key=value`` overrides. A pre-trained starting point fixes the
 model's shape: ``model.*`` overrides may change only dropout and initialisation then.
 `ember finetune`, `ember compare`, `ember glue` and the quickstart all fine-tune through here.
@@ -66,11 +67,13 @@ def finetune_config(task: str, model_cfg: ModelConfig, init: str = "random", see
     if unknown:
         raise EmberError(f"unknown fine-tuning setting(s) {unknown}; known: {', '.join(sorted(SETTINGS))} "
                          "(or pass section.key=value overrides)")
-    adapter = get_adapter(task)
+    adapter = get_adapter(task, model_cfg)  # the family's form of the task (GPT-1's, T5's text-to-text)
     hp = getattr(adapter, "hparams", BertHParams())
     values = to_dict(RunConfig(kind="finetune"))
     values["train"].update(lr=hp.learning_rate, batch_size=hp.batch_size, warmup_ratio=hp.warmup_ratio,
                            weight_decay=0.01, eval_every=0, save_every=0, log_every=20, adam_eps=1e-8)
+    # A family's own optimisation defaults (T5: Adafactor at a constant rate, Raffel et al. 2020 §3.1.3)
+    values["train"].update(getattr(adapter, "train_defaults", {}))
     values["task"].update(name=adapter.name, max_length=hp.max_length, epochs=hp.epochs, init=str(init))
     chosen = {**(ULMFIT if ulmfit else {}), **{k: v for k, v in settings.items() if v is not None}}
     dotted = [f"{SETTINGS[k]}={v}" for k, v in chosen.items()]

@@ -33,7 +33,8 @@ def register(sub) -> None:
     p.add_argument("--model", default="", help="model preset for --init random (e.g. bert-mini)")
     p.add_argument("--tokenizer", default="", help="tokenizer.json for --init random")
     p.add_argument("--out", required=True, help="run folder to write")
-    p.add_argument("--lr", type=float, help="peak learning rate (default: the task's BERT value)")
+    p.add_argument("--lr", type=float, help="peak learning rate (default: the task's BERT value; a T5 run: "
+                   "1e-3 with Adafactor, T5's)")
     p.add_argument("--epochs", type=float, help="training epochs (default 3)")
     p.add_argument("--batch-size", type=int, help="sequences per step (default 32)")
     p.add_argument("--max-length", type=int, help="max tokens per example (default 128)")

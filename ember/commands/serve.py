@@ -12,7 +12,9 @@ def register(sub) -> None:
         description="Serve a fine-tuned run (GLUE-style: /classify, CoNLL-2003: /tag, SQuAD: /answer) "
         "or an MLM pre-training run (/fill-mask); these also serve /embed. A GPT pre-training run "
         "serves /generate (PyTorch fp32 or --int8; prompts longer than the context are cut from the "
-        "left and flagged; --max-new-tokens caps each request). Every model serves GET /healthz. "
+        "left and flagged; --max-new-tokens caps each request). A T5 run serves /generate from input texts "
+        "(beam search too), and a text-to-text fine-tuned one also /classify or /answer (docs/t5.md). "
+        "Every model serves GET /healthz. "
         "Concurrent requests are micro-batched: up to --max-batch requests or --max-wait-ms "
         "milliseconds, padded per batch, one forward pass. Inputs longer than --max-length tokens are "
         "truncated and the response says so. Binds 127.0.0.1 unless --host says otherwise. "
@@ -35,7 +37,7 @@ def register(sub) -> None:
                    "for a GPT run, the context that prompt + new tokens must fit (default: its training "
                    "block length)")
     p.add_argument("--max-new-tokens", type=int, default=256,
-                   help="most tokens one /generate prompt may ask for (GPT runs; default 256)")
+                   help="most tokens one /generate prompt may ask for (GPT and T5 runs; default 256)")
     p.add_argument("--max-texts", type=int, default=64, help="texts per request (default 64)")
     p.add_argument("--max-body-bytes", type=int, default=1_000_000, help="request body limit (default 1 MB)")
     p.add_argument("--threads", type=int, default=0, help="CPU threads for inference (default: all)")

@@ -50,10 +50,10 @@ from typing import Callable
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from ember.errors import EmberError
+from ember.nn.lm_loss import seq2seq_loss
 from ember.objectives import noise as N
 
 
@@ -163,20 +163,7 @@ class Seq2SeqDenoising(nn.Module):
                 "labels": _pad([p[1] for p in pairs], -100)}
 
     def forward(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict]:
-        labels = batch["labels"]  # (B, T)
-        mask = batch["attention_mask"]
-        targets = labels != -100  # (B, T); a prefix of each row
-        full = bool(targets.all())
-        out = self.backbone(batch["input_ids"], None if bool(mask.all()) else mask,
-                            decoder_input_ids=self.backbone.shift_right(labels),
-                            decoder_attention_mask=None if full else targets.long())
-        hidden = out.last_hidden_state[targets]  # (N, H): only positions with a target
-        logits = self.backbone.lm_logits(hidden.unsqueeze(0)).squeeze(0).float()  # (N, V)
-        gold = labels[targets]
-        loss = F.cross_entropy(logits, gold)
-        n = int(gold.numel())
-        correct = int((logits.argmax(-1) == gold).sum())
-        return loss, {"loss": (loss.item() * n, n), "token_acc": (correct, n)}
+        return seq2seq_loss(self.backbone, batch)
 
     @staticmethod
     def derived_metrics(metrics: dict) -> dict:

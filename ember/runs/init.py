@@ -11,14 +11,14 @@ import dataclasses
 from pathlib import Path
 from typing import NamedTuple
 
-from ember.config import DECODER_FAMILIES, ENCODER_FAMILIES, ModelConfig, model_preset
+from ember.config import DECODER_FAMILIES, ENCODER_FAMILIES, SEQ2SEQ_FAMILIES, ModelConfig, model_preset
 from ember.errors import EmberError
 from ember.runs.checkpoint import load_weights
 from ember.runs.folder import check_family, load_run_config
 
 # Every encoder variant fine-tunes the same way; GPT decoders the GPT-1 way (ember.tasks.gpt_classification),
-# XLNet its own way (ember.tasks.xlnet_tasks).
-SUPPORTED_FAMILIES = ENCODER_FAMILIES + DECODER_FAMILIES + ("xlnet",)  # families that fine-tune today
+# XLNet its own way (ember.tasks.xlnet_tasks), T5 text to text (ember.tasks.text2text).
+SUPPORTED_FAMILIES = ENCODER_FAMILIES + DECODER_FAMILIES + SEQ2SEQ_FAMILIES + ("xlnet",)  # families that fine-tune today
 
 
 class Init(NamedTuple):

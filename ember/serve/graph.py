@@ -162,9 +162,10 @@ def build_module(info: ServeInfo) -> nn.Module:
     from ember.models import build_backbone
 
     if not info.has_graph:
-        raise EmberError(f"{info.display_name} runs have no inference graph to export (ONNX, int8 file): "
-                         "`ember serve RUN` runs them with PyTorch (fp32 or --int8), and `ember convert "
-                         "--to-hf` writes a Hugging Face folder")
+        why = getattr(info.provider, "no_graph_reason", "")  # the provider may say why it has none
+        raise EmberError(f"{info.display_name} runs have no inference graph to export (ONNX, int8 "
+                         f"file){': ' + why if why else ''}. `ember serve RUN` runs them with PyTorch (fp32 or "
+                         "--int8), and `ember convert --to-hf` writes a Hugging Face folder")
     backbone = build_backbone(info.cfg.model)
     if info.cfg.task.features:
         from ember.tasks.feature_transfer import FeatureBackbone

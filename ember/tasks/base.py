@@ -80,6 +80,7 @@ FAMILY_ADAPTERS = {
     "gpt": "ember.tasks.gpt_classification:adapt",  # GPT-1's input transformations, §3.3
     "gpt2": "ember.tasks.gpt_classification:adapt",
     "xlnet": "ember.tasks.xlnet_tasks:adapt",  # A <sep> B <sep> <cls>, left padding, last-token summary
+    "t5": "ember.tasks.text2text:adapt",  # every task as text to text, Raffel et al. 2020 §2.4
 }
 # Any model with language embeddings (XLM's, ``model.num_languages`` > 0) reads a language id
 # per token: the task's adapter is wrapped to give its features the task's language.

@@ -39,22 +39,28 @@ MAX_TEMPERATURE = 100.0
 DEFAULT_NEW_TOKENS = 50  # as `ember generate`
 
 
-def parse_generate(data: dict, limits: Limits, context: int, vocab_size: int) -> dict:
-    """{"prompt": str} | {"prompts": [str]}, optional max_new_tokens, temperature, top_k, top_p,
-    stop (list of strings), seed -> {"prompts", "config": GenerationConfig}.
+# Fields that belong to the other kind of generator: a clear 422 instead of "unknown field".
+TEXT2TEXT_FIELDS = ("text", "texts")
+BEAM_FIELDS = ("num_beams", "length_penalty", "early_stopping")
 
-    ``context`` is the tokens a prompt plus its continuation may span: max_new_tokens is at
-    most min(limits.max_new_tokens, context - 1), so at least one prompt token fits. As in
-    `ember generate`, temperature 0 is greedy, and top_k / top_p alone imply sampling at
+
+def refuse_fields(data: dict, names, message: str) -> None:
+    """A 422 naming the first of ``names`` in ``data``, with ``message`` saying what fits instead."""
+    sent = [n for n in names if n in data]
+    if sent:
+        raise RequestError(422, f"'{sent[0]}' {message}")
+
+
+def parse_decoding(data: dict, high: int, vocab_size: int, why: str = "") -> dict:
+    """The decoding settings every generator takes: max_new_tokens (1..``high``, ``why`` says
+    where the bound comes from), temperature, top_k, top_p, stop (list of strings), seed ->
+    keyword arguments of a GenerationConfig.
+
+    As in `ember generate`, temperature 0 is greedy, and top_k / top_p alone imply sampling at
     temperature 1; with temperature 0 they are refused rather than silently ignored. A
     sampling request without a seed gets a random one, returned in the response.
     """
-    check_fields(data, {"prompt", "prompts", "max_new_tokens", "temperature", "top_k", "top_p", "stop", "seed"})
-    prompts = texts_field(data, "prompt", "prompts", limits)
-    high = min(limits.max_new_tokens, context - 1)
-    new_tokens = int_field(data, "max_new_tokens", min(DEFAULT_NEW_TOKENS, high), 1, high,
-                      f" (the server's cap is {limits.max_new_tokens}; the model's context of {context} "
-                      "tokens must also hold at least one prompt token)")
+    new_tokens = int_field(data, "max_new_tokens", min(DEFAULT_NEW_TOKENS, high), 1, high, why)
     top_k = int_field(data, "top_k", 0, 0, vocab_size)
     top_p = number_field(data, "top_p", 1.0)
     if not 0.0 < top_p <= 1.0:
@@ -81,9 +87,28 @@ def parse_generate(data: dict, limits: Limits, context: int, vocab_size: int) ->
     if seed is None:
         seed = secrets.randbelow(2**31) if temperature > 0 else 0
     seed = int_field({"seed": seed}, "seed", 0, 0, 2**63 - 1)
-    config = GenerationConfig(max_new_tokens=new_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
-                              stop=tuple(stop), seed=seed)
-    return {"prompts": prompts, "config": config}
+    return {"max_new_tokens": new_tokens, "temperature": temperature, "top_k": top_k, "top_p": top_p,
+            "stop": tuple(stop), "seed": seed}
+
+
+def parse_generate(data: dict, limits: Limits, context: int, vocab_size: int) -> dict:
+    """{"prompt": str} | {"prompts": [str]} and the decoding settings (``parse_decoding``) ->
+    {"prompts", "config": GenerationConfig}.
+
+    ``context`` is the tokens a prompt plus its continuation may span: max_new_tokens is at
+    most min(limits.max_new_tokens, context - 1), so at least one prompt token fits.
+    """
+    refuse_fields(data, TEXT2TEXT_FIELDS, "is the input of a text-to-text (encoder-decoder, T5) model; this "
+                  "causal LM continues a prompt: send 'prompt' (a string) or 'prompts' (a list)")
+    refuse_fields(data, BEAM_FIELDS, "is a beam-search setting of text-to-text (T5) models; a causal LM's "
+                  "/generate is greedy (temperature 0) or sampled (temperature, top_k, top_p)")
+    check_fields(data, {"prompt", "prompts", "max_new_tokens", "temperature", "top_k", "top_p", "stop", "seed"})
+    prompts = texts_field(data, "prompt", "prompts", limits)
+    high = min(limits.max_new_tokens, context - 1)
+    settings = parse_decoding(data, high, vocab_size,
+                              f" (the server's cap is {limits.max_new_tokens}; the model's context of {context} "
+                              "tokens must also hold at least one prompt token)")
+    return {"prompts": prompts, "config": GenerationConfig(**settings)}
 
 
 def finish_reason(text_stopped: bool, generated: int, max_new_tokens: int) -> str:
@@ -95,10 +120,15 @@ def finish_reason(text_stopped: bool, generated: int, max_new_tokens: int) -> st
 
 
 class GenerateMethod:
-    """``generate``: prompts -> continuations, greedy or sampled (see the module docstring)."""
+    """``generate``: prompts -> continuations, greedy or sampled (see the module docstring).
+
+    The hooks a generator of another kind overrides (``ember.tasks.text2text_methods``):
+    ``parse``, ``_encode`` (token ids per input text), ``_job_key`` (which requests may share a
+    batch), ``_decode`` (the decoding call) and ``_settings`` (echoed in the response)."""
 
     name = "generate"
     limits = ("max_new_tokens",)  # the request limits this method reads besides the common ones
+    texts_key, tokens_key = "prompts", "prompt_tokens"  # request field, response field
 
     def __init__(self, ctx) -> None:
         from ember.tokenizers import end_of_text_id
@@ -107,7 +137,7 @@ class GenerateMethod:
         self.max_batch, self.vocab_size = ctx.max_batch, ctx.vocab_size
         self.max_length = ctx.max_length  # prompt + new tokens must fit here
         self.eot_id = end_of_text_id(ctx.tokenizer)
-        self.counters = ctx.counters  # generate_ids calls (batches of rows generated together)
+        self.counters = ctx.counters  # decoding calls (batches of rows generated together)
         self.lock = threading.Lock()
 
     def parse(self, data: dict, limits: Limits) -> dict:
@@ -116,14 +146,15 @@ class GenerateMethod:
     def __call__(self, requests: Sequence[dict], forward=None) -> list:
         encoded = [self._encode(req) for req in requests]
         results: list = [None] * len(requests)
-        greedy: dict[int, list[int]] = {}  # max_new_tokens -> indices of greedy requests
+        shared: dict = {}  # job key -> indices of the requests generated together
         jobs: list[list[int]] = []
         for i, req in enumerate(requests):
-            if req["config"].greedy:
-                greedy.setdefault(req["config"].max_new_tokens, []).append(i)
-            else:
+            key = self._job_key(req["config"])
+            if key is None:
                 jobs.append([i])
-        jobs += list(greedy.values())
+            else:
+                shared.setdefault(key, []).append(i)
+        jobs += list(shared.values())
         for job in jobs:
             try:
                 outputs = self._generate([encoded[i] for i in job], [requests[i] for i in job])
@@ -132,6 +163,11 @@ class GenerateMethod:
             for i, out in zip(job, outputs):
                 results[i] = out
         return results
+
+    def _job_key(self, cfg):
+        """Requests with the same key are generated together; None: alone (sampling, whose
+        generator must draw the same numbers whatever else is in the batch)."""
+        return cfg.max_new_tokens if cfg.greedy else None
 
     def _encode(self, req: dict) -> list[tuple[list[int], bool]]:
         """Per prompt: (token ids, truncated), keeping the last context - max_new_tokens tokens."""
@@ -142,8 +178,15 @@ class GenerateMethod:
             out.append((ids[-room:], len(ids) > room))
         return out
 
+    def _decode(self, inputs: list[list[int]], cfg, stop_check) -> list[list[int]]:
+        return generate_ids(self.model, inputs, cfg, self.eot_id, stop_check)
+
+    def _settings(self, c) -> dict:
+        return {"max_new_tokens": c.max_new_tokens, "temperature": c.temperature, "top_k": c.top_k,
+                "top_p": c.top_p, "stop": list(c.stop), "seed": None if c.greedy else c.seed}
+
     def _generate(self, encoded: list[list[tuple[list[int], bool]]], requests: list[dict]) -> list[dict]:
-        """One job: requests sharing a GenerationConfig up to their stop sequences."""
+        """One job: requests sharing a config up to their stop sequences."""
         rows = [(ids, cut, req["config"].stop) for enc, req in zip(encoded, requests) for ids, cut in enc]
         cfg = requests[0]["config"]
         # A greedy job is cut into batches of max_batch rows; a sampling request is one batch so
@@ -158,7 +201,7 @@ class GenerateMethod:
                 return bool(stop) and cut_at_stop(self.tokenizer.decode(ids), stop)[1]
 
             with self.lock:
-                new_ids += generate_ids(self.model, [ids for ids, _, _ in chunk], cfg, self.eot_id,
+                new_ids += self._decode([ids for ids, _, _ in chunk], cfg,
                                         stop_check if any(stop for _, _, stop in chunk) else None)
                 self.counters["forwards"] += 1
         responses, k = [], 0
@@ -169,12 +212,10 @@ class GenerateMethod:
                 new = new_ids[k]
                 text, stopped = cut_at_stop(self.tokenizer.decode(new), c.stop)
                 results.append({"text": text, "finish_reason": finish_reason(stopped, len(new), c.max_new_tokens),
-                                "prompt_tokens": len(ids), "generated_tokens": len(new), "truncated": cut})
+                                self.tokens_key: len(ids), "generated_tokens": len(new), "truncated": cut})
                 k += 1
-            settings = {"max_new_tokens": c.max_new_tokens, "temperature": c.temperature, "top_k": c.top_k,
-                        "top_p": c.top_p, "stop": list(c.stop), "seed": None if c.greedy else c.seed}
             responses.append({"results": results, "truncated": any(r["truncated"] for r in results),
-                              "settings": settings})
+                              "settings": self._settings(c)})
         return responses
 
 

@@ -34,10 +34,14 @@ class GlueAdapter:
         spec = self.spec
         return list(spec.label_names or spec.labels) if spec.labels else ["score"]
 
-    def load(self, split, tokenizer, max_length, limit=None, path=None):
+    def read(self, split, path=None, limit=None) -> list:
+        """The labelled examples of a split (or of ``path`` in the task's layout)."""
         from ember.tasks.glue import read_examples
 
-        examples = read_examples(self.spec, split, path=path, limit=limit)
+        return read_examples(self.spec, split, path=path, limit=limit)
+
+    def load(self, split, tokenizer, max_length, limit=None, path=None):
+        examples = self.read(split, path, limit)
         features, n_truncated = self.encode(examples, tokenizer, max_length)
         if n_truncated:
             print(f"{self.spec.display_name} {split}: truncated {n_truncated} of {len(examples)} examples "
@@ -56,11 +60,17 @@ class GlueAdapter:
 
     def score(self, module, examples, features, batch_size, device):
         from ember.tasks.classification import predictions_from_logits
-        from ember.tasks.metrics import compute_metrics
 
         logits = module.predict(features, batch_size, device)
         labels = np.asarray([f["label"] for f in features])
-        return compute_metrics(self.spec, predictions_from_logits(logits, module.is_regression), labels)
+        return self.metrics_of(predictions_from_logits(logits, self.spec.is_regression), labels)
+
+    def metrics_of(self, predictions, labels) -> dict[str, float]:
+        """The task's official metrics of class ids (or scores) against the gold labels; every
+        head of the task (a [CLS] classifier, a text-to-text decoder) is scored through here."""
+        from ember.tasks.metrics import compute_metrics
+
+        return compute_metrics(self.spec, predictions, labels)
 
     def encode(self, examples, tokenizer, max_length):
         """Examples -> features (the tokenizer's own [CLS]/[SEP] template)."""
@@ -68,15 +78,19 @@ class GlueAdapter:
 
         return encode_examples(examples, tokenizer, max_length)
 
-    def predict_file(self, module, tokenizer, max_length, path, batch_size, device):
+    def read_inputs(self, path) -> list:
+        """The examples of a user's file for `ember predict` (TSV in the task's layout or JSONL;
+        labels optional)."""
         from ember.tasks.glue import read_tsv_examples
 
         if Path(path).suffix == ".jsonl":
             from ember.tasks.jsonl_input import read_jsonl_examples
 
-            examples = read_jsonl_examples(path, self.spec)
-        else:
-            examples = read_tsv_examples(path, self.spec)
+            return read_jsonl_examples(path, self.spec)
+        return read_tsv_examples(path, self.spec)
+
+    def predict_file(self, module, tokenizer, max_length, path, batch_size, device):
+        examples = self.read_inputs(path)
         features, n_truncated = self.encode(examples, tokenizer, max_length)
         logits = module.predict(features, batch_size, device)
         names = self.label_names()

@@ -3,7 +3,7 @@
 objective -> "module:factory"; the factory takes (run config, the names of the run's weights)
 and returns a provider (``ember.tasks.inference``): which inference model to build on the
 backbone and which methods it serves. An objective that is not listed serves embeddings only,
-as every encoder can; a new family that serves more (text-to-text, say) adds one line.
+as every encoder can; a new family that serves more adds one line (T5: generate).
 """
 
 from __future__ import annotations
@@ -22,6 +22,10 @@ PRETRAINED = {
     "electra": "ember.tasks.embedding:EmbeddingProvider",
     "clm": "ember.tasks.generation:CausalLMProvider",
     "bilm": "ember.tasks.pretrained:not_served",
+    # T5's denoising objectives (Raffel et al. 2020, §3.3): the encoder-decoder generates text
+    **{objective: "ember.tasks.text2text_methods:Seq2SeqLMProvider" for objective in (
+        "span_corruption", "prefix_lm", "bert_denoising", "mass_denoising", "deshuffle", "replace_spans",
+        "drop_tokens")},
 }
 
 

@@ -199,13 +199,15 @@ class SentimentAdapter(GlueAdapter):
         self.task = SENTIMENT_TASKS[name]
         super().__init__(self.task.spec)
 
+    def read(self, split, path=None, limit=None) -> list[Example]:
+        if path is not None:
+            return read_file(path, self.task)[:limit]
+        return read_split(self.task, split, limit=limit)
+
     def load(self, split, tokenizer, max_length, limit=None, path=None):
         from ember.tasks.featurize import encode_examples
 
-        if path is not None:
-            examples = read_file(path, self.task)[:limit]
-        else:
-            examples = read_split(self.task, split, limit=limit)
+        examples = self.read(split, path, limit)
         warn_if_tokenizer_mangles(tokenizer, examples[:200], self.spec.display_name)
         features, n_truncated = encode_examples(examples, tokenizer, max_length)
         if n_truncated:
@@ -213,20 +215,21 @@ class SentimentAdapter(GlueAdapter):
                   f"to {max_length} tokens (raise --max-length to keep more)")
         return examples, features
 
-    def score(self, module, examples, features, batch_size, device):
+    def metrics_of(self, predictions, labels) -> dict[str, float]:
         from ember.tasks.metrics import METRICS
 
-        logits = module.predict(features, batch_size, device)
-        preds = logits.argmax(-1)
-        labels = np.asarray([f["label"] for f in features], dtype=np.int64)
+        preds, labels = np.asarray(predictions, dtype=np.int64), np.asarray(labels, dtype=np.int64)
         classes = range(self.spec.num_labels)  # a class nobody predicted still counts (F1 0)
         return {name: (METRICS[name](preds, labels, classes=classes) if name.startswith("f1_")
                        else METRICS[name](preds, labels)) for name in self.spec.metrics}
 
+    def read_inputs(self, path) -> list[Example]:
+        return read_file(path, self.task, require_label=False)
+
     def predict_file(self, module, tokenizer, max_length, path, batch_size, device):
         from ember.tasks.featurize import encode_examples
 
-        examples = read_file(path, self.task, require_label=False)
+        examples = self.read_inputs(path)
         features, n_truncated = encode_examples(examples, tokenizer, max_length)
         logits = module.predict(features, batch_size, device)
         names = self.label_names()

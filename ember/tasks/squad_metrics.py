@@ -21,7 +21,7 @@ from __future__ import annotations
 import collections
 import re
 import string
-from typing import Mapping, Sequence
+from typing import Collection, Mapping, Sequence
 
 _PUNCTUATION = set(string.punctuation)
 _ARTICLES = re.compile(r"\b(a|an|the)\b", re.UNICODE)
@@ -54,17 +54,18 @@ def f1_score(gold: str, pred: str) -> float:
     return 2 * precision * recall / (precision + recall)
 
 
-def raw_scores(gold: Mapping[str, Sequence[str]], preds: Mapping[str, str]
+def raw_scores(gold: Mapping[str, Sequence[str]], preds: Mapping[str, str], wrong: Collection[str] = ()
                ) -> tuple[dict[str, float], dict[str, float]]:
-    """Per-question EM and F1, maxima over the references (``[]`` = unanswerable)."""
+    """Per-question EM and F1, maxima over the references (``[]`` = unanswerable). Questions in
+    ``wrong`` score 0 whatever their text (a generated answer that is no valid answer)."""
     missing = [qid for qid in gold if qid not in preds]
     if missing:
         raise ValueError(f"no prediction for {len(missing)} question(s), e.g. {missing[:3]}")
     exact, f1 = {}, {}
     for qid, answers in gold.items():
         references = [a for a in answers if normalize_answer(a)] or [""]
-        exact[qid] = float(max(exact_match(a, preds[qid]) for a in references))
-        f1[qid] = max(f1_score(a, preds[qid]) for a in references)
+        exact[qid] = 0.0 if qid in wrong else float(max(exact_match(a, preds[qid]) for a in references))
+        f1[qid] = 0.0 if qid in wrong else max(f1_score(a, preds[qid]) for a in references)
     return exact, f1
 
 
@@ -109,18 +110,21 @@ def _summary(exact: Mapping[str, float], f1: Mapping[str, float], qids: list[str
 
 
 def squad_evaluate(gold: Mapping[str, Sequence[str]], preds: Mapping[str, str],
-                   na: Mapping[str, float] | None = None, threshold: float = 0.0) -> dict[str, float]:
+                   na: Mapping[str, float] | None = None, threshold: float = 0.0,
+                   wrong: Collection[str] = ()) -> dict[str, float]:
     """The official report: exact, f1, total, HasAns_*/NoAns_*, and with ``na`` best_*.
 
     ``gold``: qid -> reference answer texts (empty for unanswerable). ``preds``: qid -> the
     system's best non-null span text. ``na``: qid -> no-answer score; when given, a question
     with ``na > threshold`` counts as answered "no answer", and best_exact / best_f1 (with
     their thresholds) report the threshold tuned on these very questions, as the official
-    script does; tuned_f1 / tuned_f1_thresh are the realizable version (tie-aware).
+    script does; tuned_f1 / tuned_f1_thresh are the realizable version (tie-aware). ``wrong``:
+    questions whose prediction counts as wrong (EM = F1 = 0) whatever its text, e.g. a
+    text-to-text model's output that is no span of the context (ember.tasks.text2text).
     """
     if not gold:
         raise ValueError("no questions to score")
-    exact, f1 = raw_scores(gold, preds)
+    exact, f1 = raw_scores(gold, preds, wrong)
     has_answer = {qid: any(normalize_answer(a) for a in answers) for qid, answers in gold.items()}
     if na is not None:
         exact_t = apply_no_answer_threshold(exact, na, has_answer, threshold)

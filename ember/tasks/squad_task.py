@@ -138,11 +138,15 @@ class SquadAdapter:
         if "null_threshold" in settings:
             self.null_threshold = float(settings["null_threshold"])
 
+    def read_inputs(self, path) -> list[SquadExample]:
+        """The questions of a SQuAD JSON file for `ember predict` (answers optional)."""
+        return read_squad(path, labelled=False)
+
     # -- `ember predict`: a SQuAD JSON file in (answers optional), one answer per question out.
     def predict_file(self, module: QuestionAnswering, tokenizer, max_length: int, path, batch_size: int = 64,
                      device: str = "cpu", top_k: int = 5) -> tuple[list[dict], int]:
         """Rows {id, prediction, best_span, no_answer_score, nbest}; contexts are never cut (0)."""
-        examples = read_squad(path, labelled=False)
+        examples = self.read_inputs(path)
         features = featurize_squad(examples, tokenizer, max_length, self.doc_stride, self.max_query_length)
         rows = []
         for ex, answer in zip(examples, self.answers(module, examples, features, batch_size, device)):
