@@ -87,6 +87,7 @@ def _pick(columns: list[str], given: str | None, candidates: Sequence[str], what
         if given not in columns:
             raise EmberError(f"{where} has no column {given!r} ({what}); its columns: {', '.join(columns)}")
         return given
+    candidates = list(dict.fromkeys(candidates))  # "label" may be both the task's name and the default
     found = next((c for c in candidates if c in columns), None)
     if found is None and required:
         raise EmberError(f"{where}: no {what} column (looked for {', '.join(map(repr, candidates))}); its "
