@@ -85,7 +85,7 @@ def _pick(columns: list[str], given: str | None, candidates: Sequence[str], what
     """The column for one role: ``given`` (which must exist) or the first candidate present."""
     if given is not None:
         if given not in columns:
-            raise EmberError(f"{where} has no column {given!r} ({what}); its columns: {', '.join(columns)}")
+            raise EmberError(f"{where} has no {what} column {given!r}; its columns: {', '.join(columns)}")
         return given
     candidates = list(dict.fromkeys(candidates))  # "label" may be both the task's name and the default
     found = next((c for c in candidates if c in columns), None)

@@ -97,7 +97,7 @@ def test_bad_in_memory_data_gets_one_clear_message_each(init, tmp_path):
     frame = pd.DataFrame({"text": ["a fine film", "a dull one"], "stars": [5, 1]})
     cases = [
         (dict(train=frame), "no label column \\(looked for 'label'\\); its columns: text, stars"),
-        (dict(train=frame, label_column="rating"), "has no column 'rating' \\(label\\); its columns: text, stars"),
+        (dict(train=frame, label_column="rating"), "has no label column 'rating'; its columns: text, stars"),
         (dict(train=frame, label_column="stars"), "row 0 has label 5, not a SST-2 label; valid: 0 or 'negative'"),
         (dict(train=[]), "train= data is empty: pass at least one row"),
         (dict(train=["a fine film"]), "row 0 is str; give \\(text, label\\) tuples"),
