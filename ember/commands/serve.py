@@ -11,8 +11,9 @@ def register(sub) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Serve a fine-tuned run (GLUE-style: /classify, CoNLL-2003: /tag, SQuAD: /answer) "
         "or an MLM pre-training run (/fill-mask); these also serve /embed. A GPT pre-training run "
-        "serves /generate (PyTorch fp32 or --int8; prompts longer than the context are cut from the "
-        "left and flagged; --max-new-tokens caps each request). Every model serves GET /healthz. "
+        "serves /generate and /score (PyTorch fp32 or --int8; prompts longer than the context are cut "
+        "from the left and flagged; --max-new-tokens caps each request). Every model serves GET /healthz "
+        "and, at GET /, a page to try its endpoints in a browser. "
         "Concurrent requests are micro-batched: up to --max-batch requests or --max-wait-ms "
         "milliseconds, padded per batch, one forward pass. Inputs longer than --max-length tokens are "
         "truncated and the response says so. Binds 127.0.0.1 unless --host says otherwise. "

@@ -112,3 +112,23 @@ def test_bad_in_memory_data_gets_one_clear_message_each(init, tmp_path):
     with pytest.raises(EmberError, match="row 0 has no second text; MRPC classifies sentence pairs"):
         ember.finetune("mrpc", tmp_path / "bad3", init, train=[("one sentence", None, 1)], progress=False)
     assert not (tmp_path / "bad" / "config.yaml").exists()
+
+
+def test_a_saved_datasets_folder_is_read_and_without_the_package_says_what_to_install(init, tmp_path, monkeypatch):
+    """A folder from Dataset.save_to_disk as fine-tuning data (real SST-2 rows); without the
+    optional `datasets` package the same call names it."""
+    import sys
+
+    datasets = pytest.importorskip("datasets")
+    frame = sst2_frame("train", 64)
+    datasets.Dataset.from_pandas(frame).save_to_disk(str(tmp_path / "saved"))
+    datasets.DatasetDict({"train": datasets.Dataset.from_pandas(frame)}).save_to_disk(str(tmp_path / "dict"))
+    result = ember.finetune("sst2", tmp_path / "run", init, train=tmp_path / "saved", column="review",
+                            label_column="sentiment", epochs=1, max_length=48, progress=False,
+                            eval_split=str(real_data("glue", "SST-2", "dev.tsv")))
+    assert result.result["train_examples"] == 64
+    with pytest.raises(EmberError, match="holds a DatasetDict with splits \\['train'\\]; pass one split"):
+        ember.finetune("sst2", tmp_path / "run2", init, train=tmp_path / "dict", progress=False)
+    monkeypatch.setitem(sys.modules, "datasets", None)  # as if it were not installed
+    with pytest.raises(EmberError, match="needs the optional package `datasets` \\(pip install datasets\\)"):
+        ember.finetune("sst2", tmp_path / "run3", init, train=tmp_path / "saved", progress=False)
