@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
 
 
@@ -52,3 +54,23 @@ def sha256_file(path: Path) -> str:
         for block in iter(lambda: fh.read(1 << 22), b""):
             digest.update(block)
     return digest.hexdigest()
+
+
+@contextmanager
+def atomic_folder(out: Path):
+    """A temporary folder beside ``out`` to write into; when the block ends without an error it
+    replaces ``out`` (with the umask's permissions, not mkdtemp's private ones), otherwise it is
+    removed: a folder is either the old one or the complete new one, never half-written."""
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
+    try:
+        yield tmp
+        os.chmod(tmp, 0o777 & ~_umask())
+        if out.exists():
+            shutil.rmtree(out)
+        os.replace(tmp, out)
+        fsync_dir(out.parent)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise

@@ -26,9 +26,6 @@ other keyword is a request option (``top_k=3``, ``pooling="cls"``, ``max_new_tok
 from __future__ import annotations
 
 import functools
-import os
-import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -188,20 +185,13 @@ class Model:
         """Write the model as a Hugging Face folder (``from_pretrained`` loads it); atomic."""
         from ember.interop.convert import export_hf
 
+        from ember.fileio import atomic_folder
+
         run_dir, out = self._source_run("convert to HF"), Path(path)
         if out.exists() and not overwrite:
             raise EmberError(f"{out} already exists; pass overwrite=True or choose another folder")
-        out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-        try:
+        with atomic_folder(out) as tmp:
             export_hf(run_dir, tmp)
-            os.chmod(tmp, 0o755)
-            if out.exists():
-                shutil.rmtree(out)
-            os.replace(tmp, out)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
         return out
 
     def export(self, path: str | Path, format: str = "onnx", verify: bool = True, overwrite: bool = False,

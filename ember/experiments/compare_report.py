@@ -13,7 +13,7 @@ from pathlib import Path
 
 from ember.durations import format_duration
 from ember.fileio import atomic_write_text
-from ember.experiments.report_common import clean, format_score as _score
+from ember.experiments.report_common import clean, format_count as _count, format_score as _score
 from ember.experiments.run_report import has_runs, slug, write_report
 from ember.experiments.report_common import glue_average, grouped_bar_chart, read_seed_metrics, task_summary
 
@@ -38,15 +38,6 @@ def collect_results(out: Path, models: list[tuple[str, str]], meta: dict) -> dic
                      "pretrain": json.loads(pre.read_text()) if pre.is_file() else None,
                      "tasks": tasks, **glue_average(tasks, meta)})
     return {**meta, "models": rows}
-
-
-def _count(n) -> str:
-    if n is None:
-        return "—"
-    for size, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
-        if n >= size:
-            return f"{n / size:.1f}{suffix}"
-    return str(int(n))
 
 
 def render_markdown(results: dict) -> str:

@@ -16,6 +16,7 @@ import datetime
 import math
 from html import escape
 
+from ember.experiments.report_common import format_count as _count
 from ember.experiments.svg_chart import Series, color, line_chart, spread_chart
 
 CSS = """
@@ -42,15 +43,6 @@ def _num(value, digits: int = 4) -> str:
     if isinstance(value, int) or (isinstance(value, float) and value.is_integer() and abs(value) >= 100):
         return f"{int(value):,}"
     return f"{value:.{digits}g}"
-
-
-def _count(n) -> str:
-    if n is None:
-        return "—"
-    for size, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
-        if n >= size:
-            return f"{n / size:.2f}{suffix}"
-    return str(int(n))
 
 
 def _duration(seconds) -> str:

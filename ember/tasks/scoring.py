@@ -131,11 +131,40 @@ def _paired_texts(data: dict, limits, single: str, plural: str, other: str, othe
     return texts, companions
 
 
-class ScoreMethod:
-    """``score`` of a causal LM: texts (optionally each after a context) -> log-likelihood."""
+class _ScoreMethod:
+    """What both ``score`` methods share: the model and its limits from the context, texts plus
+    one companion per text (``companion``: single and plural field), one pass for all rows."""
 
     name = "score"
+    companion: tuple[str, str]
+    required = False  # must every text have its companion?
+
+    def __init__(self, ctx) -> None:
+        self.model, self.tokenizer = ctx.model, ctx.tokenizer
+        self.max_length, self.max_batch = ctx.max_length, ctx.max_batch
+        self.counters = ctx.counters
+        self.lock = threading.Lock()
+
+    def parse(self, data: dict, limits) -> dict:
+        one, many = self.companion
+        check_fields(data, {"text", "texts", one, many})
+        texts, others = _paired_texts(data, limits, "text", "texts", one, many, self.required)
+        return {"texts": texts, many: others}
+
+    def _answer(self, rows: list, cuts: list[bool], spans: list, score) -> list[dict]:
+        """Score every row in one locked pass; one response per request's slice of rows."""
+        with self.lock:
+            logps = score(rows) if rows else []
+            self.counters["forwards"] += math.ceil(len(rows) / self.max_batch)
+        return [{"results": [_result(lp, cut) for lp, cut in zip(logps[s], cuts[s])], "truncated": any(cuts[s])}
+                for s in spans]
+
+
+class ScoreMethod(_ScoreMethod):
+    """``score`` of a causal LM: texts (optionally each after a context) -> log-likelihood."""
+
     inputs = {"text": "texts", "context": "contexts"}
+    companion = ("context", "contexts")  # log p(text | <eot> context)
     form = {"title": "Score", "view": "score", "fields": [
         {"name": "texts", "label": "Texts to score (one per line)", "type": "lines",
          "default": "The city is on the river.\nThe river is on the city."},
@@ -144,17 +173,8 @@ class ScoreMethod:
     def __init__(self, ctx) -> None:
         from ember.tokenizers import end_of_text_id
 
-        self.model, self.tokenizer = ctx.model, ctx.tokenizer
-        self.max_length, self.max_batch = ctx.max_length, ctx.max_batch
+        super().__init__(ctx)
         self.eot_id = end_of_text_id(ctx.tokenizer)
-        self.counters = ctx.counters
-        self.lock = threading.Lock()
-
-    def parse(self, data: dict, limits) -> dict:
-        """{"text" | "texts", optional "context" | "contexts"}: log p(text | <eot> context)."""
-        check_fields(data, {"text", "texts", "context", "contexts"})
-        texts, contexts = _paired_texts(data, limits, "text", "texts", "context", "contexts", required=False)
-        return {"texts": texts, "contexts": contexts}
 
     def _row(self, text: str, context: str | None) -> tuple[tuple[list[int], int], bool]:
         """(([eot] + context + text ids, tokens scored), truncated) within max_length tokens."""
@@ -170,48 +190,35 @@ class ScoreMethod:
         return ([self.eot_id] + before + ids, len(ids)), cut
 
     def __call__(self, requests: Sequence[dict], forward=None) -> list:
-        rows, cuts, spans = [], [], []
-        responses: list = [None] * len(requests)
+        rows, cuts, spans, failed = [], [], [], {}
         for r, req in enumerate(requests):
             try:
                 encoded = [self._row(t, c) for t, c in zip(req["texts"], req["contexts"] or [None] * len(req["texts"]))]
-            except RequestError as exc:
-                responses[r] = exc
+            except RequestError as exc:  # this request only; the others are answered
+                failed[r] = exc
                 continue
-            spans.append((r, slice(len(rows), len(rows) + len(encoded))))
+            spans.append(slice(len(rows), len(rows) + len(encoded)))
             rows += [row for row, _ in encoded]
             cuts += [cut for _, cut in encoded]
-        with self.lock:
-            logps = causal_logprobs(self.model, rows, self.max_batch) if rows else []
-            self.counters["forwards"] += math.ceil(len(rows) / self.max_batch)
-        for r, s in spans:
-            results = [_result(lp, cut) for lp, cut in zip(logps[s], cuts[s])]
-            responses[r] = {"results": results, "truncated": any(cuts[s])}
-        return responses
+        answered = iter(self._answer(rows, cuts, spans, lambda x: causal_logprobs(self.model, x, self.max_batch)))
+        return [failed[r] if r in failed else next(answered) for r in range(len(requests))]
 
 
-class Seq2SeqScoreMethod:
+class Seq2SeqScoreMethod(_ScoreMethod):
     """``score`` of an encoder-decoder (T5): log p(target </s> | input) per (input, target)."""
 
-    name = "score"
     inputs = {"text": "texts", "target": "targets"}
+    companion = ("target", "targets")
+    required = True
     form = {"title": "Score", "view": "score", "fields": [
         {"name": "text", "label": "Input", "type": "textarea", "default": "sst2 sentence: a gem of a film"},
         {"name": "target", "label": "Target", "type": "text", "default": "positive"},
     ]}
 
     def __init__(self, ctx) -> None:
-        self.model, self.tokenizer = ctx.model, ctx.tokenizer
-        self.max_length, self.max_batch, self.pad_id = ctx.max_length, ctx.max_batch, ctx.special["pad"]
+        super().__init__(ctx)
+        self.pad_id = ctx.special["pad"]
         self.encoder = ctx.encoder()  # the input, truncated with its template (</s>) kept
-        self.counters = ctx.counters
-        self.lock = threading.Lock()
-
-    def parse(self, data: dict, limits) -> dict:
-        """{"text" | "texts": inputs, "target" | "targets": one target per input}."""
-        check_fields(data, {"text", "texts", "target", "targets"})
-        texts, targets = _paired_texts(data, limits, "text", "texts", "target", "targets", required=True)
-        return {"texts": texts, "targets": targets}
 
     def __call__(self, requests: Sequence[dict], forward=None) -> list:
         rows, cuts, spans = [], [], []
@@ -222,8 +229,4 @@ class Seq2SeqScoreMethod:
                 tgt = self.tokenizer.encode(target).ids  # with the template's </s>
                 rows.append((ids, tgt[: self.max_length]))
                 cuts.append(cut or len(tgt) > self.max_length)
-        with self.lock:
-            logps = seq2seq_logprobs(self.model, rows, self.pad_id, self.max_batch)
-            self.counters["forwards"] += math.ceil(len(rows) / self.max_batch)
-        return [{"results": [_result(lp, cut) for lp, cut in zip(logps[s], cuts[s])], "truncated": any(cuts[s])}
-                for s in spans]
+        return self._answer(rows, cuts, spans, lambda x: seq2seq_logprobs(self.model, x, self.pad_id, self.max_batch))

@@ -57,7 +57,7 @@ def test_report_holds_the_runs_numbers_and_nothing_from_elsewhere(runs, report):
     state = json.loads((runs / "bert-mini" / "checkpoints" / "step-00000040" / "trainer_state.json").read_text())
     overview = re.search(r'<table class="overview">(.*?)</table>', html, re.S).group(1)
     first = re.search(r"<tr><td><a href=\"#run-bert-mini\">.*?</tr>", overview, re.S).group(0)
-    assert f"{state['tokens'] / 1e3:.2f}k" in first and "<td class=\"num\">40</td>" in first
+    assert f"{state['tokens'] / 1e3:.1f}k" in first and "<td class=\"num\">40</td>" in first
     # Both checkpoints are listed, complete; the prepared corpus's token count is shown.
     section = re.search(r'<section class="run" id="run-bert-mini">(.*?)</section>', html, re.S).group(1)
     listed = re.findall(r"<td>(step-\d+)</td>.*?<td>(\w+)</td></tr>", section)
