@@ -161,7 +161,8 @@ def _stat(values: list, stat: str):
 
 def run_section(r: dict) -> str:
     facts = {"folder": r["path"], "kind": r["kind"], "family": r["family"], "shape": r["shape"],
-             "objective": r["objective"], "recipe": r["recipe"], "task": r["task"], "seed": r["seed"],
+             "objective": r["objective"], "recipe": r["recipe"],
+             "overrides": " ".join(r["overrides"]) if r["overrides"] else None, "task": r["task"], "seed": r["seed"],
              "steps": f'{_num(r["steps"])} of {_num(r["max_steps"])}' if r["max_steps"] else _num(r["steps"]),
              "tokens seen": _count(r["tokens"]), "training time": _duration(r["seconds"]), **r["data"]}
     rows = [[f"<th>{escape(k)}</th>", _td(escape(_num(v) if isinstance(v, int) else str(v)))]

@@ -127,6 +127,7 @@ def summarize(run_dir: str | Path, name: str) -> dict:
     last = next((c for c in reversed(checkpoints) if c["state"] == "complete"), None)
     trainer = _json(run_dir / "checkpoints" / last["name"] / "trainer_state.json") if last else None
     pretrain = _json(run_dir.parent / "pretrain.json") if run_dir.name == "pretrain" else None  # ember compare
+    asked = _json(run_dir / "recipe.json") or {}  # ember.pretrain's record of the recipe and overrides
     train = [r for r in records if r.get("split") == "train"]
     evals = [r for r in records if r.get("split") == "eval"]
     rates = [r["tokens_per_s"] for r in train if "tokens_per_s" in r]
@@ -134,7 +135,8 @@ def summarize(run_dir: str | Path, name: str) -> dict:
         "name": name, "id": slug(name), "path": str(run_dir.resolve()), "kind": cfg.kind,
         "objective": cfg.objective if cfg.kind == "pretrain" else None, "family": cfg.model.family,
         "task": results.get("task") if results else (cfg.task.name or None),
-        "recipe": (pretrain or {}).get("recipe"), "config_yaml": (run_dir / "config.yaml").read_text(encoding="utf-8"),
+        "recipe": (pretrain or {}).get("recipe") or asked.get("recipe"), "overrides": asked.get("overrides"),
+        "config_yaml": (run_dir / "config.yaml").read_text(encoding="utf-8"),
         "shape": f"{cfg.model.num_layers} layers, hidden {cfg.model.hidden_size}, {cfg.model.num_heads} heads",
         "parameters": _parameters(run_dir / "model.safetensors"),
         "data": _data(run_dir, cfg, results),

@@ -5,6 +5,7 @@
     RUN/model.safetensors    final (pre-training) or best-on-dev (fine-tuning) weights
     RUN/checkpoints/step-N/  model + optimizer + trainer state for --resume
     RUN/metrics.jsonl, RUN/tb/, RUN/*.png
+    RUN/recipe.json          pre-training: the recipe, data and overrides asked for (ember.pretrain)
     RUN/inputs/              data given from Python (``ember.finetune(train=...)``), written as
                              files in the task's layout before the run starts; config.yaml names them
 """

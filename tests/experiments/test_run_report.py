@@ -13,8 +13,8 @@ import pytest
 import torch
 
 from browser_helpers import browser_or_skip
-from conftest import real_data
-from run_helpers import SHORT_RUN, recipe_config
+from conftest import TINY_MODEL, real_data
+from run_helpers import SHORT_RUN
 
 from ember.cli import main
 from ember.errors import EmberError
@@ -30,9 +30,9 @@ def runs(wiki_prepared, tmp_path_factory):
     root = tmp_path_factory.mktemp("report")
     threads = torch.get_num_threads()
     try:
-        cfg = recipe_config("bert-mini", wiki_prepared, *SHORT_RUN, "train.eval_every=20", "train.save_every=20",
-                            "train.log_every=2", "train.keep_checkpoints=2", "train.num_threads=1")
-        ember.pretrain(cfg, root / "bert-mini", progress=False)
+        ember.pretrain("bert-mini", root / "bert-mini", data=wiki_prepared, progress=False, overrides=TINY_MODEL + [
+            *SHORT_RUN, "train.eval_every=20", "train.save_every=20", "train.log_every=2", "train.keep_checkpoints=2",
+            "train.num_threads=1"])
         ember.finetune("sst2", root / "sst2", init=root / "bert-mini", seeds=[1, 2, 3], train_limit=160, epochs=2,
                        lr=2e-3, max_length=48, batch_size=16, progress=False, num_threads=1)
     finally:
@@ -58,6 +58,8 @@ def test_report_holds_the_runs_numbers_and_nothing_from_elsewhere(runs, report):
     overview = re.search(r'<table class="overview">(.*?)</table>', html, re.S).group(1)
     first = re.search(r"<tr><td><a href=\"#run-bert-mini\">.*?</tr>", overview, re.S).group(0)
     assert f"{state['tokens'] / 1e3:.1f}k" in first and "<td class=\"num\">40</td>" in first
+    assert "<td>bert-mini</td>" in first  # the recipe ember.pretrain was given (RUN/recipe.json)
+    assert "train.keep_checkpoints=2" in html  # and its overrides
     # Both checkpoints are listed, complete; the prepared corpus's token count is shown.
     section = re.search(r'<section class="run" id="run-bert-mini">(.*?)</section>', html, re.S).group(1)
     listed = re.findall(r"<td>(step-\d+)</td>.*?<td>(\w+)</td></tr>", section)
