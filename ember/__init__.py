@@ -4,13 +4,15 @@
     run = ember.pretrain("bert-mini", "runs/bert-mini", data="runs/wiki", overrides=["train.max_time=600"])
     result = ember.finetune("sst2", "runs/sst2", init=run.run_dir, lr=1e-4)
     print(result.metrics["accuracy"])
+    model = ember.load(result.run_dir)
+    model.classify(["a gripping film", "a dull mess"])
 
 The functions are imported on first use (``import ember`` stays light, and ``ember --help`` fast).
 """
 
 __version__ = "0.1.0"
 
-_API = {"pretrain", "finetune", "distill", "evaluate", "RunResult"}
+_API = {"pretrain", "finetune", "distill", "evaluate", "load", "Model", "RunResult"}
 __all__ = sorted(_API) + ["__version__"]
 
 

@@ -29,6 +29,7 @@ COMMAND_MODULES = [
     "convert",
     "export",
     "serve",
+    "report",
     "compare",
     "glue",
     "elmo_features",

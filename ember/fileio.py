@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
 
 
@@ -19,6 +21,12 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 def atomic_write_bytes(path: Path, data: bytes) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -28,6 +36,7 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
             fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp's 0600 would make reports and results private
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -45,3 +54,23 @@ def sha256_file(path: Path) -> str:
         for block in iter(lambda: fh.read(1 << 22), b""):
             digest.update(block)
     return digest.hexdigest()
+
+
+@contextmanager
+def atomic_folder(out: Path):
+    """A temporary folder beside ``out`` to write into; when the block ends without an error it
+    replaces ``out`` (with the umask's permissions, not mkdtemp's private ones), otherwise it is
+    removed: a folder is either the old one or the complete new one, never half-written."""
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
+    try:
+        yield tmp
+        os.chmod(tmp, 0o777 & ~_umask())
+        if out.exists():
+            shutil.rmtree(out)
+        os.replace(tmp, out)
+        fsync_dir(out.parent)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise

@@ -3,7 +3,8 @@
     pretrain(recipe, out, data=..., overrides=[...])          -> RunResult
     finetune(task, out, init=..., seeds=[...], lr=..., ...)   -> RunResult
     distill(method, teacher, out, student=..., ...)           -> RunResult
-    evaluate(run, split="", file=None)                        -> {"task", "split", "metrics"}
+    evaluate(run, split="", file=None, data=None)             -> {"task", "split", "metrics"}
+    load(path, backend="torch")                               -> Model (classify, embed, ...)
 
 Each takes what its verb takes (a recipe name or config plus ``section.key=value`` overrides)
 and holds the checks and defaults the verb used to: `ember pretrain`, `ember finetune`,
@@ -14,7 +15,8 @@ callers of these.
 from ember.api.distill import distill
 from ember.api.evaluate import evaluate
 from ember.api.finetune import finetune
+from ember.api.model import Model, load
 from ember.api.pretrain import pretrain
 from ember.api.results import RunResult
 
-__all__ = ["RunResult", "distill", "evaluate", "finetune", "pretrain"]
+__all__ = ["Model", "RunResult", "distill", "evaluate", "finetune", "load", "pretrain"]

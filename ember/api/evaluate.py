@@ -1,16 +1,38 @@
-"""``ember.evaluate``: a fine-tuned run's official metrics on a labelled split or file."""
+"""``ember.evaluate``: a fine-tuned run's official metrics on a labelled split, file or data."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 
-def evaluate(run: str | Path, split: str = "", file: str | Path | None = None, task: str = "") -> dict:
+def evaluate(run: str | Path, split: str = "", file: str | Path | None = None, task: str = "", data=None,
+             column: str | None = None, pair_column: str | None = None, label_column: str | None = None) -> dict:
     """{"task", "split", "metrics"} of ``run`` on ``split`` (default: the split it was selected
-    on) or on a labelled ``file`` in the task's layout; SQuAD 2.0 uses the run's tuned threshold.
+    on), on a labelled ``file`` in the task's layout, or on ``data`` from Python (a DataFrame, a
+    ``datasets.Dataset``, a dict of columns, a list of tuples or dicts; columns as in
+    ``ember.finetune``); SQuAD 2.0 uses the run's tuned threshold.
 
     >>> ember.evaluate("runs/sst2")["metrics"]["accuracy"]  # doctest: +SKIP
     """
     from ember.tasks.task_model import evaluate_run
 
-    return evaluate_run(Path(run), split, str(file) if file is not None else None, task)
+    if data is None:
+        if (column, pair_column, label_column) != (None, None, None):
+            from ember.errors import EmberError
+
+            raise EmberError("column= / pair_column= / label_column= name the columns of data=; pass the data too")
+        return evaluate_run(Path(run), split, str(file) if file is not None else None, task)
+    import tempfile
+
+    from ember.api.task_data import task_spec, write_split
+    from ember.errors import EmberError
+    from ember.runs.folder import load_run_config
+
+    if split or file is not None:
+        raise EmberError("data= replaces split= and file=; pass one of them")
+    spec = task_spec(task or load_run_config(run, expect_kind="finetune").task.name)
+    with tempfile.TemporaryDirectory(prefix="ember-evaluate-") as tmp:
+        path = write_split(spec, data, Path(tmp) / "data.tsv", "data=", column, pair_column, label_column)
+        result = evaluate_run(Path(run), "", str(path), task)
+        n = len(path.read_text(encoding="utf-8").splitlines()) - spec.has_header
+    return {**result, "split": f"data from Python ({n} examples)"}

@@ -86,10 +86,17 @@ def finetune_config(task: str, model_cfg: ModelConfig, init: str = "random", see
 def finetune(task: str, out: str | Path, init="random", *, model: str = "", tokenizer: str = "",
              seeds: list[int] | None = None, train_limit: int | None = None,
              overrides: list[str] | tuple[str, ...] = (), resume: bool = False, overwrite: bool = False,
-             progress: bool = True, ulmfit: bool = False, **settings) -> RunResult:
+             progress: bool = True, ulmfit: bool = False, train=None, dev=None, column: str | None = None,
+             pair_column: str | None = None, label_column: str | None = None, **settings) -> RunResult:
     """Fine-tune on ``task`` from ``init`` (a pre-training run, an HF folder, ``"random"`` with
     ``model``/``tokenizer``, or an ``ember.runs.init.Init``) into ``out``; with several ``seeds``,
     one run per seed in ``out/seed-N`` and their summary in ``out/summary.json``.
+
+    ``train`` / ``dev``: data from Python in place of the task's training / evaluation split (a
+    pandas DataFrame, a ``datasets.Dataset``, a dict of columns, a list of (text, label) or
+    (text, text_pair, label) tuples or of dicts), read from ``column`` / ``pair_column`` /
+    ``label_column`` (defaults: the task's column names, or text / text_pair / label); written
+    to ``out/inputs/`` in the task's layout (``ember.api.task_data``).
 
     >>> result = ember.finetune("sst2", "runs/sst2", init="runs/bert-mini", lr=1e-4,
     ...                         seeds=[1, 2, 3])  # doctest: +SKIP
@@ -106,6 +113,16 @@ def finetune(task: str, out: str | Path, init="random", *, model: str = "", toke
     seeds = list(seeds) if seeds else [None]
     if len(set(seeds)) != len(seeds):
         raise EmberError(f"seeds {seeds} repeat a seed; give distinct seeds, e.g. 1,2,3")
+    if train is not None or dev is not None:
+        if len(seeds) == 1:  # out is the run folder: clear an old run now, before its inputs go in
+            from ember.runs.folder import prepare_run_dir
+
+            prepare_run_dir(out, resume, overwrite)
+            overwrite = False
+        settings.update(_write_inputs(task, out, train, dev, settings, resume, column, pair_column, label_column))
+    elif (column, pair_column, label_column) != (None, None, None):
+        raise EmberError("column= / pair_column= / label_column= name the columns of train= / dev= data; "
+                         "pass the data too")
     results = []
     for seed in seeds:
         cfg = finetune_config(task, model_cfg, str(init_id), seed, overrides, ulmfit, **settings)
@@ -130,6 +147,23 @@ def finetune(task: str, out: str | Path, init="random", *, model: str = "", toke
                   f"(median {s['median']:.4f}, {len(seeds)} seeds)")
     means = {name: s["mean"] for name, s in summary["metrics"].items()}
     return RunResult(out, means, results, summary["metrics"])
+
+
+def _write_inputs(task: str, out: Path, train, dev, settings: dict, resume: bool, *columns) -> dict:
+    """Write train= / dev= data into out/inputs/; the split settings that read them."""
+    from ember.api.task_data import task_spec, write_split
+    from ember.runs.folder import RUN_INPUTS
+
+    spec = task_spec(task)
+    splits = {}
+    for data, name, setting in ((train, "train", "train_split"), (dev, "dev", "eval_split")):
+        if data is None:
+            continue
+        if settings.get(setting) is not None:
+            raise EmberError(f"{name}= and {setting}= both give the {name} data; pass one of them")
+        path = write_split(spec, data, out / RUN_INPUTS / f"{name}.tsv", f"{name}= data", *columns, resume=resume)
+        splits[setting] = str(path.resolve())
+    return splits
 
 
 def _report(result: dict, cfg: RunConfig, run_dir: Path) -> None:

@@ -87,4 +87,20 @@ def pretrain(recipe: str | Path | RunConfig | None = "bert-mini", out: str | Pat
     out = Path(out)
     cfg = pretrain_config(recipe, out, data, overrides, resume)
     trained = run_pretraining(cfg, out, resume=resume, overwrite=overwrite, progress=progress)
+    _record_recipe(out, recipe, data, overrides, resume)
     return RunResult(out, last_evaluation(out), [trained])
+
+
+def _record_recipe(out: Path, recipe, data, overrides, resume: bool) -> None:
+    """RUN/recipe.json: the recipe and overrides the run was asked for (config.yaml holds what
+    they resolved to); `ember report` shows it. A resumed run keeps the record of its start."""
+    import json
+
+    from ember.fileio import atomic_write_text
+
+    path = out / "recipe.json"
+    if resume and path.is_file():
+        return
+    name = "a RunConfig given from Python" if isinstance(recipe, RunConfig) else str(recipe or "bert-mini")
+    atomic_write_text(path, json.dumps({"recipe": name, "data": None if data is None else str(data),
+                                        "overrides": list(overrides)}, indent=2))

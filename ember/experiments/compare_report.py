@@ -1,4 +1,5 @@
-"""`ember compare`'s report: results.json, results.md and comparison.png, rebuilt from OUT/runs.
+"""`ember compare`'s report: results.json, results.md, comparison.png and report.html (every run's
+curves, settings and checkpoints: ``ember.experiments.run_report``), rebuilt from OUT/runs.
 
 Everything is read back from the run folders, so the report is right after any resume and
 can be regenerated at any time. Scores are the dev set's main metric of each task (accuracy,
@@ -12,7 +13,8 @@ from pathlib import Path
 
 from ember.durations import format_duration
 from ember.fileio import atomic_write_text
-from ember.experiments.report_common import clean, format_score as _score
+from ember.experiments.report_common import clean, format_count as _count, format_score as _score
+from ember.experiments.run_report import has_runs, slug, write_report
 from ember.experiments.report_common import glue_average, grouped_bar_chart, read_seed_metrics, task_summary
 
 
@@ -38,15 +40,6 @@ def collect_results(out: Path, models: list[tuple[str, str]], meta: dict) -> dic
     return {**meta, "models": rows}
 
 
-def _count(n) -> str:
-    if n is None:
-        return "—"
-    for size, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
-        if n >= size:
-            return f"{n / size:.1f}{suffix}"
-    return str(int(n))
-
-
 def render_markdown(results: dict) -> str:
     from ember.tasks.glue import get_task
 
@@ -70,7 +63,8 @@ def render_markdown(results: dict) -> str:
         pre = row["pretrain"] or {}
         cells = [_score(row["tasks"].get(sp.name, {}).get("mean"), row["tasks"].get(sp.name, {}).get("std"))
                  for sp in specs]
-        lines.append(f"| {row['label']} | " + " | ".join(cells)
+        label = f"[{row['label']}](report.html#{slug(row['label'] + '/pretrain')})" if pre else row["label"]
+        lines.append(f"| {label} | " + " | ".join(cells)
                      + f" | {_score(row['glue_average'], row['glue_average_std'])}"
                      + f" | {pre.get('steps', '—') if pre else '—'} | {_count(pre.get('tokens'))} |")
     lines += ["", "## Pre-training", "",
@@ -81,10 +75,13 @@ def render_markdown(results: dict) -> str:
         if pre is None:
             continue
         held = ", ".join(f"{k} {v:.3f}" for k, v in pre["held_out"].items() if isinstance(v, (int, float)))
-        lines.append(f"| {row['label']} | {row['recipe']} | {pre['objective']} | {_count(pre['parameters'])} | "
+        link = f"[{row['label']}](report.html#{slug(row['label'] + '/pretrain')})"
+        lines.append(f"| {link} | {row['recipe']} | {pre['objective']} | {_count(pre['parameters'])} | "
                      f"{pre['probe']['steps_per_s']:.2f} | {pre['max_steps']} | {pre['steps']} | "
                      f"{format_duration(pre['train_seconds'])} | {pre['stopped_by']} | "
                      f"{pre['tokens_per_s']:.0f} | {held or '—'} |")
+    lines += ["", "Every run's curves (training and held-out), throughput, settings, data, fine-tuning seeds and "
+              "checkpoints: [report.html](report.html) (`ember report`)."]
     return "\n".join(lines) + "\n"
 
 
@@ -107,4 +104,7 @@ def write_reports(out: Path, models: list[tuple[str, str]], meta: dict) -> dict:
     atomic_write_text(out / "results.json", json.dumps(results, indent=2))
     atomic_write_text(out / "results.md", render_markdown(results))
     render_chart(results, out / "comparison.png")
+    runs = [out / "runs" / label for label, _ in models if has_runs(out / "runs" / label)]
+    if runs:  # runs named "<label>/pretrain", "<label>/<task>-seed<k>"
+        write_report(runs, out / "report.html", title="ember compare")
     return results

@@ -1,4 +1,5 @@
-"""`ember glue`'s report: glue.json, glue.md and glue.png, rebuilt from OUT/runs.
+"""`ember glue`'s report: glue.json, glue.md, glue.png and report.html (every run's curves, settings
+and checkpoints: ``ember.experiments.run_report``), rebuilt from OUT/runs.
 
 The markdown table has the layout of the GLUE tables in BERT (Table 1), RoBERTa and ELECTRA:
 one row per system, the tasks as columns in the papers' order, then the average. Cells
@@ -16,6 +17,7 @@ from pathlib import Path
 
 from ember.fileio import atomic_write_text
 from ember.experiments.report_common import clean, format_score, glue_average, grouped_bar_chart, read_seed_metrics, task_summary
+from ember.experiments.run_report import slug, write_report
 
 METRIC_NAMES = {"accuracy": "acc", "f1": "F1", "mcc": "MCC", "pearson": "Pearson", "spearman": "Spearman"}
 DASH = "–"
@@ -142,8 +144,11 @@ def render_markdown(results: dict) -> str:
         for seed, run in sorted(c.get("runs", {}).items(), key=lambda kv: int(kv[0])):
             shown = ", ".join(f"{METRIC_NAMES.get(k, k)} {format_score(v)}" for k, v in run["metrics"].items())
             train = Path(c["train_split"]).name
+            folder = f"[{run['run_dir']}](report.html#{slug(Path(run['run_dir']).name)})"
             lines.append(f"| {c['display_name']} | {seed} | {train} ({c['train_examples']:,}) | {c['eval_split']} "
-                         f"({c['eval_examples']:,}) | {shown} | {run['best_step']} / {run['steps']} | {run['run_dir']} |")
+                         f"({c['eval_examples']:,}) | {shown} | {run['best_step']} / {run['steps']} | {folder} |")
+    lines += ["", "Every run's curves, settings, per-seed spread and checkpoints: [report.html](report.html) "
+              "(`ember report`)."]
     return "\n".join(lines) + "\n"
 
 
@@ -171,4 +176,7 @@ def write_reports(out: Path, plans: list, meta: dict) -> dict:
     atomic_write_text(out / "glue.json", json.dumps(results, indent=2))
     atomic_write_text(out / "glue.md", render_markdown(results))
     render_chart(results, out / "glue.png")
+    runs = sorted(p for p in (out / "runs").glob("*-seed*") if (p / "config.yaml").is_file())
+    if runs:  # named "<task>-seed<k>", as the Runs table links them
+        write_report(runs, out / "report.html", title=f"ember glue: {results['model']}")
     return results

@@ -57,6 +57,16 @@ def glue_average(tasks: dict, meta: dict) -> dict:
     return {"glue_average": average, "glue_average_std": std}
 
 
+def format_count(n, missing: str = "—") -> str:
+    """4_512_000 -> '4.5M', 40_650 -> '40.6k', None -> ``missing``."""
+    if n is None:
+        return missing
+    for size, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if n >= size:
+            return f"{n / size:.1f}{suffix}"
+    return str(int(n))
+
+
 def format_score(mean, std=None, missing: str = "—") -> str:
     """0.8812, 0.0043 -> '88.1 ± 0.4'; None -> ``missing``; NaN (undefined correlation) -> 'nan'."""
     if mean is None or not math.isfinite(mean):

@@ -5,6 +5,9 @@
     RUN/model.safetensors    final (pre-training) or best-on-dev (fine-tuning) weights
     RUN/checkpoints/step-N/  model + optimizer + trainer state for --resume
     RUN/metrics.jsonl, RUN/tb/, RUN/*.png
+    RUN/recipe.json          pre-training: the recipe, data and overrides asked for (ember.pretrain)
+    RUN/inputs/              data given from Python (``ember.finetune(train=...)``), written as
+                             files in the task's layout before the run starts; config.yaml names them
 """
 
 from __future__ import annotations
@@ -14,6 +17,8 @@ from pathlib import Path
 
 from ember.config import RunConfig, load_yaml, run_config_from_dict, save_yaml
 from ember.errors import EmberError
+
+RUN_INPUTS = "inputs"  # the run's own data files, written before the run (see the module docstring)
 
 
 def write_run_files(run_dir: Path, cfg: RunConfig, tokenizer_path: Path) -> None:
@@ -49,8 +54,9 @@ def check_family(run_dir: Path, cfg: RunConfig, supported: tuple[str, ...]) -> N
 
 
 def prepare_run_dir(run_dir: Path, resume: bool, overwrite: bool) -> None:
-    """Refuse to mix a new run into a folder holding an old one (unless told to)."""
-    existing = run_dir.is_dir() and any(run_dir.iterdir())
+    """Refuse to mix a new run into a folder holding an old one (unless told to). The run's own
+    inputs (RUN/inputs/, written for it just before) are not an old run."""
+    existing = run_dir.is_dir() and any(p.name != RUN_INPUTS for p in run_dir.iterdir())
     if not existing or resume:
         return
     if not overwrite:

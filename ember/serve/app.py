@@ -1,5 +1,6 @@
 """The HTTP server: a FastAPI app over a Predictor and a MicroBatcher, run by uvicorn.
 
+    GET  /             a page to try the model in a browser (ember/serve/page: self-contained HTML)
     GET  /healthz      status, model and backend, limits, batching counters
     POST /classify     {"text"| "texts", optional "text_pair" | "text_pairs"}  (GLUE-style runs)
     POST /embed        texts + pooling mean|cls|none, layer or layer_weights, normalize (encoder runs)
@@ -7,6 +8,8 @@
     POST /tag          {"text" | "texts" | "words"}                            (CoNLL-2003 NER runs)
     POST /answer       {"question", "context", "top_k"}                        (SQuAD runs)
     POST /generate     {"prompt" | "prompts", max_new_tokens, temperature, top_k, top_p, stop, seed}
+                                                                               (GPT pre-training runs)
+    POST /score        {"text" | "texts", optional "context" | "contexts"} -> log-likelihood
                                                                                (GPT pre-training runs)
 
 The app serves a Predictor (serve/predictor.py): one POST route per inference method the
@@ -50,7 +53,7 @@ def create_app(predictor, limits: Limits | None = None, max_batch: int = 32, max
     _require_web()
     from fastapi import FastAPI, Request
     from fastapi.exceptions import RequestValidationError
-    from fastapi.responses import JSONResponse
+    from fastapi.responses import HTMLResponse, JSONResponse
     from starlette.exceptions import HTTPException
 
     limits = limits or Limits()
@@ -86,6 +89,17 @@ def create_app(predictor, limits: Limits | None = None, max_batch: int = 32, max
     async def unexpected(request, exc: Exception):
         log.exception("unexpected error on %s", request.url.path)
         return JSONResponse({"error": f"internal error: {type(exc).__name__}: {exc}"}, status_code=500)
+
+    page = None
+
+    @app.get("/", response_class=HTMLResponse)
+    async def index():  # built on first request: the methods' forms are fixed once loaded
+        nonlocal page
+        if page is None:
+            from ember.serve.page import render_page
+
+            page = render_page(predictor, limits)
+        return HTMLResponse(page)
 
     @app.get("/healthz")
     async def healthz():

@@ -13,13 +13,12 @@ tokenizer.json and labels.json, so `ember serve OUT` runs them directly.
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import tempfile
 import time
 from pathlib import Path
 
 from ember.errors import EmberError
+from ember.fileio import atomic_folder
 
 FORMATS = ("hf", "onnx", "int8", "onnx-int8")
 # fp32 exports must reproduce the original; int8 ones are only reported (they are lossy).
@@ -87,9 +86,7 @@ def export_run(run_dir: str | Path, fmt: str, out: str | Path, verify: bool = Tr
         raise EmberError("--out must differ from the run folder")
     info, tokenizer = describe(run_dir)
     module = load_module(run_dir, info)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
-    try:
+    with atomic_folder(out) as tmp:  # renamed into place only once verified
         started = time.perf_counter()
         make_candidate, weights = _write(fmt, run_dir, tmp, info, module)
         report = {"format": fmt, "source": str(run_dir.resolve()), "model": info.summary(),
@@ -111,15 +108,6 @@ def export_run(run_dir: str | Path, fmt: str, out: str | Path, verify: bool = Tr
             report["verification"] = None
         (tmp / "export.json").write_text(json.dumps(report, indent=2))
         report["size_bytes"]["folder"] = _size(tmp)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o777 & ~umask)  # mkdtemp makes it private; the export is a normal folder
-        if out.exists():
-            shutil.rmtree(out)
-        os.replace(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return report
 
 

@@ -75,6 +75,12 @@ class ClassifyMethod:
     """``classify``: texts (or pairs) -> label and probabilities per label, or a score (regression)."""
 
     name = "classify"
+    inputs = {"text": "texts", "text_pair": "text_pairs"}  # per-input fields, single -> plural
+    # The page `ember serve` shows at / (ember.serve.page): fields of the request, and its view.
+    form = {"title": "Classify", "view": "classify", "fields": [
+        {"name": "text", "label": "Text", "type": "textarea", "default": "a gripping, beautifully acted film"},
+        {"name": "text_pair", "label": "Second text (sentence-pair tasks only)", "type": "textarea",
+         "optional": True}]}
 
     def __init__(self, ctx) -> None:
         self.encoder = ctx.encoder()

@@ -41,6 +41,14 @@ class EmbedMethod:
     """``embed``: texts -> mean / [CLS] / per-token vectors of a layer or an ELMo-style scalar mix."""
 
     name = "embed"
+    inputs = {"text": "texts", "text_pair": "text_pairs"}  # per-input fields, single -> plural
+    # The page at / (ember.serve.page) shows the cosine similarities of a few sentences.
+    form = {"title": "Embed", "view": "embed", "fields": [
+        {"name": "texts", "label": "Sentences (one per line)", "type": "lines",
+         "default": "A man is playing a guitar.\nSomeone is playing an instrument.\n"
+                    "The stock market fell sharply today.\nShare prices dropped."},
+        {"name": "pooling", "label": "Pooling", "type": "select", "options": ["mean", "cls"], "default": "mean"},
+        {"name": "normalize", "type": "hidden", "value": True}]}
 
     def __init__(self, ctx) -> None:
         self.encoder, self.tokenizer = ctx.encoder(), ctx.tokenizer

@@ -27,7 +27,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from ember.errors import EmberError
 from ember.tasks.glue import Example, get_task, read_examples
@@ -122,39 +121,20 @@ def build_context(tokenizer, fmt: PromptFormat, demos: list[Example], query: Exa
     raise AssertionError("unreachable")
 
 
-@torch.no_grad()
 def score_continuations(model, contexts: list[list[int]], continuations: list[list[int]],
                         batch_size: int = 16) -> torch.Tensor:
     """Summed log P(continuation | context) for each candidate.
 
     ``contexts[i]`` pairs with every ``continuations[j]``: returns (N, L). Rows are
-    context + continuation, right-padded, scored in batches of ``batch_size`` sequences.
+    context + continuation, scored in length-sorted batches of ``batch_size`` sequences
+    (``ember.tasks.scoring.causal_logprobs``, the same code as the ``score`` method).
     """
-    device = next(model.parameters()).device
-    rows = [(i, j, c + cont) for i, c in enumerate(contexts) for j, cont in enumerate(continuations)]
-    scores = torch.zeros(len(contexts), len(continuations), dtype=torch.float64)
-    order = sorted(range(len(rows)), key=lambda r: len(rows[r][2]))  # similar lengths batch together
-    for start in range(0, len(order), batch_size):
-        chunk = [rows[r] for r in order[start : start + batch_size]]
-        width = max(len(r[2]) for r in chunk)
-        ids = torch.zeros(len(chunk), width, dtype=torch.long)
-        for b, (_, _, seq) in enumerate(chunk):
-            ids[b, : len(seq)] = torch.tensor(seq)
-        # Right padding sits after every real token, so plain causal attention never sees it.
-        hidden = model.backbone(ids.to(device)).last_hidden_state  # (b, T, H)
-        # Only the positions that predict a continuation token go through the (V, H) softmax.
-        rows_b, positions, targets, owners = [], [], [], []
-        for b, (i, j, seq) in enumerate(chunk):
-            n = len(continuations[j])
-            rows_b += [b] * n
-            positions += list(range(len(seq) - n - 1, len(seq) - 1))  # token t is predicted at t - 1
-            targets += seq[-n:]
-            owners += [(i, j)] * n
-        logits = model.backbone.lm_logits(hidden[torch.tensor(rows_b), torch.tensor(positions)])  # (M, V)
-        logp = F.log_softmax(logits.float(), dim=-1).cpu()[torch.arange(len(targets)), torch.tensor(targets)]
-        for (i, j), value in zip(owners, logp.tolist()):
-            scores[i, j] += value
-    return scores
+    from ember.tasks.scoring import causal_logprobs
+
+    rows = [(c + cont, len(cont)) for c in contexts for cont in continuations]
+    logps = causal_logprobs(model, rows, batch_size)
+    sums = [sum(lp.tolist()) for lp in logps]  # float64 accumulation of the float32 terms
+    return torch.tensor(sums, dtype=torch.float64).view(len(contexts), len(continuations))
 
 
 def _summary(k: int, values: list[tuple[float, float, np.ndarray]], seeds: list[int]) -> dict:

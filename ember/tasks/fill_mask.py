@@ -41,11 +41,17 @@ class FillMaskMethod:
     """``fill-mask``: a text with mask tokens -> the top-k tokens and probabilities per mask."""
 
     name = "fill-mask"
+    inputs = {"text": None}  # one text per request
 
     def __init__(self, ctx) -> None:
         self.encoder, self.tokenizer, self.max_length = ctx.encoder(), ctx.tokenizer, ctx.max_length
         self.mask_id = ctx.special["mask"]
         self.mask_token = self.tokenizer.id_to_token(self.mask_id)
+        # The page at / (ember.serve.page): the example carries this vocabulary's mask token.
+        self.form = {"title": "Fill mask", "view": "fill-mask", "fields": [
+            {"name": "text", "label": f"Text with {self.mask_token}", "type": "textarea",
+             "default": f"The capital of France is {self.mask_token}."},
+            {"name": "top_k", "label": "Top k", "type": "number", "default": 5, "min": 1, "max": 100}]}
 
     def parse(self, data: dict, limits) -> dict:
         """{"text": str with mask tokens, "top_k": int (default 5)}."""

@@ -127,8 +127,19 @@ class GenerateMethod:
     batch), ``_decode`` (the decoding call) and ``_settings`` (echoed in the response)."""
 
     name = "generate"
+    inputs = {"prompt": "prompts"}
     limits = ("max_new_tokens",)  # the request limits this method reads besides the common ones
     texts_key, tokens_key = "prompts", "prompt_tokens"  # request field, response field
+    # The page at / (ember.serve.page): the prompt and the sampling settings.
+    form = {"title": "Generate", "view": "generate", "fields": [
+        {"name": "prompt", "label": "Prompt", "type": "textarea", "default": "The history of the city"},
+        {"name": "max_new_tokens", "label": "New tokens", "type": "number", "default": 30, "min": 1},
+        {"name": "temperature", "label": "Temperature (0 = greedy)", "type": "number", "default": 0.8,
+         "min": 0, "step": 0.1},
+        {"name": "top_k", "label": "Top k (0 = off)", "type": "number", "default": 0, "min": 0},
+        {"name": "top_p", "label": "Top p (1 = off)", "type": "number", "default": 0.9, "min": 0, "max": 1,
+         "step": 0.05},
+        {"name": "seed", "label": "Seed (empty = random)", "type": "number", "optional": True, "min": 0}]}
 
     def __init__(self, ctx) -> None:
         from ember.tokenizers import end_of_text_id
@@ -220,7 +231,7 @@ class GenerateMethod:
 
 
 class CausalLMProvider:
-    """What a GPT-1/GPT-2 pre-training run serves: generate. It runs the PyTorch model in a
+    """What a GPT-1/GPT-2 pre-training run serves: generate and score (log-likelihood). It runs the PyTorch model in a
     decoding loop (fp32 or int8), not an exported graph (no key/value cache in one)."""
 
     kind = "generate"
@@ -236,4 +247,6 @@ class CausalLMProvider:
         return load_causal_lm(run_dir)[0]
 
     def inference_methods(self, ctx) -> list:
-        return [GenerateMethod(ctx)]
+        from ember.tasks.scoring import ScoreMethod
+
+        return [GenerateMethod(ctx), ScoreMethod(ctx)]

@@ -6,6 +6,17 @@ to the task or objective whose head it decodes, and lives beside that head. It h
     name                              the method's name (the HTTP endpoint is "/" + name)
     parse(data, limits) -> request    a JSON-like dict checked field by field (RequestError, 4xx)
     __call__(requests, forward)       one response (or a RequestError) per validated request
+    inputs (optional)                 the fields that carry one value per input, {single: plural
+                                      or None}, the first the main one (default {"text":
+                                      "texts"}): how ``ember.load(...).<method>(inputs, ...)``
+                                      turns a Python list into requests
+    form (optional)                   how the page of `ember serve` (GET /) asks for a request and
+                                      shows the response: {"title", "view", "fields": [{"name",
+                                      "label", "type": text | textarea | lines | number | select |
+                                      checkbox | hidden, "default" / "value", "optional", "min",
+                                      "max", "step", "options"}]}; "view" names one of the page's
+                                      renderers (ember/serve/page/page.js), and a method without
+                                      a form gets a JSON editor there
 
 ``forward(rows, need_hidden)`` is given by the caller (``ember.serve.predictor``: the same for
 the HTTP server and the Python API): it runs ``rows`` (token ids, segment ids) through the

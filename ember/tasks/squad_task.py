@@ -172,6 +172,14 @@ class AnswerMethod:
     read in overlapping windows (never cut); only overlong questions are truncated."""
 
     name = "answer"
+    inputs = {"question": None, "context": None}  # one question and its context per request
+    # The page at / (ember.serve.page) marks the answer in the context.
+    form = {"title": "Answer", "view": "answer", "fields": [
+        {"name": "question", "label": "Question", "type": "text", "default": "Where is the Eiffel Tower?"},
+        {"name": "context", "label": "Context", "type": "textarea",
+         "default": "The Eiffel Tower is a wrought-iron lattice tower in Paris, France. It was built "
+                    "for the 1889 World's Fair and is named after the engineer Gustave Eiffel."},
+        {"name": "top_k", "label": "Spans listed", "type": "number", "default": 3, "min": 1, "max": 20}]}
 
     def __init__(self, adapter: SquadAdapter, ctx) -> None:
         self.adapter, self.tokenizer, self.max_length = adapter, ctx.tokenizer, ctx.max_length

@@ -181,6 +181,11 @@ class TagMethod:
     and the entities they spell."""
 
     name = "tag"
+    inputs = {"text": "texts"}
+    # The page at / (ember.serve.page) highlights the entities in the words.
+    form = {"title": "Tag entities", "view": "tag", "fields": [
+        {"name": "text", "label": "Text", "type": "textarea",
+         "default": "John Smith flew from London to Paris with Lufthansa on Monday ."}]}
 
     def __init__(self, ctx) -> None:
         self.tokenizer, self.max_length, self.labels = ctx.tokenizer, ctx.max_length, ctx.labels

@@ -136,8 +136,12 @@ def test_compare_report_has_both_recipes_and_the_random_baseline(compared):
         assert pre["parameters"] > 0
     assert results["models"][2]["pretrain"] is None
     table = (out / "results.md").read_text()
-    for label in ("bert-mini", "bert-mini-mlm", "random"):
-        assert f"| {label} | " in table
+    for label in ("bert-mini", "bert-mini-mlm"):  # linked to their section of report.html
+        assert f"| [{label}](report.html#run-{label}-pretrain) | " in table
+    assert "| random | " in table
+    report = (out / "report.html").read_text()
+    for run in ("bert-mini/pretrain", "bert-mini-mlm/pretrain", "random/sst2-seed1"):
+        assert f'id="run-{run.replace("/", "-")}"' in report
     png = (out / "comparison.png").read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 5000
 

@@ -232,11 +232,11 @@ def test_bad_generate_requests_get_4xx_naming_the_field_and_the_server_keeps_ans
     assert ok.status_code == 200 and ok.json()["results"][0]["generated_tokens"] <= 2
 
 
-def test_health_lists_generate_and_its_limits(served):
+def test_health_lists_generate_score_and_the_limits(served):
     client, _ = served
     health = client.get("/healthz").json()
     assert health["status"] == "ok" and health["backend"] == "torch"
-    assert health["endpoints"] == ["/generate"]
+    assert health["endpoints"] == ["/generate", "/score"]
     assert health["model"]["kind"] == "generate" and health["model"]["family"] == "gpt2"
     assert health["max_length"] == CONTEXT and health["limits"]["max_new_tokens"] == 256
 
@@ -330,7 +330,7 @@ def test_ember_serve_process_generates_caps_max_new_tokens_and_stops_on_sigterm(
             except httpx.TransportError:
                 assert time.monotonic() < deadline, "server did not start"
                 time.sleep(0.2)
-        assert health["endpoints"] == ["/generate"] and health["limits"]["max_new_tokens"] == 16
+        assert health["endpoints"] == ["/generate", "/score"] and health["limits"]["max_new_tokens"] == 16
         got = httpx.post(f"{url}/generate", json={"prompt": "The river", "max_new_tokens": 16}, timeout=60)
         assert got.status_code == 200 and got.json()["results"][0]["generated_tokens"] <= 16
         over = httpx.post(f"{url}/generate", json={"prompt": "The river", "max_new_tokens": 17}, timeout=60)

@@ -1,0 +1,215 @@
+"""``ember.load``: a run, export or Hugging Face folder -> a model whose methods are its inference
+methods (``classify``, ``embed``, ``fill_mask``, ``tag``, ``answer``, ``generate``, ``score``).
+
+    model = ember.load("runs/sst2")               # backend="torch" | "int8" | "onnx" | "onnx-int8"
+    model.classify("a gripping film")             # {"label": ..., "probabilities": {...}, ...}
+    model.classify(["great", "awful"])            # one result per text
+    model.embed(df, column="review")              # numpy array (N, H)
+
+Every call goes through the predictor `ember serve` runs (``ember.serve.predictor``): the
+method's own ``parse`` checks the options (the same messages as the HTTP 4xx), and its
+``__call__`` encodes, batches and decodes, so the numbers are the server's. What is added
+here is only what a list in Python needs: a list is split into requests and chunks (the
+texts sorted by length first, so each forward pass pads little; results come back in the
+given order), and the request limits of a server (texts per request, characters per text)
+do not apply. Methods that run their own decoding loop (``generate``, ``score``) get the
+whole list in one request, in order, exactly as a POST of that list would: their sampling
+and batching are theirs.
+
+Which fields carry the inputs is the method's ``inputs`` ({single field: plural field or
+None}, default {"text": "texts"}): the first is the positional argument, the others are
+keywords taking a string (shared by every input) or one string per input
+(``model.classify(texts, text_pair=others)``, ``model.answer(question, context=...)``); every
+other keyword is a request option (``top_k=3``, ``pooling="cls"``, ``max_new_tokens=20``).
+"""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ember.api.data import texts
+from ember.api.sources import layout, run_of_hf_folder
+from ember.errors import EmberError
+
+BACKENDS = ("torch", "int8", "onnx", "onnx-int8")
+DEFAULT_INPUTS = {"text": "texts"}
+# Every inference method ember has, for the message naming what a model can do instead.
+KNOWN_METHODS = ("classify", "embed", "fill_mask", "tag", "answer", "generate", "score")
+
+
+def _python_limits():
+    """A server's request limits, lifted: a Python caller's list is as long as it is."""
+    from ember.tasks.requests import Limits
+
+    big = 10**12
+    return Limits(max_body_bytes=big, max_texts=big, max_chars=big, max_new_tokens=big)
+
+
+def load(path: str | Path, backend: str = "torch", max_length: int | None = None, max_batch: int = 32,
+         threads: int = 0) -> "Model":
+    """The model in ``path``: a run folder, an `ember export` folder (which runs its own format)
+    or a Hugging Face checkpoint folder (converted once into a cached run, see
+    ``ember.api.sources``), on ``backend``. ``max_length`` caps tokens per input (default:
+    the run's), ``max_batch`` rows per forward pass, ``threads`` CPU threads (0 = all).
+
+    >>> model = ember.load("runs/sst2", backend="onnx")  # doctest: +SKIP
+    """
+    from ember.serve.predictor import load_predictor
+
+    source = Path(path)
+    if backend not in BACKENDS:
+        raise EmberError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
+    kind = layout(source)
+    run_dir = run_of_hf_folder(source) if kind == "hf" else source
+    # An export folder runs its own format: "torch" (the default) then means "as exported".
+    predictor = load_predictor(run_dir, "" if kind == "export" and backend == "torch" else backend, threads,
+                               max_length, max_batch)
+    return Model(predictor, run_dir, source, kind)
+
+
+class Model:
+    """A loaded model; its inference methods are attributes (see the module docstring)."""
+
+    def __init__(self, predictor, run_dir: Path, source: Path, kind: str) -> None:
+        self._predictor = predictor
+        self.path = Path(run_dir)  # the folder that runs (the cached run of an HF checkpoint)
+        self.source = Path(source)  # what was passed to ember.load
+        self.layout = kind  # "run", "export" or "hf"
+
+    # -- what it is ----------------------------------------------------------------------------
+    @property
+    def methods(self) -> list[str]:
+        """The inference methods of this model, as Python names."""
+        return [name.replace("-", "_") for name in self._predictor.methods]
+
+    @property
+    def info(self) -> dict:
+        return {**self._predictor.info.summary(), "backend": self._predictor.backend,
+                "max_length": self._predictor.max_length, "methods": self.methods}
+
+    @property
+    def backend(self) -> str:
+        return self._predictor.backend
+
+    @property
+    def tokenizer(self):
+        return self._predictor.tokenizer
+
+    @property
+    def predictor(self):
+        """The ``ember.serve.predictor.Predictor`` underneath (the one `ember serve` would run)."""
+        return self._predictor
+
+    def __repr__(self) -> str:
+        return (f"<ember model {self._predictor.info.display_name} from {self.source} "
+                f"({self.backend}): {', '.join(self.methods)}>")
+
+    def __dir__(self):
+        return sorted(set(super().__dir__()) | set(self.methods))
+
+    def __getattr__(self, name: str):
+        if name.startswith("_"):
+            raise AttributeError(name)
+        endpoint = name.replace("_", "-")
+        for candidate in (name, endpoint):
+            if candidate in self._predictor.methods:
+                return functools.partial(self._call, candidate)
+        what = f"this model ({self._predictor.info.display_name}, {self.source})"
+        if name in KNOWN_METHODS:
+            raise AttributeError(f"{what} has no {name!r} method; it has: {', '.join(self.methods)}")
+        raise AttributeError(f"{what} has no attribute {name!r}; its methods: {', '.join(self.methods)}")
+
+    # -- running a method ----------------------------------------------------------------------
+    def _call(self, name: str, data: Any, column: str | None = None, **options):
+        method = self._predictor.methods[name]
+        fields = dict(getattr(method, "inputs", DEFAULT_INPUTS))
+        first, *others = fields
+        py = name.replace("-", "_")
+        values, single = texts(data, column, where=f"{py}()'s input")
+        companions = {}
+        for field in others:
+            value = options.pop(field, None)
+            if value is None:
+                continue
+            if isinstance(value, str):
+                companions[field] = [value] * len(values)
+                continue
+            given, _ = texts(value, None, where=f"{py}(..., {field}=...)")
+            if len(given) != len(values):
+                raise EmberError(f"{py}(): {len(values)} inputs but {len(given)} values of {field}=")
+            companions[field] = given
+        plural = fields[first] is not None and all(fields[f] is not None for f in companions)
+        n = len(values)
+        if self._predictor.runner is None:  # its own decoding loop: the whole list as one request
+            chunks = [list(range(n))]
+        else:  # similar lengths together, one forward pass per chunk (bounded memory)
+            order = sorted(range(n), key=lambda i: len(values[i]) + sum(len(c[i]) for c in companions.values()))
+            size = self._predictor.max_batch
+            chunks = [order[k : k + size] for k in range(0, n, size)]
+        limits = _python_limits()
+        results: list = [None] * n
+        for chunk in chunks:
+            if plural:
+                body = {fields[first]: [values[i] for i in chunk],
+                        **{fields[f]: [companions[f][i] for i in chunk] for f in companions}, **options}
+                requests = [self._predictor.parse(name, body, limits)]
+            else:
+                requests = [self._predictor.parse(name, {first: values[i], **{f: companions[f][i] for f in companions},
+                                                         **options}, limits) for i in chunk]
+            responses = self._predictor.run(name, requests)
+            for response in responses:
+                if isinstance(response, Exception):
+                    raise response if isinstance(response, EmberError) else EmberError(
+                        f"{py}() failed: {type(response).__name__}: {response}") from response
+            if plural:
+                extra = {k: v for k, v in responses[0].items() if k not in ("results", "truncated")}
+                per_input = [{**extra, **r} for r in responses[0]["results"]]
+            else:
+                per_input = responses
+            for i, result in zip(chunk, per_input):
+                results[i] = result
+        return _as_python(results, single)
+
+    # -- writing it out ------------------------------------------------------------------------
+    def _source_run(self, what: str) -> Path:
+        if self.layout == "export":
+            raise EmberError(f"{self.source} is an `ember export` folder; {what} from the run folder it was "
+                             "exported from (its export.json names it under 'source')")
+        return self.path
+
+    def to_hf(self, path: str | Path, overwrite: bool = False) -> Path:
+        """Write the model as a Hugging Face folder (``from_pretrained`` loads it); atomic."""
+        from ember.interop.convert import export_hf
+
+        from ember.fileio import atomic_folder
+
+        run_dir, out = self._source_run("convert to HF"), Path(path)
+        if out.exists() and not overwrite:
+            raise EmberError(f"{out} already exists; pass overwrite=True or choose another folder")
+        with atomic_folder(out) as tmp:
+            export_hf(run_dir, tmp)
+        return out
+
+    def export(self, path: str | Path, format: str = "onnx", verify: bool = True, overwrite: bool = False,
+               **options) -> dict:
+        """`ember export`: ``format`` hf, onnx, int8 or onnx-int8, verified against the original
+        (``options``: verify_file, limit, batch_size, tolerance); returns the report."""
+        from ember.serve.export import export_run
+
+        return export_run(self._source_run("export"), format, path, verify=verify, overwrite=overwrite, **options)
+
+
+def _as_python(results: list, single: bool):
+    """Embeddings become numpy: (N, H) for pooled vectors (H,) for one text; per-token vectors
+    (pooling "none") one (tokens, H) array per text. Everything else is as the server sends it."""
+    if all("embedding" in r for r in results):
+        vectors = np.asarray([r["embedding"] for r in results], dtype=np.float32)
+        return vectors[0] if single else vectors
+    if all("embeddings" in r for r in results):
+        arrays = [np.asarray(r["embeddings"], dtype=np.float32) for r in results]
+        return arrays[0] if single else arrays
+    return results[0] if single else results

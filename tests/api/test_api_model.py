@@ -1,0 +1,263 @@
+"""`ember.load`: every method answers as `ember serve` does (the same predictor, parse and run),
+from strings, lists, DataFrames and datasets; score against transformers (GPT-2, T5); a Hugging
+Face folder (the real all-MiniLM-L6-v2) through the conversion cache; backends, to_hf, export;
+bad input."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from api_helpers import tiny_runs
+from conftest import real_data
+
+import ember
+from ember.errors import EmberError
+
+
+@pytest.fixture(autouse=True)
+def one_thread(monkeypatch, tmp_path):
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    monkeypatch.setenv("EMBER_CACHE", str(tmp_path / "cache"))
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def runs(wiki_prepared, tmp_path_factory):
+    return tiny_runs(tmp_path_factory.mktemp("api-runs"), wiki_prepared / "tokenizer.json")
+
+
+@pytest.fixture(scope="module")
+def sst2_dev():
+    from ember.tasks.glue import read_examples
+
+    real_data("glue", "SST-2")
+    return read_examples("sst2", "dev")
+
+
+def served(run, name: str, body: dict, backend: str = ""):
+    """What `ember serve` answers: one request through the predictor with the server's limits."""
+    from ember.serve.predictor import load_predictor
+    from ember.tasks.requests import Limits
+
+    predictor = load_predictor(run, backend)
+    return predictor.run(name, [predictor.parse(name, body, Limits())])[0]
+
+
+def assert_same(got, want, tol: float = 1e-6) -> None:
+    """Equal structures; floats to ``tol`` (rows batched differently round differently)."""
+    if isinstance(want, dict):
+        assert isinstance(got, dict) and set(got) == set(want)
+        for key in want:
+            assert_same(got[key], want[key], tol)
+    elif isinstance(want, list):
+        assert isinstance(got, list) and len(got) == len(want)
+        for g, w in zip(got, want):
+            assert_same(g, w, tol)
+    elif isinstance(want, float):
+        assert got == pytest.approx(want, abs=tol)
+    else:
+        assert got == want
+
+
+def test_classify_strings_lists_and_pairs_answer_as_serve_on_real_sst2(runs, sst2_dev):
+    model = ember.load(runs["sst2"])
+    texts = [ex.text_a for ex in sst2_dev[:45]]  # two chunks of max_batch, some truncated at 64 tokens
+    got = model.classify(texts)
+    want = served(runs["sst2"], "classify", {"texts": texts})["results"]
+    assert len(got) == len(texts) and any(r["truncated"] for r in want)
+    for g, w in zip(got, want):
+        assert g["label"] == w["label"] and g["truncated"] == w["truncated"]
+        assert g["probabilities"] == pytest.approx(w["probabilities"], abs=1e-6)
+    one = model.classify(texts[3])
+    assert isinstance(one, dict) and one["probabilities"] == pytest.approx(got[3]["probabilities"], abs=1e-6)
+    pair = model.classify(texts[:2], text_pair=texts[2:4])
+    want_pair = served(runs["sst2"], "classify", {"texts": texts[:2], "text_pairs": texts[2:4]})["results"]
+    assert [p["probabilities"] for p in pair] == [pytest.approx(w["probabilities"], abs=1e-6) for w in want_pair]
+    assert model.methods == ["classify", "embed"] and model.info["task"] == "sst2"
+
+
+def test_embed_lists_dataframes_and_datasets_give_numpy_equal_to_serve(runs, sst2_dev):
+    pd = pytest.importorskip("pandas")
+    texts = [ex.text_a for ex in sst2_dev[:40]]
+    model = ember.load(runs["sst2"])
+    vectors = model.embed(texts, pooling="cls", layer=1)
+    want = served(runs["sst2"], "embed", {"texts": texts, "pooling": "cls", "layer": 1})
+    assert isinstance(vectors, np.ndarray) and vectors.shape == (40, 64) and vectors.dtype == np.float32
+    np.testing.assert_allclose(vectors, [r["embedding"] for r in want["results"]], atol=1e-5)
+    frame = pd.DataFrame({"id": range(40), "sentence": texts})
+    np.testing.assert_allclose(model.embed(frame, column="sentence", pooling="cls", layer=1), vectors, atol=1e-6)
+    assert model.embed(texts[0]).shape == (64,)
+    tokens = model.embed(texts[:2], pooling="none")
+    assert [t.shape[1] for t in tokens] == [64, 64] and tokens[0].shape[0] != tokens[1].shape[0]
+    datasets = pytest.importorskip("datasets")
+    dataset = datasets.Dataset.from_pandas(frame)
+    np.testing.assert_allclose(model.embed(dataset, column="sentence", pooling="cls", layer=1), vectors, atol=1e-6)
+
+
+def test_fill_mask_tag_and_answer_answer_as_serve(runs):
+    mlm = ember.load(runs["mlm"])
+    texts = ["the capital of france is [MASK] .", "a [MASK] of the [MASK] was built in 1900 ."]
+    got = mlm.fill_mask(texts, top_k=3)
+    assert_same(got, [served(runs["mlm"], "fill-mask", {"text": t, "top_k": 3}) for t in texts])
+    assert len(got[1]["masks"]) == 2
+    sentences = ["John Smith lives in Paris .", "The European Union met in Brussels on Monday ."]
+    assert_same(ember.load(runs["conll2003"]).tag(sentences), served(runs["conll2003"], "tag", {"texts": sentences})["results"])
+    context = "The Eiffel Tower is a lattice tower in Paris. It was built for the 1889 World's Fair."
+    qa = ember.load(runs["squad2"])
+    got = qa.answer(["Where is the tower?", "When was it built?"], context=context)
+    assert_same(got, [served(runs["squad2"], "answer", {"question": q, "context": context})
+                      for q in ("Where is the tower?", "When was it built?")], tol=1e-4)
+
+
+def test_generate_answers_as_serve_greedy_and_seeded(runs):
+    model = ember.load(runs["gpt"])
+    prompts = ["The history of the city", "In 1900 the"]
+    for options in ({"max_new_tokens": 8}, {"max_new_tokens": 8, "temperature": 0.8, "top_p": 0.9, "seed": 5}):
+        got = model.generate(prompts, **options)
+        want = served(runs["gpt"], "generate", {"prompts": prompts, **options})
+        assert [g["text"] for g in got] == [w["text"] for w in want["results"]]
+        assert all(g["settings"] == want["settings"] for g in got)
+    assert model.methods == ["generate", "score"]
+
+
+def test_gpt_score_is_the_log_likelihood_transformers_gives(runs, tmp_path):
+    """Parity: the sum of log p(token | <eot>, earlier tokens) from GPT2LMHeadModel on the HF export."""
+    transformers = pytest.importorskip("transformers")
+    model = ember.load(runs["gpt"])
+    texts = ["The river runs by the old town.", "It was the largest city of the region in 1900.",
+             "Paris"]
+    got = model.score(texts)
+    hf = transformers.GPT2LMHeadModel.from_pretrained(str(model.to_hf(tmp_path / "hf"))).eval()
+    eot = model.predictor.methods["score"].eot_id
+    for text, result in zip(texts, got):
+        ids = [eot] + model.tokenizer.encode(text, add_special_tokens=False).ids
+        with torch.no_grad():
+            logp = hf(torch.tensor([ids])).logits[0].double().log_softmax(-1)
+        want = sum(float(logp[t - 1, ids[t]]) for t in range(1, len(ids)))
+        assert result["tokens"] == len(ids) - 1 and not result["truncated"]
+        assert result["log_likelihood"] == pytest.approx(want, abs=1e-4)
+        assert result["perplexity"] == pytest.approx(np.exp(-want / (len(ids) - 1)), rel=1e-4)
+    # Batching changes nothing, and a context conditions: log p(c t) = log p(c) + log p(t | c).
+    assert [model.score(t)["log_likelihood"] for t in texts] == pytest.approx([r["log_likelihood"] for r in got], abs=1e-5)
+    whole = model.score("The river runs by the old town.")["log_likelihood"]
+    head = model.score("The river runs by the")["log_likelihood"]
+    tail = model.score(" old town.", context="The river runs by the")
+    assert tail["tokens"] == len(model.tokenizer.encode(" old town.", add_special_tokens=False).ids)
+    assert head + tail["log_likelihood"] == pytest.approx(whole, abs=1e-4)
+
+
+def test_t5_score_is_the_log_likelihood_transformers_gives():
+    """Seq2SeqScoreMethod (T5's score) against T5ForConditionalGeneration, </s> included."""
+    pytest.importorskip("transformers")
+    from t5_helpers import ember_from_hf, t5_style_tokenizer, tiny_hf_t5
+
+    from ember.tasks.inference import InferenceContext
+    from ember.tasks.requests import Limits
+    from ember.tasks.scoring import Seq2SeqScoreMethod
+
+    hf = tiny_hf_t5("v1_1").eval()
+    pieces = [f"▁w{i}" for i in range(96)]
+    tokenizer = t5_style_tokenizer(pieces)
+    ctx = InferenceContext(tokenizer, 32, {"pad": 0, "eot": 1, "unk": 2}, model=ember_from_hf(hf), max_batch=2)
+    method = Seq2SeqScoreMethod(ctx)
+    inputs = ["w1 w2 w3 w4 w5", "w7 w8", "w9 w10 w11 w12 w13 w14 w15"]
+    targets = ["w20 w21", "w22", "w23 w24 w25 w26"]
+    got = method([method.parse({"texts": inputs, "targets": targets}, Limits())])[0]["results"]
+    for source, target, result in zip(inputs, targets, got):
+        src, tgt = tokenizer.encode(source).ids, tokenizer.encode(target).ids
+        assert tgt[-1] == 1 and result["tokens"] == len(tgt)
+        with torch.no_grad():
+            out = hf(input_ids=torch.tensor([src]), labels=torch.tensor([tgt]))
+        assert result["log_likelihood"] == pytest.approx(-float(out.loss) * len(tgt), abs=1e-4)
+
+
+def test_hf_folder_loads_through_a_cache_converted_once_real_minilm(monkeypatch, sst2_dev):
+    """The real all-MiniLM-L6-v2 (BertModel): mean-pooled embeddings equal transformers', and
+    paraphrases are closer than unrelated sentences; the second load reuses the converted run."""
+    transformers = pytest.importorskip("transformers")
+    folder = real_data("checkpoints", "all-MiniLM-L6-v2")
+    model = ember.load(folder)
+    assert model.layout == "hf" and model.methods == ["embed"] and "hf-runs" in str(model.path)
+    texts = [ex.text_a for ex in sst2_dev[:12]]
+    got = model.embed(texts)
+    hf = transformers.BertModel.from_pretrained(str(folder)).eval()
+    tok = transformers.AutoTokenizer.from_pretrained(str(folder))
+    batch = tok(texts, padding=True, truncation=True, max_length=model.info["max_length"], return_tensors="pt")
+    with torch.no_grad():
+        hidden = hf(**batch).last_hidden_state
+    mask = batch["attention_mask"][..., None].float()
+    np.testing.assert_allclose(got, ((hidden * mask).sum(1) / mask.sum(1)).numpy(), atol=1e-5)
+    e = model.embed(["A man is playing a guitar.", "Someone is playing an instrument.",
+                     "The stock market fell sharply today."], normalize=True)
+    sims = e @ e.T
+    assert sims[0, 1] > 0.5 > sims[0, 2]
+
+    import ember.interop.convert as convert
+
+    monkeypatch.setattr(convert, "import_hf", lambda *a: pytest.fail("converted again"))
+    again = ember.load(folder)
+    assert again.path == model.path
+    np.testing.assert_allclose(again.embed(texts[:2]), got[:2], atol=1e-6)
+
+
+def test_backends_onnx_and_int8_answer_close_to_torch(runs, sst2_dev):
+    pytest.importorskip("onnxruntime")
+    texts = [ex.text_a for ex in sst2_dev[:20]]
+    fp32 = [r["probabilities"]["positive"] for r in ember.load(runs["sst2"]).classify(texts)]
+    onnx = ember.load(runs["sst2"], backend="onnx")
+    assert onnx.backend == "onnx"
+    assert [r["probabilities"]["positive"] for r in onnx.classify(texts)] == pytest.approx(fp32, abs=1e-4)
+    int8 = [r["probabilities"]["positive"] for r in ember.load(runs["sst2"], backend="int8").classify(texts)]
+    assert int8 == pytest.approx(fp32, abs=0.05) and int8 != fp32
+
+
+def test_to_hf_and_export_write_folders_that_load_again(runs, sst2_dev, tmp_path):
+    transformers = pytest.importorskip("transformers")
+    pytest.importorskip("onnxruntime")
+    model = ember.load(runs["sst2"])
+    texts = [ex.text_a for ex in sst2_dev[:6]]
+    hf = transformers.BertForSequenceClassification.from_pretrained(str(model.to_hf(tmp_path / "hf"))).eval()
+    batch = transformers.AutoTokenizer.from_pretrained(str(tmp_path / "hf"))(texts, padding=True, return_tensors="pt")
+    with torch.no_grad():
+        probs = hf(**batch).logits.softmax(-1)[:, 1].numpy()
+    assert probs == pytest.approx([r["probabilities"]["positive"] for r in model.classify(texts)], abs=1e-5)
+    with pytest.raises(EmberError, match="already exists"):
+        model.to_hf(tmp_path / "hf")
+    report = model.export(tmp_path / "onnx", "onnx", limit=50)
+    assert report["verification"]["max_abs_diff"] < 1e-3
+    exported = ember.load(tmp_path / "onnx")
+    assert exported.layout == "export" and exported.backend == "onnx"
+    assert exported.classify(texts[0])["label"] == model.classify(texts[0])["label"]
+    with pytest.raises(EmberError, match="is an `ember export` folder; convert to HF from the run folder"):
+        exported.to_hf(tmp_path / "hf2")
+
+
+def test_bad_input_gets_one_clear_message_each(runs, tmp_path):
+    pd = pytest.importorskip("pandas")
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "readme.txt").write_text("hello")
+    with pytest.raises(EmberError, match=r"none of the folders ember.load reads \(it holds readme.txt\)"):
+        ember.load(tmp_path / "notes")
+    with pytest.raises(EmberError, match="does not exist"):
+        ember.load(tmp_path / "missing")
+    with pytest.raises(EmberError, match="unknown backend 'gpu'"):
+        ember.load(runs["sst2"], backend="gpu")
+    model = ember.load(runs["sst2"])
+    with pytest.raises(AttributeError, match="has no 'generate' method; it has: classify, embed"):
+        model.generate("once upon a time")
+    with pytest.raises(EmberError, match="is empty: pass at least one text"):
+        model.classify([])
+    with pytest.raises(EmberError, match="has no text column 'review'; its columns: sentence, label"):
+        model.embed(pd.DataFrame({"sentence": ["a fine film"], "label": [1]}), column="review")
+    with pytest.raises(EmberError, match="say which holds the texts"):
+        model.embed(pd.DataFrame({"sentence": ["a fine film"], "label": [1]}))
+    with pytest.raises(EmberError, match="item 1 is a int"):
+        model.classify(["a fine film", 3])
+    with pytest.raises(EmberError, match="'pooling' must be one of mean, cls, none"):
+        model.embed("a fine film", pooling="max")
+    with pytest.raises(EmberError, match=r"no \[MASK\] token"):
+        ember.load(runs["mlm"]).fill_mask("no mask here")
