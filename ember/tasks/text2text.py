@@ -200,8 +200,10 @@ class Text2TextAdapter:
             Text2TextClassifyMethod,
         )
 
+        from ember.tasks.scoring import Seq2SeqScoreMethod
+
         task_method = Text2TextAnswerMethod if self.kind == "answer" else Text2TextClassifyMethod
-        return [task_method(self, ctx), Seq2SeqGenerateMethod(ctx)]
+        return [task_method(self, ctx), Seq2SeqGenerateMethod(ctx), Seq2SeqScoreMethod(ctx)]
 
 
 def adapt(adapter, model) -> Text2TextAdapter:

@@ -49,6 +49,13 @@ class Seq2SeqGenerateMethod(GenerateMethod):
     """``generate`` for an encoder-decoder: input texts -> output texts (module docstring)."""
 
     texts_key, tokens_key = "texts", "input_tokens"
+    inputs = {"text": "texts"}
+    # The page at / (ember.serve.page): the input text and the decoding settings.
+    form = {"title": "Generate", "view": "generate", "fields": [
+        {"name": "text", "label": "Input", "type": "textarea", "default": "sst2 sentence: a gem of a film"},
+        {"name": "max_new_tokens", "label": "New tokens", "type": "number", "default": 20, "min": 1},
+        {"name": "num_beams", "label": "Beams (1 = greedy)", "type": "number", "default": 1, "min": 1},
+        {"name": "length_penalty", "label": "Length penalty", "type": "number", "default": 1.0, "step": 0.1}]}
 
     def __init__(self, ctx) -> None:
         super().__init__(ctx)  # eot_id: T5's </s>; max_length: the served input length
@@ -197,7 +204,9 @@ class Seq2SeqLMProvider:
         return load_model(run_dir)  # the module's function (a method's body does not see class names)
 
     def inference_methods(self, ctx) -> list:
-        return [Seq2SeqGenerateMethod(ctx)]
+        from ember.tasks.scoring import Seq2SeqScoreMethod
+
+        return [Seq2SeqGenerateMethod(ctx), Seq2SeqScoreMethod(ctx)]
 
 
 def load_model(run_dir):
