@@ -33,6 +33,7 @@ COMMAND_MODULES = [
     "glue",
     "elmo_features",
     "distill",
+    "kg",
 ]
 
 

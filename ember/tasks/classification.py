@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 
 from ember.nn.linear_head import BackboneWithLinearHead
-from ember.tasks.featurize import collate
+from ember.tasks.featurize import backbone_inputs, collate
 from ember.tasks.inference import encode_texts, sequence_view, softmax
 from ember.tasks.requests import parse_texts
 
@@ -35,7 +35,8 @@ class SequenceClassifier(BackboneWithLinearHead):
         return self.classifier(self.dropout(pooled))
 
     def logits(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:  # (B, num_labels)
-        out = self.backbone(batch["input_ids"], batch["attention_mask"], batch.get("token_type_ids"))
+        out = self.backbone(batch["input_ids"], batch["attention_mask"], batch.get("token_type_ids"),
+                            **backbone_inputs(batch))
         return self.head_logits(out, batch["attention_mask"])
 
     def forward(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict]:

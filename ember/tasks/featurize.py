@@ -92,12 +92,44 @@ def encode_examples(
     return Featurized(features, n_truncated)
 
 
+# Optional per-token inputs a featurizer may add, and their padding: explicit position ids
+# (K-BERT's soft positions) and aligned entity rows (ERNIE), both from ember.knowledge.inputs.
+OPTIONAL_INPUTS = {"position_ids": 0, "entity_ids": -1}
+
+
+def backbone_inputs(batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The optional inputs of a batch, as keyword arguments of the backbone."""
+    return {key: batch[key] for key in OPTIONAL_INPUTS if key in batch}
+
+
+def optional_inputs(features: Sequence[dict], width: int) -> dict[str, torch.Tensor]:
+    """``OPTIONAL_INPUTS`` present in the features, padded to (B, width) int64; a feature's
+    ``visible`` (n, n) bool matrix (K-BERT) becomes the batch's (B, T, T) attention mask, in
+    which padding sees and is seen by nothing (the encoder lets every token see itself)."""
+    out = {}
+    for key, pad in OPTIONAL_INPUTS.items():
+        if key in features[0]:
+            values = torch.full((len(features), width), pad, dtype=torch.long)
+            for row, f in enumerate(features):
+                values[row, : len(f[key])] = torch.as_tensor(f[key], dtype=torch.long)
+            out[key] = values
+    if "visible" in features[0]:
+        visible = torch.zeros((len(features), width, width), dtype=torch.bool)
+        for row, f in enumerate(features):
+            n = len(f["input_ids"])
+            visible[row, :n, :n] = torch.as_tensor(f["visible"], dtype=torch.bool)
+        out["attention_mask"] = visible
+    return out
+
+
 def collate(features: Sequence[dict], pad_id: int) -> dict[str, torch.Tensor]:
     """Pad a batch to its longest row.
 
     Returns ``input_ids``, ``attention_mask`` (1 = real token), ``token_type_ids`` (padding
     gets segment 0), all (B, T) int64, and ``labels`` (B,): int64 for class ids, float32 for
     regression targets (any float label). ``labels`` is left out when no feature has one.
+    Features with knowledge (``optional_inputs``) add ``position_ids`` / ``entity_ids`` and
+    replace the attention mask by their (B, T, T) visibility.
     """
     if not features:
         raise ValueError("cannot collate an empty batch")
@@ -115,6 +147,7 @@ def collate(features: Sequence[dict], pad_id: int) -> dict[str, torch.Tensor]:
         "input_ids": input_ids,
         "attention_mask": attention_mask,
         "token_type_ids": token_type_ids,
+        **optional_inputs(features, width),
     }
 
     labels = [f.get("label") for f in features]

@@ -21,9 +21,18 @@ from ember.runs.folder import load_run_config
 from ember.tasks.base import TaskAdapter, get_adapter
 
 
+def _fresh_backbone(cfg: RunConfig) -> nn.Module:
+    """The run's backbone with fresh weights: ERNIE's fusion encoder when the run fuses
+    entities (knowledge.entities), else its family's backbone."""
+    from ember.tasks.knowledge import knowledge_backbone
+
+    backbone = knowledge_backbone(cfg)
+    return build_backbone(cfg.model) if backbone is None else backbone
+
+
 def _backbone(cfg: RunConfig) -> nn.Module:
     """A fresh backbone, wrapped for feature-based transfer when the run is one (--features)."""
-    backbone = build_backbone(cfg.model)
+    backbone = _fresh_backbone(cfg)
     if cfg.task.features:
         from ember.tasks.feature_transfer import FeatureBackbone
 
@@ -51,10 +60,11 @@ def build_task_module(cfg: RunConfig, adapter: TaskAdapter, state: dict | None, 
     Pooler weights may be missing (ELECTRA, DistilBERT and RoBERTa checkpoints have none).
     """
     torch.manual_seed(cfg.train.seed)
-    backbone = build_backbone(cfg.model)
+    backbone = _fresh_backbone(cfg)
     if state is not None:
         missing, unexpected = backbone.load_state_dict(state, strict=False)
-        if unexpected or [m for m in missing if not m.startswith("pooler.")]:
+        fresh = ("pooler.",) + getattr(backbone, "NEW_PARAMETERS", ())  # e.g. ERNIE's fusion layers
+        if unexpected or [m for m in missing if not m.startswith(fresh)]:
             raise EmberError(f"pre-trained weights do not fit the backbone (missing {missing[:3]}, "
                              f"unexpected {unexpected[:3]})")
     if cfg.task.features:
@@ -66,7 +76,9 @@ def build_task_module(cfg: RunConfig, adapter: TaskAdapter, state: dict | None, 
 
 def load_run_adapter(run_dir: Path, cfg: RunConfig, task: str = "") -> TaskAdapter:
     """The run's task adapter with the settings tuned during fine-tuning (RUN/tuned.json)."""
-    adapter = get_adapter(task or cfg.task.name, cfg.model)
+    from ember.tasks.knowledge import run_knowledge
+
+    adapter = run_knowledge(run_dir, cfg, get_adapter(task or cfg.task.name, cfg.model))
     tuned_path = Path(run_dir) / "tuned.json"
     if tuned_path.is_file() and hasattr(adapter, "apply_tuned"):
         try:

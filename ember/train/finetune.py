@@ -31,6 +31,7 @@ from ember.config import RunConfig
 from ember.data.in_memory import InMemoryData
 from ember.errors import EmberError
 from ember.tasks.base import get_adapter
+from ember.tasks.knowledge import with_knowledge
 from ember.tasks.task_model import build_task_module, pad_token_id
 from ember.runs.checkpoint import atomic_write_text, load_weights, save_weights
 from ember.train.layerwise import gradual_unfreezing, lr_scale_fn
@@ -58,7 +59,7 @@ def run_finetuning(cfg: RunConfig, run_dir: Path, state: dict | None, tokenizer_
     from ember.tokenizers import load_tokenizer
 
     check_options(cfg)
-    adapter = get_adapter(cfg.task.name, cfg.model)
+    cfg, adapter = with_knowledge(cfg, get_adapter(cfg.task.name, cfg.model))  # K-BERT / ERNIE inputs, if asked
     tokenizer = load_tokenizer(tokenizer_path)
     pad_id = pad_token_id(tokenizer)
     if cfg.task.max_length > cfg.model.max_position:
@@ -77,6 +78,8 @@ def run_finetuning(cfg: RunConfig, run_dir: Path, state: dict | None, tokenizer_
               f"{cfg.model.num_layers + 1} or more reaches the embeddings")
     prepare_run_dir(run_dir, resume, overwrite)
     write_run_files(run_dir, cfg, tokenizer_path)
+    if hasattr(adapter, "write_run_files"):  # what the adapter needs to rebuild its inputs (RUN/knowledge.tsv)
+        adapter.write_run_files(run_dir)
     labels = adapter.label_names()
     if labels is not None:
         atomic_write_text(run_dir / "labels.json", json.dumps(labels))
