@@ -127,6 +127,8 @@ def with_knowledge(cfg: RunConfig, adapter):
     """(cfg with the entity table's shape recorded, the adapter with knowledge) for a new run;
     (cfg, adapter) unchanged when the run uses no knowledge. Bad input is refused here,
     before anything is written."""
+    if cfg.knowledge.relations and not cfg.knowledge.graph:
+        raise EmberError("knowledge.relations filters the K-BERT graph; give the graph too (--knowledge FILE)")
     if not uses_knowledge(cfg):
         return cfg, adapter
     from ember.knowledge.ernie import check_encoder_family
@@ -139,10 +141,10 @@ def with_knowledge(cfg: RunConfig, adapter):
     graph = entity_names = vectors = None
     if k.graph:
         from ember.knowledge.graph import read_triples
+        from ember.knowledge.inputs import KnowledgeBase
 
         graph = read_triples(k.graph, k.relations)
-    elif k.relations:
-        raise EmberError("knowledge.relations filters the K-BERT graph; give the graph too (--knowledge FILE)")
+        KnowledgeBase(graph, k.max_triples)  # checks k
     if k.entities:
         from ember.knowledge.entities import load_entity_embeddings
 
