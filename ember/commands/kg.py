@@ -98,13 +98,15 @@ def run_embed(args) -> int:
 
 
 def run_show(args) -> int:
+    import re
+
     from ember.knowledge.graph import read_triples
     from ember.knowledge.inputs import KnowledgeBase
     from ember.knowledge.kbert import Mention, flatten_tree
 
     base = KnowledgeBase(read_triples(args.triples, args.relations), args.max_triples)
     for text in args.text:
-        words = text.split()
+        words = re.findall(r"\w+(?:['’-]\w+)*|[^\w\s]", text)  # words and punctuation, as a tokenizer splits them
         mentions = [Mention(m.start, m.end, base.branches(m.name)) for m in base.index.match(words)]
         flat = flatten_tree(words, mentions)
         print(" ".join(f"{w}/{p}" if b == 0 else f"[{w}/{p}]" for w, p, b in zip(flat.tokens, flat.soft_positions,

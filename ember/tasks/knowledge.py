@@ -40,6 +40,9 @@ class _WithKnowledge:
     entity_vectors = None  # (N, D) when fine-tuning starts; None when loaded from a run
     max_triples = 2
     _inputs = None
+    # Not served yet: the serving methods encode plain text (ember.tasks.requests.TextEncoder)
+    # and would silently drop the knowledge; `ember serve` says so, `ember predict` works.
+    inference_methods = None
 
     def knowledge_inputs(self, tokenizer):
         """The featurizer for ``tokenizer`` (built once; its stats count every sentence seen)."""

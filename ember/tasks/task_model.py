@@ -65,8 +65,12 @@ def build_task_module(cfg: RunConfig, adapter: TaskAdapter, state: dict | None, 
         missing, unexpected = backbone.load_state_dict(state, strict=False)
         fresh = ("pooler.",) + getattr(backbone, "NEW_PARAMETERS", ())  # e.g. ERNIE's fusion layers
         if unexpected or [m for m in missing if not m.startswith(fresh)]:
+            from ember.knowledge.ernie import FusionEncoder
+
+            hint = ("; they hold ERNIE's fusion layers (objective ernie): fine-tune with --entities DIR"
+                    if any(u.startswith(FusionEncoder.NEW_PARAMETERS) for u in unexpected) else "")
             raise EmberError(f"pre-trained weights do not fit the backbone (missing {missing[:3]}, "
-                             f"unexpected {unexpected[:3]})")
+                             f"unexpected {unexpected[:3]}){hint}")
     if cfg.task.features:
         from ember.tasks.feature_transfer import FeatureBackbone
 

@@ -185,3 +185,12 @@ def test_removing_injected_tokens_gives_back_the_plain_encoding(pair):
     injected_types = [t for t, s in zip(f["token_type_ids"], sentence) if not s]
     # A: ceo apple + capital china + is a city; B's Beijing gets its two branches, in segment 1
     assert injected_types == [0] * 7 + ([1] * 5 if pair else [])
+
+
+def test_kg_show_prints_the_flattened_tree_with_soft_positions(capsys):
+    from conftest import KG_SAMPLE
+    from ember.cli import main
+
+    assert main(["kg", "show", str(KG_SAMPLE), "--max-triples", "1", "Beijing, the capital of China."]) == 0
+    assert capsys.readouterr().out.strip() == ("Beijing/0 [instance/1] [of/2] [national/3] [capital/4] ,/1 the/2 "
+                                              "capital/3 of/4 China/5 [instance/6] [of/7] [asian/8] [country/9] ./6")

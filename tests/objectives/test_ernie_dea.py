@@ -129,3 +129,9 @@ def test_ernie_continued_pretraining_on_real_wikipedia_from_a_run(tmp_path):
     missing, unexpected = backbone.load_state_dict(start.state, strict=False)
     assert not unexpected and all(m.startswith("pooler.") for m in missing)
     assert any(k.startswith("fusion.") for k in start.state)
+    from ember.errors import EmberError
+    from ember.tasks.base import get_adapter
+    from ember.tasks.task_model import build_task_module
+
+    with pytest.raises(EmberError, match="ERNIE's fusion layers .*fine-tune with --entities DIR"):
+        build_task_module(RunConfig(kind="finetune", model=start.model), get_adapter("sst2"), start.state, 0)

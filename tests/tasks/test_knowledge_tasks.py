@@ -103,6 +103,10 @@ def test_kbert_and_ernie_finetune_on_sst2_then_evaluate_and_predict_from_the_run
     assert main(["predict", str(out), "--input", str(source), "--out", str(tmp_path / "p.jsonl")]) == 0
     rows = [json.loads(line) for line in (tmp_path / "p.jsonl").read_text().splitlines()]
     assert len(rows) == 2 and all(r["prediction"] in ("negative", "positive", "0", "1") for r in rows)
+    from ember.serve.graph import describe
+
+    with pytest.raises(EmberError, match="does not serve yet; use `ember predict`"):  # not plain text inputs
+        describe(out)
 
 
 def test_kbert_conll_tagging_labels_words_only_and_reloads(minilm_tokenizer, small_data_root, tmp_path, monkeypatch):
