@@ -50,7 +50,8 @@ def test_transe_training_lowers_the_loss_and_improves_link_prediction_on_wordnet
     torch.set_num_threads(1)
     graph = read_triples(KG_SAMPLE)
     result = train_transe(graph, TransESettings(dim=16, epochs=6, batch_size=256, held_out=300), progress=False)
-    assert result.losses[-1] < 0.85 * result.losses[0]
+    assert all(later < earlier for earlier, later in zip(result.losses, result.losses[1:]))  # every epoch
+    assert result.losses[-1] < 0.97 * result.losses[0]
     assert result.held_out["after"]["mean_rank"] < result.held_out["before"]["mean_rank"]
     table = result.embeddings
     assert len(table.names) == len(graph.entities()) and table.vectors.shape == (len(table.names), 16)
