@@ -141,6 +141,9 @@ def with_knowledge(cfg: RunConfig, adapter):
     if cfg.task.features:
         raise EmberError("--features freezes the encoder and mixes its layers for a small head; knowledge inputs "
                          "(soft positions, visible matrix, entities) need the encoder itself: drop one of them")
+    if k.entities and (cfg.task.layer_lr_decay != 1.0 or cfg.task.gradual_unfreeze):
+        raise EmberError("--layer-lr-decay and --gradual-unfreeze place each parameter in an encoder layer; "
+                         "ERNIE's fusion layers (--entities) have no place there yet: drop one of them")
     graph = entity_names = vectors = None
     if k.graph:
         from ember.knowledge.graph import read_triples

@@ -145,6 +145,10 @@ def test_other_bad_knowledge_options_are_refused_before_anything_is_written(tmp_
                                    task=dataclasses.replace(RunConfig().task, features=True))
     with pytest.raises(EmberError, match="--features freezes the encoder"):
         with_knowledge(features, get_adapter("sst2"))
+    ulmfit = dataclasses.replace(knowledge_cfg(entities="x"), task=dataclasses.replace(RunConfig().task,
+                                                                                      gradual_unfreeze=True))
+    with pytest.raises(EmberError, match="fusion layers .* have no place there yet"):
+        with_knowledge(ulmfit, get_adapter("sst2"))
     with pytest.raises(EmberError, match="sentence classification and tagging tasks; SQuAD"):
         with_knowledge(knowledge_cfg(graph=str(KG_SAMPLE)), get_adapter("squad"))
     with pytest.raises(EmberError, match="give the graph too"):
