@@ -34,6 +34,7 @@ COMMAND_MODULES = [
     "glue",
     "elmo_features",
     "distill",
+    "kg",
 ]
 
 

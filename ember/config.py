@@ -424,6 +424,28 @@ class TaskConfig:
 
 
 @dataclass(frozen=True)
+class KnowledgeConfig:
+    """Knowledge graphs in an encoder (ember.knowledge, docs/knowledge.md): K-BERT's injected
+    triples (Liu et al. 2020) and ERNIE's entity fusion (Zhang et al. 2019), alone or together,
+    for fine-tuning any encoder family; ERNIE's dEA objective for continued pre-training."""
+
+    graph: str = ""  # K-BERT: triples file (head<TAB>relation<TAB>tail) injected into each sentence; "" = off
+    relations: str = ""  # keep only these relations of the graph (comma-separated); "" = all
+    max_triples: int = 2  # k: triples injected per entity (the released K-BERT code's max_entities)
+    entities: str = ""  # ERNIE: entity embeddings folder (`ember kg embed`, or OpenKE's files); "" = off
+    fusion_layers: int = 0  # top encoder layers given an information fusion layer; 0 = the top half (ERNIE 6 of 12)
+    entity_heads: int = 4  # heads of the entity self-attention (ERNIE: 4 over 100 dimensions)
+    num_entities: int = 0  # rows of the entity table: set from the embeddings when a run starts
+    entity_dim: int = 0  # width of the entity table: likewise
+    # Objective "ernie" (`ember pretrain --recipe ernie-dea`): MLM + denoising entity auto-encoder
+    # (§4.2) on raw text, continuing from a pre-trained encoder.
+    init: str = ""  # the run or HF checkpoint folder pre-training continues from
+    max_sentences: int = 100000  # training sentences (with an entity) read from data.prepared; 0 = all
+    mlm_weight: float = 1.0  # loss = mlm_weight * MLM + dea_weight * dEA (0 drops MLM)
+    dea_weight: float = 1.0
+
+
+@dataclass(frozen=True)
 class RunConfig:
     model: ModelConfig = field(default_factory=ModelConfig)
     data: DataConfig = field(default_factory=DataConfig)
@@ -436,6 +458,7 @@ class RunConfig:
     plm: PlmConfig = field(default_factory=PlmConfig)
     xlm: XlmConfig = field(default_factory=XlmConfig)
     task: TaskConfig = field(default_factory=lambda: TaskConfig())
+    knowledge: KnowledgeConfig = field(default_factory=KnowledgeConfig)  # K-BERT / ERNIE (ember.knowledge)
 
 
 def to_dict(cfg: Any) -> dict:

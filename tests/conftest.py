@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from ember.paths import data_root
+
+
+# Real WordNet 3.0 triples for the words of SST-2 dev and some CoNLL-2003 sentences (< 1 MB;
+# tests/fixtures/kg/make_sample.py rebuilds it).
+KG_SAMPLE = Path(__file__).resolve().parent / "fixtures" / "kg" / "wordnet-sample.tsv"
 
 
 def real_data(*parts: str):

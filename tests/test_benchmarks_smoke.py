@@ -256,3 +256,24 @@ def test_xlm_zero_shot_smoke_fine_tunes_both_on_english_and_scores_russian_besid
     # ... and other settings in the same folder are refused.
     with pytest.raises(EmberError, match="other settings"):
         bench.main(["--smoke", "--seeds", "1", "--lr", "1e-4", "--out", str(out), "--no-progress"])
+
+
+@pytest.mark.slow
+def test_knowledge_effect_smoke_fine_tunes_every_variant_on_both_tasks_and_resumes(tmp_path):
+    for parts in (("checkpoints", "all-MiniLM-L6-v2", "config.json"), ("glue", "SST-2", "dev.tsv"),
+                  ("conll2003", "dev.txt")):
+        real_data(*parts)
+    bench = load_benchmark("knowledge_effect")
+    argv = ["--out", str(tmp_path), "--smoke", "--cpu-time"]
+    result = bench.main(argv)
+    table = result["table"]
+    assert set(table) == {"sst2", "conll2003"} and all(set(splits) == {"dev", "test"} for splits in table.values())
+    for splits in table.values():
+        for row in splits.values():
+            assert set(row) == {"baseline", "kbert", "ernie"}
+            assert all(0.0 <= r["mean"] <= 1.0 for r in row.values())
+            assert "vs_baseline" in row["kbert"] and "vs_baseline" in row["ernie"]
+    assert "sentences with knowledge" in result["knowledge"]["sst2/kbert"]
+    assert "aligned entities" in result["knowledge"]["conll2003/ernie"]
+    assert (tmp_path / "table.md").read_text().count("| sst2 |") == 2 and (tmp_path / "knowledge_effect.png").is_file()
+    assert bench.main(argv)["records"] == result["records"]  # a second call resumes: nothing is trained again

@@ -26,6 +26,9 @@ SETTINGS = {
     "eval_split": "task.eval_split", "features": "task.features", "feature_layers": "task.feature_layers",
     "layer_lr_decay": "task.layer_lr_decay", "gradual_unfreeze": "task.gradual_unfreeze",
     "patience": "task.patience",
+    # knowledge graphs (ember.tasks.knowledge): K-BERT's triples, ERNIE's entity embeddings
+    "knowledge": "knowledge.graph", "relations": "knowledge.relations", "max_triples": "knowledge.max_triples",
+    "entities": "knowledge.entities", "fusion_layers": "knowledge.fusion_layers",
 }
 # ULMFiT (Howard & Ruder 2018): discriminative lr (divide by 2.6 per layer, §3.2), slanted
 # triangular rates (§3.2) and gradual unfreezing (§3.3); explicit settings win.
@@ -101,6 +104,10 @@ def finetune(task: str, out: str | Path, init="random", *, model: str = "", toke
     >>> result = ember.finetune("sst2", "runs/sst2", init="runs/bert-mini", lr=1e-4,
     ...                         seeds=[1, 2, 3])  # doctest: +SKIP
     >>> result.summary["accuracy"]["mean"]  # doctest: +SKIP
+
+    Knowledge (docs/knowledge.md): ``knowledge="wordnet.tsv"`` injects triples K-BERT's way
+    (``max_triples``, ``relations``), ``entities="wordnet-transe"`` fuses TransE entity
+    embeddings into the top ``fusion_layers`` ERNIE's way; either or both, any encoder.
     """
     from ember.runs.init import load_init
     from ember.tasks.metrics import summarize_seeds

@@ -23,7 +23,8 @@ def register(sub) -> None:
         epilog="examples:\n"
         "  ember finetune --task sst2 --init runs/bert-mini --out runs/sst2 --features\n"
         "  ember finetune --task conll2003 --init runs/bert-mini --out runs/ner --layer-lr-decay 0.8 --patience 2\n"
-        "  ember finetune --task sst2 --init runs/bert-mini --out runs/sst2-ulmfit --ulmfit --epochs 6",
+        "  ember finetune --task sst2 --init runs/bert-mini --out runs/sst2-ulmfit --ulmfit --epochs 6\n"
+        "  ember finetune --task sst2 --init runs/minilm --out runs/sst2-kbert --knowledge wordnet.tsv",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--task", required=True,
@@ -66,6 +67,16 @@ def register(sub) -> None:
     g.add_argument("--patience", type=int,
                    help="early stopping: stop after N dev evaluations without a better main metric "
                    "(the best weights are kept either way)")
+    k = p.add_argument_group("knowledge graphs (any encoder; sentence classification and tagging; docs/knowledge.md)")
+    k.add_argument("--knowledge", metavar="TRIPLES",
+                   help="K-BERT: inject triples of this file (head<TAB>relation<TAB>tail, e.g. from `ember kg "
+                   "build --wordnet`) after each entity found in a sentence, with soft positions and a visible matrix")
+    k.add_argument("--relations", help="with --knowledge: only these relations (comma-separated, e.g. is_a,part_of)")
+    k.add_argument("--max-triples", type=int, help="with --knowledge: at most K triples per entity (default 2)")
+    k.add_argument("--entities", metavar="DIR",
+                   help="ERNIE: fuse these entity embeddings (`ember kg embed`, or OpenKE's entity2id.txt + "
+                   "entity2vec.vec) into the top encoder layers, aligned to each mention's first token")
+    k.add_argument("--fusion-layers", type=int, help="with --entities: top layers with a fusion layer (default: half)")
     add_train_options(p)
     p.set_defaults(run=run)
 
@@ -73,7 +84,8 @@ def register(sub) -> None:
 def settings_from_args(args) -> dict:
     """The keyword settings of ``ember.finetune`` given on the command line (None = not given)."""
     names = ("lr", "batch_size", "epochs", "max_length", "warmup_ratio", "train_split", "eval_split",
-             "feature_layers", "layer_lr_decay", "schedule", "patience")
+             "feature_layers", "layer_lr_decay", "schedule", "patience", "knowledge", "relations", "max_triples",
+             "entities", "fusion_layers")
     settings = {name: getattr(args, name) for name in names}
     settings.update(features=args.features or None, gradual_unfreeze=args.gradual_unfreeze or None)
     return settings

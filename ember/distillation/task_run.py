@@ -118,10 +118,11 @@ def run_task_distillation(opts: TaskDistillOptions) -> dict:
     teacher_cfg = load_run_config(teacher_dir, expect_kind="finetune")
     # Teacher and student read the same encoded transfer set, so both must take the encoders'
     # input layout: no family-specific inputs (XLNet's, GPT's) and no language ids (XLM's).
-    if teacher_cfg.model.family not in ENCODER_FAMILIES or teacher_cfg.model.num_languages:
+    knowledge = teacher_cfg.knowledge.graph or teacher_cfg.knowledge.entities
+    if teacher_cfg.model.family not in ENCODER_FAMILIES or teacher_cfg.model.num_languages or knowledge:
         raise EmberError(f"{teacher_dir} holds a fine-tuned {teacher_cfg.model.family} model; task distillation "
-                         "takes encoder teachers without language embeddings (BERT, RoBERTa, ALBERT, ELECTRA, "
-                         "DistilBERT)")
+                         "takes encoder teachers without language embeddings or knowledge inputs (BERT, "
+                         "RoBERTa, ALBERT, ELECTRA, DistilBERT)")
     adapter = get_adapter(teacher_cfg.task.name, teacher_cfg.model)
     if not isinstance(adapter, GlueAdapter):
         raise EmberError(f"{teacher_dir} was fine-tuned on {adapter.display_name}; task distillation "

@@ -63,6 +63,10 @@ def import_hf(hf_dir: str | Path, out_dir: str | Path) -> Path:
 def export_hf(run_dir: str | Path, out_dir: str | Path) -> Path:
     run_dir, out_dir = Path(run_dir), Path(out_dir)
     cfg = load_run_config(run_dir)
+    if cfg.knowledge.graph or cfg.knowledge.entities:
+        raise EmberError(f"{run_dir} was fine-tuned with knowledge (K-BERT triples or ERNIE entities, "
+                         "docs/knowledge.md); its inputs have no transformers counterpart, so an export "
+                         "would read plain text differently. Use `ember evaluate`/`ember predict` on the run")
     if cfg.task.features:
         raise EmberError(f"{run_dir} is a feature-based run (frozen encoder + learned layer mix, "
                          "`ember finetune --features`); transformers has no model class for it. Use "

@@ -40,13 +40,20 @@ class EncoderOutput:
 
 
 def attention_mask_4d(attention_mask: torch.Tensor | None) -> torch.Tensor | None:
-    """(B, T) 1/0 padding mask -> bool (B, 1, 1, T) that SDPA broadcasts over heads/queries.
+    """The attention mask SDPA takes, from either of the masks the encoder accepts:
 
-    None when nothing is padded: SDPA then needs no mask and may pick its fused kernel
-    (as transformers does for an all-ones mask)."""
+    * (B, T) 1/0 padding mask -> bool (B, 1, 1, T), broadcast over heads and queries; None
+      when nothing is padded: SDPA then needs no mask and may pick its fused kernel (as
+      transformers does for an all-ones mask);
+    * (B, T, T) visibility, True where query i may attend to key j (e.g. K-BERT's visible
+      matrix, Liu et al. 2020 eq. 4) -> bool (B, 1, T, T). Each token always sees itself: a
+      row that sees nothing (a padding query) would make the softmax NaN, and a NaN value
+      spreads to every token in the next layer even where its attention weight is 0."""
     if attention_mask is None:
         return None
     mask = attention_mask.bool()
+    if mask.dim() == 3:
+        return (mask | torch.eye(mask.shape[-1], dtype=torch.bool, device=mask.device))[:, None]
     if bool(mask.all()):
         return None
     return mask[:, None, None, :]
@@ -61,7 +68,10 @@ def causal_mask_4d(attention_mask: torch.Tensor | None) -> torch.Tensor | None:
         return None
     t = attention_mask.shape[1]
     eye = torch.eye(t, dtype=torch.bool, device=attention_mask.device)
-    keys = attention_mask.bool()[:, None, None, :] | eye  # (B, 1, T, T)
+    if attention_mask.dim() == 3:  # a (B, T, T) visibility, also limited to the left
+        keys = attention_mask.bool()[:, None] | eye
+    else:
+        keys = attention_mask.bool()[:, None, None, :] | eye  # (B, 1, T, T)
     return keys & torch.ones(t, t, dtype=torch.bool, device=attention_mask.device).tril()
 
 
@@ -129,14 +139,26 @@ class Encoder(nn.Module):
     def forward(
         self,
         input_ids: torch.Tensor,
-        attention_mask: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,  # (B, T) padding or (B, T, T) visibility
         token_type_ids: torch.Tensor | None = None,
-        position_ids: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,  # (B, T) or (T,); default 0..T-1
         output_hidden_states: bool = False,
         output_attentions: bool = False,
         inputs_embeds: torch.Tensor | None = None,  # (B, T, E) from an embeddings module
         language_ids: torch.Tensor | None = None,  # (B, T) XLM language of each token
     ) -> EncoderOutput:
+        x, mask, is_causal = self.embed(input_ids, attention_mask, token_type_ids, position_ids,
+                                        inputs_embeds, language_ids)
+        hidden_states = [x] if output_hidden_states else None
+        attentions = [] if output_attentions else None
+        for layer, donor in self.layer_sequence():
+            x, probs = layer(x, mask, need_weights=output_attentions, donor=donor, is_causal=is_causal)
+            self.record(x, probs, hidden_states, attentions)
+        return self.finish(x, hidden_states, attentions)
+
+    def embed(self, input_ids, attention_mask=None, token_type_ids=None, position_ids=None, inputs_embeds=None,
+              language_ids=None) -> tuple[torch.Tensor, torch.Tensor | None, bool]:
+        """(layer input (B, T, H), the layers' attention mask, whether SDPA's causal triangle is used)."""
         if inputs_embeds is not None:
             x = inputs_embeds
         else:
@@ -145,15 +167,18 @@ class Encoder(nn.Module):
             x = self.embed_project(x)  # (B, T, E) -> (B, T, H)
         causal = self.config.causal
         mask = causal_mask_4d(attention_mask) if causal else attention_mask_4d(attention_mask)
-        is_causal = causal and mask is None  # SDPA's triangle; no (T, T) mask to build
-        hidden_states = [x] if output_hidden_states else None
-        attentions = [] if output_attentions else None
-        for layer, donor in self.layer_sequence():
-            x, probs = layer(x, mask, need_weights=output_attentions, donor=donor, is_causal=is_causal)
-            if hidden_states is not None:
-                hidden_states.append(x)
-            if attentions is not None:
-                attentions.append(probs)
+        return x, mask, causal and mask is None  # SDPA's triangle; no (T, T) mask to build
+
+    @staticmethod
+    def record(x, probs, hidden_states: list | None, attentions: list | None) -> None:
+        """Keep a layer's output and attention probabilities when they were asked for."""
+        if hidden_states is not None:
+            hidden_states.append(x)
+        if attentions is not None:
+            attentions.append(probs)
+
+    def finish(self, x: torch.Tensor, hidden_states: list | None, attentions: list | None) -> EncoderOutput:
+        """The final norm (pre-LN), the pooler and the output of the last layer's states x."""
         if self.final_norm is not None:
             x = self.final_norm(x)
         return EncoderOutput(

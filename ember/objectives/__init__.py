@@ -39,6 +39,7 @@ OBJECTIVES = {
     "xlm_clm": "ember.objectives.xlm",  # causal LM on monolingual streams (§3.1)
     "tlm": "ember.objectives.xlm",  # translation LM on parallel pairs (§3.3)
     "xlm_mlm_tlm": "ember.objectives.xlm",  # MLM and TLM mixed
+    "ernie": "ember.objectives.ernie",  # MLM + denoising entity auto-encoder on a fusion encoder (Zhang et al. 2019)
 }
 
 

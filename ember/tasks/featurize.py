@@ -92,11 +92,12 @@ def encode_examples(
     return Featurized(features, n_truncated)
 
 
-# Optional per-token model inputs a feature may carry besides input_ids/token_type_ids: padded
-# like token_type_ids by ``collate`` and handed to the backbone by keyword (``extra_inputs``).
-# XLM's language of each token (Lample & Conneau 2019, §3.4) is one; a family whose backbone
-# reads another per-token input adds its name here.
-EXTRA_INPUTS = ("language_ids",)
+# Optional per-token model inputs a feature may carry besides input_ids/token_type_ids, and
+# their padding: padded by ``collate`` and handed to the backbone by keyword (``extra_inputs``).
+# XLM's language of each token (Lample & Conneau 2019, §3.4); K-BERT's soft positions (Liu et
+# al. 2020, §3.2) and ERNIE's aligned entity rows (Zhang et al. 2019, §3.3; -1 = no entity),
+# from ember.knowledge.inputs. A family whose backbone reads another per-token input adds it here.
+EXTRA_INPUTS = {"language_ids": 0, "position_ids": 0, "entity_ids": -1}
 
 
 def extra_inputs(batch: dict) -> dict:
@@ -111,7 +112,10 @@ def collate(features: Sequence[dict], pad_id: int, left: bool = False, pad_type_
     gets segment ``pad_type_id``), every ``EXTRA_INPUTS`` entry the features carry (padding
     0), all (B, T) int64, and ``labels`` (B,): int64 for class ids, float32 for regression
     targets (any float label). ``labels`` is left out when no feature has one. ``left=True``
-    pads on the left (XLNet, whose sequence summary is the last position).
+    pads on the left (XLNet, whose sequence summary is the last position). Features with a
+    ``visible`` (n, n) matrix (K-BERT) replace the attention mask by the batch's (B, T, T)
+    visibility, in which padding sees and is seen by nothing (the encoder lets every token see
+    itself).
     """
     if not features:
         raise ValueError("cannot collate an empty batch")
@@ -124,7 +128,8 @@ def collate(features: Sequence[dict], pad_id: int, left: bool = False, pad_type_
     input_ids = torch.full((batch, width), pad_id, dtype=torch.long)
     attention_mask = torch.zeros((batch, width), dtype=torch.long)
     token_type_ids = torch.full((batch, width), pad_type_id, dtype=torch.long)
-    per_token = {name: torch.zeros((batch, width), dtype=torch.long) for name in extras}
+    per_token = {name: torch.full((batch, width), EXTRA_INPUTS[name], dtype=torch.long) for name in extras}
+    visible = torch.zeros((batch, width, width), dtype=torch.bool) if "visible" in features[0] else None
     for row, f in enumerate(features):
         n = len(f["input_ids"])
         cols = slice(width - n, width) if left else slice(0, n)
@@ -133,9 +138,11 @@ def collate(features: Sequence[dict], pad_id: int, left: bool = False, pad_type_
         token_type_ids[row, cols] = torch.as_tensor(f["token_type_ids"], dtype=torch.long)
         for name in extras:
             per_token[name][row, cols] = torch.as_tensor(f[name], dtype=torch.long)
+        if visible is not None:
+            visible[row, cols, cols] = torch.as_tensor(f["visible"], dtype=torch.bool)
     out = {
         "input_ids": input_ids,
-        "attention_mask": attention_mask,
+        "attention_mask": attention_mask if visible is None else visible,
         "token_type_ids": token_type_ids,
         **per_token,
     }

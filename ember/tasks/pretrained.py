@@ -22,6 +22,8 @@ PRETRAINED = {
     "electra": "ember.tasks.embedding:EmbeddingProvider",
     "clm": "ember.tasks.generation:CausalLMProvider",
     "bilm": "ember.tasks.pretrained:not_served",
+    # ERNIE's dEA run: embeddings of its encoder (fusion layers need entities a request does not carry)
+    "ernie": "ember.tasks.embedding:EmbeddingProvider",
     # T5's denoising objectives (Raffel et al. 2020, §3.3): the encoder-decoder generates text
     **{objective: "ember.tasks.text2text_methods:Seq2SeqLMProvider" for objective in (
         "span_corruption", "prefix_lm", "bert_denoising", "mass_denoising", "deshuffle", "replace_spans",

@@ -259,6 +259,9 @@ class ConllNerAdapter:
     # per-word loss. 128 sub-tokens hold all but a handful of CoNLL sentences.
     hparams = BertHParams(learning_rate=5e-5, batch_size=32, epochs=3.0, warmup_ratio=0.1, max_length=128)
 
+    # words -> features (a hook: K-BERT's adapter encodes with its knowledge, ember.tasks.knowledge)
+    encode_words = staticmethod(encode_words)
+
     def __init__(self) -> None:
         from ember.tasks.conll import LABELS
 
@@ -274,7 +277,7 @@ class ConllNerAdapter:
 
         sentences = read_split(split, path=path, limit=limit)
         labels = [[self.label_ids[t] for t in s.tags] for s in sentences]
-        features, n_truncated = encode_words([s.words for s in sentences], tokenizer, max_length, labels)
+        features, n_truncated = self.encode_words([s.words for s in sentences], tokenizer, max_length, labels)
         if n_truncated:
             print(f"{self.display_name} {split if path is None else path}: truncated {n_truncated} of "
                   f"{len(sentences)} sentences to {max_length} sub-tokens; their cut-off words count as O "
@@ -310,7 +313,7 @@ class ConllNerAdapter:
         else:
             sentences = [(f"{path.stem}-{n}", split_words(line)) for n, line in enumerate(_lines(path), 1)]
             sentences = [(guid, words) for guid, words in sentences if words]
-        features, n_truncated = encode_words([w for _, w in sentences], tokenizer, max_length)
+        features, n_truncated = self.encode_words([w for _, w in sentences], tokenizer, max_length)
         tags = word_tags(module.predict(features, batch_size, device), self.labels)
         rows = []
         for (guid, words), sentence_tags in zip(sentences, tags):

@@ -21,9 +21,18 @@ from ember.runs.folder import load_run_config
 from ember.tasks.base import TaskAdapter, get_adapter
 
 
+def _fresh_backbone(cfg: RunConfig) -> nn.Module:
+    """The run's backbone with fresh weights: ERNIE's fusion encoder when the run fuses
+    entities (knowledge.entities), else its family's backbone."""
+    from ember.tasks.knowledge import knowledge_backbone
+
+    backbone = knowledge_backbone(cfg)
+    return build_backbone(cfg.model) if backbone is None else backbone
+
+
 def _backbone(cfg: RunConfig) -> nn.Module:
     """A fresh backbone, wrapped for feature-based transfer when the run is one (--features)."""
-    backbone = build_backbone(cfg.model)
+    backbone = _fresh_backbone(cfg)
     if cfg.task.features:
         from ember.tasks.feature_transfer import FeatureBackbone
 
@@ -51,12 +60,17 @@ def build_task_module(cfg: RunConfig, adapter: TaskAdapter, state: dict | None, 
     Pooler weights may be missing (ELECTRA, DistilBERT and RoBERTa checkpoints have none).
     """
     torch.manual_seed(cfg.train.seed)
-    backbone = build_backbone(cfg.model)
+    backbone = _fresh_backbone(cfg)
     if state is not None:
         missing, unexpected = backbone.load_state_dict(state, strict=False)
-        if unexpected or [m for m in missing if not m.startswith("pooler.")]:
+        fresh = ("pooler.",) + getattr(backbone, "NEW_PARAMETERS", ())  # e.g. ERNIE's fusion layers
+        if unexpected or [m for m in missing if not m.startswith(fresh)]:
+            from ember.knowledge.ernie import FusionEncoder
+
+            hint = ("; they hold ERNIE's fusion layers (objective ernie): fine-tune with --entities DIR"
+                    if any(u.startswith(FusionEncoder.NEW_PARAMETERS) for u in unexpected) else "")
             raise EmberError(f"pre-trained weights do not fit the backbone (missing {missing[:3]}, "
-                             f"unexpected {unexpected[:3]})")
+                             f"unexpected {unexpected[:3]}){hint}")
     if cfg.task.features:
         from ember.tasks.feature_transfer import FeatureBackbone
 
@@ -72,7 +86,9 @@ def load_run_adapter(run_dir: Path, cfg: RunConfig, task: str = "") -> TaskAdapt
     """
     own = cfg.task.name
     other = bool(task) and (not own or get_adapter(task).name != get_adapter(own).name)
-    adapter = get_adapter(task or own, cfg.model, "" if other else cfg.task.language)
+    from ember.tasks.knowledge import run_knowledge
+
+    adapter = run_knowledge(run_dir, cfg, get_adapter(task or own, cfg.model, "" if other else cfg.task.language))
     if other:
         if own:  # an imported classifier (`ember convert --from-hf`) names no task to compare with
             _check_labels(run_dir, cfg, adapter)

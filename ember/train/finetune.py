@@ -31,6 +31,7 @@ from ember.config import RunConfig
 from ember.data.in_memory import InMemoryData
 from ember.errors import EmberError
 from ember.tasks.base import get_adapter
+from ember.tasks.knowledge import with_knowledge
 from ember.tasks.task_model import build_task_module, pad_token_id
 from ember.runs.checkpoint import atomic_write_text, load_weights, save_weights
 from ember.train.layerwise import gradual_unfreezing, lr_scale_fn
@@ -58,7 +59,8 @@ def run_finetuning(cfg: RunConfig, run_dir: Path, state: dict | None, tokenizer_
     from ember.tokenizers import load_tokenizer
 
     check_options(cfg)
-    adapter = get_adapter(cfg.task.name, cfg.model, cfg.task.language)
+    # K-BERT / ERNIE inputs, if asked (ember.tasks.knowledge)
+    cfg, adapter = with_knowledge(cfg, get_adapter(cfg.task.name, cfg.model, cfg.task.language))
     if hasattr(adapter, "model_config"):  # a family that fine-tunes another shape (XLNet: no memory)
         cfg = dataclasses.replace(cfg, model=adapter.model_config(cfg.model))
     tokenizer = load_tokenizer(tokenizer_path)
@@ -83,6 +85,8 @@ def run_finetuning(cfg: RunConfig, run_dir: Path, state: dict | None, tokenizer_
     write_run_files(run_dir, cfg, tokenizer_path)
     if hasattr(adapter, "run_tokenizer"):
         atomic_write_text(run_dir / "tokenizer.json", tokenizer.to_str())
+    if hasattr(adapter, "write_run_files"):  # what the adapter needs to rebuild its inputs (RUN/knowledge.tsv)
+        adapter.write_run_files(run_dir)
     labels = adapter.label_names()
     if labels is not None:
         atomic_write_text(run_dir / "labels.json", json.dumps(labels))

@@ -149,13 +149,13 @@ def test_gpt_generate_given_text_to_text_fields_says_they_are_t5s(tmp_path):
 def test_t5_health_and_endpoints(served, sst2_run):
     client, _ = served
     health = client.get("/healthz").json()
-    assert health["endpoints"] == ["/generate"] and health["model"]["family"] == "t5"
+    assert health["endpoints"] == ["/generate", "/score"] and health["model"]["family"] == "t5"
     assert health["model"]["task"] == "span_corruption" and health["limits"]["max_new_tokens"] == 256
     assert client.post("/classify", json={"text": "a"}).status_code == 404
     app, _ = make_app(sst2_run)
     with TestClient(app) as c:
         health = c.get("/healthz").json()
-        assert health["endpoints"] == ["/classify", "/generate"] and health["model"]["kind"] == "classify"
+        assert health["endpoints"] == ["/classify", "/generate", "/score"] and health["model"]["kind"] == "classify"
         assert health["model"]["labels"] == ["negative", "positive"] and health["max_length"] == 48
 
 
@@ -201,7 +201,7 @@ def test_t5_squad_run_serves_answer(tmp_path, t5_glue_tokenizer):
     context = "The Normans were the people who in the 10th and 11th centuries gave their name to Normandy."
     app, predictor = make_app(run)
     with TestClient(app) as client:
-        assert client.get("/healthz").json()["endpoints"] == ["/answer", "/generate"]
+        assert client.get("/healthz").json()["endpoints"] == ["/answer", "/generate", "/score"]
         body = client.post("/answer", json={"question": "Who gave their name to Normandy?", "context": context}).json()
         bad = client.post("/answer", json={"question": "Who?", "context": context, "top_k": 3})
     template = predictor.methods["answer"].template
