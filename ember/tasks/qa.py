@@ -49,7 +49,7 @@ class QuestionAnswering(nn.Module):
 
     def make_batch(self, features: Sequence[dict], rng: np.random.Generator | None = None) -> dict:
         """Pad to the longest window; add start/end targets (B,) when the features carry them."""
-        keep = ("input_ids", "token_type_ids") + EXTRA_INPUTS
+        keep = ("input_ids", "token_type_ids", *EXTRA_INPUTS)
         batch = collate([{k: f[k] for k in keep if k in f} for f in features], self.pad_id)
         if all(f.get("start_position") is not None for f in features):
             batch["start_positions"] = torch.tensor([f["start_position"] for f in features])
