@@ -50,8 +50,9 @@ def register(sub) -> None:
     p.add_argument("--baseline", choices=["random"],
                    help="also fine-tune a randomly initialised model of the first recipe's shape")
     p.add_argument("--finetune-epochs", type=float, help="fine-tuning epochs (default: the task's, 3)")
-    p.add_argument("--finetune-lr", type=float, default=1e-4,
-                   help="fine-tuning peak learning rate for every model (default 1e-4, suits mini sizes)")
+    p.add_argument("--finetune-lr", action="append", default=[], metavar="LR | RECIPE=LR",
+                   help="fine-tuning peak learning rate for every model (default 1e-4, suits mini sizes); repeat "
+                   "as RECIPE=LR for a model whose optimiser wants another (T5: t5-mini=1e-3, Adafactor)")
     p.add_argument("--train-limit", type=int, help="fine-tune on the first N training examples only")
     p.add_argument("--max-length", type=int, help="fine-tuning max tokens per example (default 128)")
     p.add_argument("--pretrain-seed", type=int, default=0, help="pre-training seed for every recipe (default 0)")
@@ -71,6 +72,22 @@ def parse_list(text: str, what: str, cast=str) -> list:
     return values
 
 
+def parse_rates(items: list[str]) -> tuple[float, tuple[tuple[str, float], ...]]:
+    """--finetune-lr values -> (the rate of every model, ((recipe or label, rate), ...))."""
+    default, own = 1e-4, []
+    for item in items:
+        name, sep, value = item.rpartition("=")
+        try:
+            rate = float(value)
+        except ValueError:
+            raise EmberError(f"--finetune-lr {item!r}: write a number (1e-4) or RECIPE=NUMBER (t5-mini=1e-3)") from None
+        if sep:
+            own.append((name, rate))
+        else:
+            default = rate
+    return default, tuple(own)
+
+
 def run(args) -> int:
     from ember.experiments.compare import FinetuneSettings, parse_budget, run_compare
 
@@ -78,11 +95,12 @@ def run(args) -> int:
         raise EmberError("--probe-steps must be at least 1")
     if args.train_limit is not None and args.train_limit < 1:
         raise EmberError("--train-limit must be a positive number of examples")
+    lr, lr_for = parse_rates(args.finetune_lr)
     results = run_compare(
         args.recipes, args.data, parse_budget(args.budget), args.out,
         tasks=parse_list(args.tasks, "tasks"), seeds=parse_list(args.seeds, "seeds", int),
         overrides=args.overrides, labels=args.label,
-        finetune=FinetuneSettings(lr=args.finetune_lr, epochs=args.finetune_epochs,
+        finetune=FinetuneSettings(lr=lr, lr_for=lr_for, epochs=args.finetune_epochs,
                                   max_length=args.max_length, train_limit=args.train_limit),
         baseline=args.baseline == "random", pretrain_seed=args.pretrain_seed, probe_steps=args.probe_steps,
         progress=not args.no_progress)

@@ -85,6 +85,22 @@ class FinetuneSettings:
     epochs: float | None = None  # BERT: 3
     max_length: int | None = None  # BERT: 128
     train_limit: int | None = None  # first N training examples (quick runs)
+    # (recipe or label, lr) pairs for a model whose optimiser wants another rate: T5 fine-tunes
+    # with Adafactor at 1e-3 (Raffel et al. 2020, §3.1.3), where AdamW's 1e-4 suits the encoders.
+    lr_for: tuple[tuple[str, float], ...] = ()
+
+    def lr_of(self, label: str, recipe: str = "") -> float:
+        rates = dict(self.lr_for)
+        return rates.get(label, rates.get(recipe, self.lr))
+
+    def record(self) -> dict:
+        """The settings as compare.json keeps them (without per-model rates when none are given,
+        so comparisons made before they existed still resume)."""
+        values = dataclasses.asdict(self)
+        values["lr_for"] = dict(self.lr_for)
+        if not values["lr_for"]:
+            del values["lr_for"]
+        return values
 
 
 @dataclass(frozen=True)
@@ -298,9 +314,9 @@ def finetune_inits(entries: list[Entry], root: Path, baseline: bool) -> dict:
     return inits
 
 
-def finetune_settings(settings: FinetuneSettings, base: TrainConfig) -> dict:
+def finetune_settings(settings: FinetuneSettings, base: TrainConfig, label: str = "", recipe: str = "") -> dict:
     """The comparison's fine-tuning setting as ``ember.finetune`` keywords (None: the task's)."""
-    return {"lr": settings.lr, "epochs": settings.epochs, "max_length": settings.max_length,
+    return {"lr": settings.lr_of(label, recipe), "epochs": settings.epochs, "max_length": settings.max_length,
             "device": base.device, "dtype": base.dtype, "num_threads": base.num_threads}
 
 
@@ -328,6 +344,10 @@ def run_compare(recipes: list[str], data: str | Path | list[str], budget: float,
     if not seeds:
         raise EmberError("give at least one fine-tuning seed, e.g. --seeds 1,2,3")
     entries = build_entries(list(recipes), list(labels), data, list(overrides), pretrain_seed, own_data)
+    known = {n for e in entries for n in (e.label, e.recipe)} | ({BASELINE_LABEL} if baseline else set())
+    stray = sorted(name for name, _ in finetune.lr_for if name not in known)
+    if stray:
+        raise EmberError(f"--finetune-lr {stray[0]}=...: no recipe or label of that name in this comparison")
     # Fail now, not after hours of pre-training: the task files must be readable and fit.
     n_train = {}
     for spec in specs:
@@ -339,7 +359,7 @@ def run_compare(recipes: list[str], data: str | Path | list[str], budget: float,
                                  "positions; pass a smaller --max-length")
     settings = {"budget_seconds": budget, "data": str(data), "overrides": list(overrides),
                 **({"data_for": {k: str(v) for k, v in sorted(own_data.items())}} if own_data else {}),
-                "pretrain_seed": pretrain_seed, "finetune": dataclasses.asdict(finetune)}
+                "pretrain_seed": pretrain_seed, "finetune": finetune.record()}
     check_settings(out, settings, {e.label: e.recipe for e in entries})
     root = out / "runs"
     models = [(e.label, e.recipe) for e in entries] + ([(BASELINE_LABEL, "")] if baseline else [])
@@ -364,6 +384,7 @@ def run_compare(recipes: list[str], data: str | Path | list[str], budget: float,
         ran["pretrain"] += 1
         report()
     inits = finetune_inits(entries, root, baseline) if todo_ft else {}
+    recipes_by_label = {e.label: e.recipe for e in entries}
     for i, (label, task, seed) in enumerate(todo_ft, 1):
         clock.status(f"fine-tuning {i}/{len(todo_ft)}: {label} on {get_task(task).display_name}, seed {seed}",
                      0, todo_ft[i - 1:])
@@ -372,7 +393,8 @@ def run_compare(recipes: list[str], data: str | Path | list[str], budget: float,
         resume = prepare_folder(run_dir)
         started = time.time()
         result = finetune_run(task, run_dir, inits[label], seeds=[seed], train_limit=finetune.train_limit,
-                              resume=resume, progress=progress, **finetune_settings(finetune, base)).result
+                              resume=resume, progress=progress,
+                              **finetune_settings(finetune, base, label, recipes_by_label.get(label, ""))).result
         clock.finished_finetune(task, time.time() - started)
         ran["finetune"] += 1
         shown = "  ".join(f"{k}={v:.4f}" for k, v in result["metrics"].items())

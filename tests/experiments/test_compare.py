@@ -223,3 +223,19 @@ def test_compare_gives_a_recipe_its_own_corpus_and_vocabulary(wiki_prepared, wik
         build_entries(["bert-mini"], [], shared, [], 0, {"t5-tiny": wiki_t5_prepared})
     with pytest.raises(EmberError, match="one shared corpus is given already"):
         parse_data([str(wiki_prepared), str(wiki_t5_prepared)])
+
+
+def test_compare_finetune_rates_per_recipe_and_their_record():
+    """T5 fine-tunes with Adafactor at 1e-3 beside encoders at 1e-4: --finetune-lr t5-mini=1e-3; a
+    comparison without per-model rates records exactly the settings it recorded before they existed."""
+    from ember.commands.compare import parse_rates
+    from ember.experiments.compare import FinetuneSettings
+
+    default, own = parse_rates(["2e-4", "t5-mini=1e-3"])
+    settings = FinetuneSettings(default, epochs=2.0, lr_for=own)
+    assert settings.lr_of("t5-mini") == 1e-3 and settings.lr_of("bert-mini") == 2e-4
+    assert settings.lr_of("t5", recipe="t5-mini") == 1e-3  # a label naming the recipe
+    assert settings.record()["lr_for"] == {"t5-mini": 1e-3}
+    assert FinetuneSettings().record() == {"lr": 1e-4, "epochs": None, "max_length": None, "train_limit": None}
+    with pytest.raises(EmberError, match="RECIPE=NUMBER"):
+        parse_rates(["t5-mini=fast"])
