@@ -4,13 +4,14 @@
     run = ember.pretrain("bert-mini", "runs/bert-mini", data="runs/wiki", overrides=["train.max_time=600"])
     result = ember.finetune("sst2", "runs/sst2", init=run.run_dir, lr=1e-4)
     print(result.metrics["accuracy"])
+    vectors = ember.embed("runs/minilm", ["a fine film", "a dull mess"])  # (2, H) numpy array
 
 The functions are imported on first use (``import ember`` stays light, and ``ember --help`` fast).
 """
 
 __version__ = "0.1.0"
 
-_API = {"pretrain", "finetune", "distill", "evaluate", "RunResult"}
+_API = {"pretrain", "finetune", "distill", "evaluate", "embed", "embed_file", "RunResult"}
 __all__ = sorted(_API) + ["__version__"]
 
 

@@ -4,6 +4,9 @@
     finetune(task, out, init=..., seeds=[...], lr=..., ...)   -> RunResult
     distill(method, teacher, out, student=..., ...)           -> RunResult
     evaluate(run, split="", file=None)                        -> {"task", "split", "metrics"}
+    evaluate(run, task="stsb", zero_shot=True)                -> cosine similarity vs gold (x100)
+    embed(run, texts, pooling=..., normalize=...)             -> (N, H) float32 numpy array
+    embed_file(run, input, out)                               -> writes out.npy, returns a summary
 
 Each takes what its verb takes (a recipe name or config plus ``section.key=value`` overrides)
 and holds the checks and defaults the verb used to: `ember pretrain`, `ember finetune`,
@@ -12,9 +15,10 @@ callers of these.
 """
 
 from ember.api.distill import distill
+from ember.api.embed import embed, embed_file
 from ember.api.evaluate import evaluate
 from ember.api.finetune import finetune
 from ember.api.pretrain import pretrain
 from ember.api.results import RunResult
 
-__all__ = ["RunResult", "distill", "evaluate", "finetune", "pretrain"]
+__all__ = ["RunResult", "distill", "embed", "embed_file", "evaluate", "finetune", "pretrain"]
