@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from ember.commands.common import add_backend_options, backend_of
+
 
 def register(sub) -> None:
     p = sub.add_parser(
@@ -31,10 +33,7 @@ def register(sub) -> None:
                       help="L2-normalise each vector (default: the run's)")
     norm.add_argument("--no-normalize", dest="normalize", action="store_false", help="do not normalise")
     p.add_argument("--max-length", type=int, help="tokens per text before truncation (default: the run's)")
-    backend = p.add_mutually_exclusive_group()
-    backend.add_argument("--int8", action="store_true", help="PyTorch int8 dynamic quantization")
-    backend.add_argument("--onnx", action="store_true", help="ONNX Runtime (exported on the fly)")
-    backend.add_argument("--onnx-int8", action="store_true", help="ONNX Runtime with int8 weights")
+    add_backend_options(p)
     p.add_argument("--batch-size", type=int, default=32, help="texts per forward pass (default 32)")
     p.add_argument("--threads", type=int, default=0, help="CPU threads (default: all)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -44,9 +43,8 @@ def register(sub) -> None:
 def run(args) -> int:
     from ember.api import embed_file
 
-    backend = "onnx" if args.onnx else "int8" if args.int8 else "onnx-int8" if args.onnx_int8 else ""
     summary = embed_file(args.run_dir, args.input, args.out, column=args.column, pooling=args.pooling,
-                         layer=args.layer, normalize=args.normalize, max_length=args.max_length, backend=backend,
+                         layer=args.layer, normalize=args.normalize, max_length=args.max_length, backend=backend_of(args),
                          batch_size=args.batch_size, threads=args.threads, progress=not args.no_progress)
     note = f"; {summary['truncated']} truncated to {summary['max_length']} tokens" if summary["truncated"] else ""
     print(f"wrote {summary['texts']} x {summary['dimension']} vectors to {summary['out']} ({summary['backend']}, "

@@ -7,7 +7,7 @@ import json
 
 
 def register(sub) -> None:
-    p = sub.add_parser("evaluate", help="score a fine-tuned run on dev (or a labelled file)",
+    p = sub.add_parser("evaluate", help="score a fine-tuned run on dev (or a labelled file); --zero-shot: any encoder's embeddings on STS",
                        description="Score a fine-tuned run folder with the task's official metric "
                        "(accuracy; MCC for CoLA; F1+accuracy for MRPC; Pearson/Spearman for STS-B; "
                        "entity-level precision/recall/F1 for CoNLL-2003; EM/F1 with HasAns/NoAns for SQuAD, "
