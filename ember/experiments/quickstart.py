@@ -73,7 +73,7 @@ def run_quickstart(out: Path, pretrain_steps: int = 300, pretrain_time: float = 
     prepare_corpus(inputs, out / "tokenizer.json", out / "prepared", max_docs=max_docs, progress=progress)
 
     banner(f"3/{steps} pre-training bert-mini (MLM + NSP), {pretrain_steps} steps or {pretrain_time / 60:.0f} min")
-    pretrain("bert-mini", out / "pretrain", data=out / "prepared", progress=progress, overrides=[
+    trained = pretrain("bert-mini", out / "pretrain", data=out / "prepared", progress=progress, overrides=[
         f"model.vocab_size={tok.get_vocab_size()}", f"train.max_steps={pretrain_steps}",
         f"train.max_time={pretrain_time}", "train.lr=1e-3", "train.warmup_ratio=0.06",
         f"train.eval_every={max(pretrain_steps // 3, 1)}", f"train.save_every={max(pretrain_steps // 3, 1)}"])
@@ -109,7 +109,8 @@ def run_quickstart(out: Path, pretrain_steps: int = 300, pretrain_time: float = 
     real_result = finetune("sst2", out / "sst2-checkpoint", init=checkpoint, **settings)
     minutes = (time.time() - began) / 60
     print(side_by_side(result.metrics["accuracy"], real_result.metrics["accuracy"], checkpoint.name,
-                       finetune_limit, f"{pretrain_steps} steps, at most {pretrain_time / 60:.0f} min"))
+                       finetune_limit, f"{trained.result.get('step', 0)} steps in "
+                       f"{trained.result.get('elapsed', 0.0) / 60:.1f} min"))
     print(f"run folder: {out / 'sst2-checkpoint'} ({minutes:.1f} min). The checkpoint's sentence embeddings: "
           f"ember convert --from-hf {checkpoint} --out runs/minilm, then ember embed / ember evaluate --zero-shot")
     return {**result.result, "checkpoint": real_result.result}
