@@ -6,13 +6,14 @@
     print(result.metrics["accuracy"])
     model = ember.load(result.run_dir)
     model.classify(["a gripping film", "a dull mess"])
+    vectors = ember.embed("runs/minilm", ["a fine film", "a dull mess"])  # (2, H) numpy array
 
 The functions are imported on first use (``import ember`` stays light, and ``ember --help`` fast).
 """
 
 __version__ = "0.1.0"
 
-_API = {"pretrain", "finetune", "distill", "evaluate", "load", "Model", "RunResult"}
+_API = {"pretrain", "finetune", "distill", "evaluate", "load", "Model", "embed", "embed_file", "RunResult"}
 __all__ = sorted(_API) + ["__version__"]
 
 

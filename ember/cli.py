@@ -24,6 +24,7 @@ COMMAND_MODULES = [
     "evaluate",
     "predict",
     "fill_mask",
+    "embed",
     "generate",
     "fewshot",
     "convert",

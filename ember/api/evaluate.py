@@ -1,4 +1,5 @@
-"""``ember.evaluate``: a fine-tuned run's official metrics on a labelled split, file or data."""
+"""``ember.evaluate``: a fine-tuned run's official metrics on a labelled split, file or data from
+Python, or any encoder run's zero-shot similarity (cosine of embeddings vs gold scores)."""
 
 from __future__ import annotations
 
@@ -6,26 +7,39 @@ from pathlib import Path
 
 
 def evaluate(run: str | Path, split: str = "", file: str | Path | None = None, task: str = "", data=None,
-             column: str | None = None, pair_column: str | None = None, label_column: str | None = None) -> dict:
+             column: str | None = None, pair_column: str | None = None, label_column: str | None = None,
+             zero_shot: bool = False, **similarity) -> dict:
     """{"task", "split", "metrics"} of ``run`` on ``split`` (default: the split it was selected
     on), on a labelled ``file`` in the task's layout, or on ``data`` from Python (a DataFrame, a
     ``datasets.Dataset``, a dict of columns, a list of tuples or dicts; columns as in
     ``ember.finetune``); SQuAD 2.0 uses the run's tuned threshold.
 
+    ``zero_shot``: no head, any encoder run: the cosine similarity of the two sentences' pooled
+    embeddings against the gold scores (STS-B, or a ``file`` with sentence1/sentence2/score),
+    Pearson and Spearman x100; ``similarity`` takes pooling, layer, max_length, backend,
+    batch_size (``ember.api.embed.evaluate_similarity``).
+
     >>> ember.evaluate("runs/sst2")["metrics"]["accuracy"]  # doctest: +SKIP
+    >>> ember.evaluate("runs/minilm", task="stsb", zero_shot=True)["metrics"]["spearman_cosine"]  # doctest: +SKIP
     """
+    from ember.errors import EmberError
     from ember.tasks.task_model import evaluate_run
 
+    if zero_shot:
+        if data is not None:
+            raise EmberError("zero_shot=True reads a task's pairs or a file; data= is for fine-tuned runs")
+        from ember.api.embed import evaluate_similarity
+
+        return evaluate_similarity(run, task, split, file, **similarity)
+    if similarity:
+        raise EmberError(f"{', '.join(sorted(similarity))}: only with zero_shot=True (--zero-shot)")
     if data is None:
         if (column, pair_column, label_column) != (None, None, None):
-            from ember.errors import EmberError
-
             raise EmberError("column= / pair_column= / label_column= name the columns of data=; pass the data too")
         return evaluate_run(Path(run), split, str(file) if file is not None else None, task)
     import tempfile
 
     from ember.api.task_data import task_spec, write_split
-    from ember.errors import EmberError
     from ember.runs.folder import load_run_config
 
     if split or file is not None:

@@ -28,3 +28,16 @@ def train_overrides(args) -> list[str]:
         if value is not None:
             out.append(f"{key}={value}")
     return out
+
+
+def add_backend_options(parser, start_up: str = "exported on the fly") -> None:
+    """--onnx / --int8 / --onnx-int8 (one at a time); ``backend_of`` reads them back."""
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("--onnx", action="store_true", help=f"run with ONNX Runtime ({start_up})")
+    group.add_argument("--int8", action="store_true", help="run PyTorch int8 dynamic quantization")
+    group.add_argument("--onnx-int8", action="store_true", help="run ONNX Runtime with int8 weights")
+
+
+def backend_of(args) -> str:
+    """The backend name the predictor takes ("" = PyTorch fp32)."""
+    return "onnx" if args.onnx else "int8" if args.int8 else "onnx-int8" if args.onnx_int8 else ""

@@ -13,7 +13,9 @@ def register(sub) -> None:
         help="tokenizer -> shards -> pre-train bert-mini -> fill-mask -> SST-2 (a few minutes)",
         description="Train a WordPiece tokenizer on $EMBER_DATA/wiki-en, prepare shards, pre-train "
         "bert-mini for a few minutes, show fill-mask predictions, fine-tune on SST-2 and print dev "
-        "accuracy. Without the data folder it falls back to Python standard-library docstrings.",
+        "accuracy; then, when the real checkpoint is present, fine-tune it on the same sentences and "
+        "print both accuracies side by side. Without the data folder it falls back to Python "
+        "standard-library docstrings.",
     )
     p.add_argument("--out", default="runs/quickstart", help="folder for everything (replaced each run)")
     p.add_argument("--pretrain-steps", type=int, default=300, help="pre-training steps (default 300)")
@@ -23,6 +25,10 @@ def register(sub) -> None:
     p.add_argument("--finetune-epochs", type=float, default=1.0, help="SST-2 epochs (default 1)")
     p.add_argument("--finetune-limit", type=int, default=20000,
                    help="SST-2 training sentences to use (default 20000; 0 = all 67,349)")
+    p.add_argument("--checkpoint", type=Path, default=None,
+                   help="a real pre-trained encoder (HF or sentence-transformers folder) fine-tuned on the same "
+                   "SST-2 sentences at the end, for comparison (default: $EMBER_DATA/checkpoints/"
+                   "all-MiniLM-L6-v2 when present; '' skips it)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.set_defaults(run=run)
 
@@ -31,5 +37,6 @@ def run(args) -> int:
     from ember.experiments.quickstart import run_quickstart
 
     run_quickstart(Path(args.out), args.pretrain_steps, args.pretrain_time, args.max_docs,
-                   args.finetune_epochs, args.finetune_limit or None, progress=not args.no_progress)
+                   args.finetune_epochs, args.finetune_limit or None, progress=not args.no_progress,
+                   checkpoint=args.checkpoint)
     return 0

@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import argparse
 
+from ember.commands.common import add_backend_options, backend_of
+
 
 def register(sub) -> None:
     p = sub.add_parser(
         "serve", help="serve a model over HTTP (classify, embed, fill-mask, tag, answer, generate)",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Serve a fine-tuned run (GLUE-style: /classify, CoNLL-2003: /tag, SQuAD: /answer) "
-        "or an MLM pre-training run (/fill-mask); these also serve /embed. A GPT pre-training run "
+        "or an MLM pre-training run (/fill-mask); these also serve /embed, as does every other encoder run "
+        "(an imported BertModel or sentence-transformers checkpoint serves /embed only, with the pooling "
+        "its RUN/embedding.json names). A GPT pre-training run "
         "serves /generate and /score (PyTorch fp32 or --int8; prompts longer than the context are cut "
         "from the left and flagged; --max-new-tokens caps each request). A T5 run serves /generate from "
         "input texts (beam search too), and a text-to-text fine-tuned one also /classify or /answer "
@@ -25,10 +29,7 @@ def register(sub) -> None:
         "  ember serve runs/gpt2-tiny\n"
         "  curl -s localhost:8000/generate -d '{\"prompt\": \"The history of\", \"max_new_tokens\": 20}'")
     p.add_argument("run_dir", help="run folder, or an export folder written by `ember export`")
-    backend = p.add_mutually_exclusive_group()
-    backend.add_argument("--onnx", action="store_true", help="run with ONNX Runtime (exported at start-up)")
-    backend.add_argument("--int8", action="store_true", help="run PyTorch int8 dynamic quantization")
-    backend.add_argument("--onnx-int8", action="store_true", help="run ONNX Runtime with int8 weights")
+    add_backend_options(p, "exported at start-up")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
     p.add_argument("--port", type=int, default=8000, help="port (default 8000)")
     p.add_argument("--max-batch", type=int, default=32, help="requests per micro-batch (default 32)")
@@ -58,8 +59,7 @@ def run(args) -> int:
             raise EmberError(f"--{flag.replace('_', '-')} must be at least 1")
     if args.max_length is not None and args.max_length < 8:
         raise EmberError("--max-length must be at least 8 tokens")
-    backend = "onnx" if args.onnx else "int8" if args.int8 else "onnx-int8" if args.onnx_int8 else ""
-    predictor = load_predictor(args.run_dir, backend, args.threads, args.max_length, args.max_batch)
+    predictor = load_predictor(args.run_dir, backend_of(args), args.threads, args.max_length, args.max_batch)
     info = predictor.info
     limits = Limits(max_body_bytes=args.max_body_bytes, max_texts=args.max_texts,
                     max_new_tokens=args.max_new_tokens)

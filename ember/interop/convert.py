@@ -3,7 +3,9 @@
 Import reads ``config.json`` + ``model.safetensors``/``pytorch_model.bin`` + a tokenizer
 (``tokenizer.json``, WordPiece ``vocab.txt`` or byte-level BPE ``vocab.json`` +
 ``merges.txt``) and writes an ember run folder usable by ``ember finetune --init`` and
-``ember fill-mask``. The family comes from ``model_type`` (ember.interop.families).
+``ember fill-mask``. The family comes from ``model_type`` (ember.interop.families). A
+sentence-transformers folder (``modules.json``) also records its pooling, normalisation and
+max length in ``RUN/embedding.json`` (ember.runs.embedding), the defaults of ``ember embed``.
 Export writes the HF layout: ``config.json``, ``model.safetensors`` (HF names),
 ``tokenizer.json`` (+ ``vocab.txt`` for WordPiece, ``vocab.json``/``merges.txt`` for BPE)
 and ``tokenizer_config.json``, loadable with transformers' ``from_pretrained`` /
@@ -17,8 +19,7 @@ from pathlib import Path
 
 from ember.config import DataConfig, RunConfig
 from ember.errors import EmberError
-from ember.interop.common import read_hf_config, read_hf_weights
-from ember.interop.families import import_checkpoint, interop_for_family
+from ember.interop.families import interop_for_family
 from ember.runs.checkpoint import atomic_write_text, load_weights, save_weights
 from ember.runs.folder import load_run_config, write_run_files
 
@@ -46,17 +47,31 @@ def _objective(state: dict, family: str = "bert", model_cfg=None) -> str:
 
 
 def import_hf(hf_dir: str | Path, out_dir: str | Path) -> Path:
+    """Everything is read and checked (``ember.interop.hf_folder``) before ``out_dir`` is touched;
+    a sentence-transformers folder's pooling settings go to RUN/embedding.json."""
+    import tempfile
+
+    from ember.interop.hf_folder import check_vocabulary, read_hf_checkpoint
+    from ember.runs.embedding import EMBEDDING_FILE, write_embedding_defaults
+
     hf_dir, out_dir = Path(hf_dir), Path(out_dir)
-    model_cfg, state = import_checkpoint(read_hf_config(hf_dir), read_hf_weights(hf_dir))
+    checkpoint = read_hf_checkpoint(hf_dir)
+    model_cfg, state = checkpoint.model, checkpoint.state
     objective = _objective(state, model_cfg.family, model_cfg)
     kind = "finetune" if any(k.startswith("classifier.") for k in state) else "pretrain"
     cfg = RunConfig(kind=kind, objective=objective, model=model_cfg, data=DataConfig(nsp=objective == "bert"))
-    out_dir.mkdir(parents=True, exist_ok=True)
-    tmp_tok = out_dir / ".imported-tokenizer.json"
-    _tokenizer_from_hf(hf_dir, tmp_tok)
-    write_run_files(out_dir, cfg, tmp_tok)
-    tmp_tok.unlink()
+    with tempfile.TemporaryDirectory(prefix="ember-import-") as tmp:
+        tmp_tok = Path(tmp) / "tokenizer.json"
+        _tokenizer_from_hf(checkpoint.model_dir, tmp_tok)
+        _drop_fixed_padding(tmp_tok)
+        check_vocabulary(tmp_tok, model_cfg, checkpoint.model_dir, checkpoint.lowercase)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        write_run_files(out_dir, cfg, tmp_tok)
     save_weights(state, out_dir / "model.safetensors", {"imported_from": str(hf_dir)})
+    if checkpoint.embedding is not None:
+        write_embedding_defaults(out_dir, checkpoint.embedding)
+    else:
+        (out_dir / EMBEDDING_FILE).unlink(missing_ok=True)  # a previous import's settings do not apply
     return out_dir
 
 
@@ -130,6 +145,20 @@ def _tokenizer_from_hf(hf_dir: Path, out_path: Path) -> None:
     raise EmberError(f"{hf_dir} has no tokenizer.json, vocab.txt or vocab.json + merges.txt (a "
                      "SentencePiece spiece.model cannot be read directly); write a tokenizer.json with "
                      "transformers: AutoTokenizer.from_pretrained(folder).save_pretrained(folder)")
+
+
+def _drop_fixed_padding(path: Path) -> None:
+    """Checkpoints often save their tokenizer.json padding every input to a fixed length (e.g.
+    all-MiniLM-L6-v2: 128) and truncating; ember pads and truncates per use (a batch's longest
+    row, the task's max length), and code that encodes one text at a time (fill-mask, corpus
+    preparation) must not see padding as text."""
+    from ember.tokenizers import load_tokenizer
+
+    tok = load_tokenizer(path)
+    if tok.padding is not None or tok.truncation is not None:
+        tok.no_padding()
+        tok.no_truncation()
+        tok.save(str(path))
 
 
 def _roberta_bpe(hf_dir: Path, add_prefix_space: bool):

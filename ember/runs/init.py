@@ -54,19 +54,19 @@ def load_init(init: str | Path | Init, preset: str = "", tokenizer: str = "") ->
             raise EmberError(f"{path} has no model.safetensors yet (is its training still running? "
                              "a finished or interrupted-and-resumed run writes it at the end)")
         return Init(run_cfg.model, backbone_weights(load_weights(weights)), path / "tokenizer.json")
-    if (path / "config.json").is_file():
-        # Any family with HF interop, chosen by config.json's model_type. The config keeps
-        # the family's pooler even when the checkpoint has none (XForMaskedLM): fine-tuning
-        # then initialises it fresh, as transformers' XForSequenceClassification does.
-        from ember.interop.common import read_hf_config, read_hf_weights
-        from ember.interop.families import interop_for_hf_config
+    if (path / "config.json").is_file() or (path / "modules.json").is_file():
+        # Any family with HF interop, chosen by config.json's model_type, or a sentence-transformers
+        # folder (its encoder may sit in a sub-folder). The config keeps the family's pooler even
+        # when the checkpoint has none (XForMaskedLM): fine-tuning then initialises it fresh, as
+        # transformers' XForSequenceClassification does.
+        from ember.interop.hf_folder import check_vocabulary, read_hf_checkpoint
 
-        hf_config = read_hf_config(path)
-        interop = interop_for_hf_config(hf_config)
-        cfg = interop.config_from_hf(hf_config)
-        state = backbone_weights(interop.state_from_hf(read_hf_weights(path), cfg))
-        if not (path / "tokenizer.json").is_file():
-            raise EmberError(f"{path} has no tokenizer.json; import it first with `ember convert --from-hf`")
-        return Init(cfg, state, path / "tokenizer.json")
+        checkpoint = read_hf_checkpoint(path)
+        tokenizer_path = checkpoint.model_dir / "tokenizer.json"
+        if not tokenizer_path.is_file():
+            raise EmberError(f"{checkpoint.model_dir} has no tokenizer.json; import it first with "
+                             "`ember convert --from-hf` (which also reads vocab.txt or vocab.json + merges.txt)")
+        check_vocabulary(tokenizer_path, checkpoint.model, checkpoint.model_dir, checkpoint.lowercase)
+        return Init(checkpoint.model, backbone_weights(checkpoint.state), tokenizer_path)
     raise EmberError(f"--init {init}: not an ember run folder (config.yaml) nor an HF checkpoint "
                      "(config.json); use 'random' to start from scratch")

@@ -41,6 +41,7 @@ class ServeInfo:
     special: dict[str, int]  # pad/unk/cls/sep/mask ids (eot/pad for a causal LM)
     cfg: RunConfig = field(repr=False)
     provider: object = field(repr=False, default=None)  # task adapter or pre-training provider
+    embedding: object = None  # RUN/embedding.json's defaults (ember.runs.embedding), if the run has one
 
     @property
     def is_regression(self) -> bool:
@@ -56,9 +57,12 @@ class ServeInfo:
         return getattr(self.provider, "graph", True)
 
     def summary(self) -> dict:
-        return {"kind": self.kind, "task": self.task, "display_name": self.display_name,
-                "labels": self.labels, "max_length": self.max_length, "family": self.family,
-                "num_layers": self.num_layers, "hidden_size": self.hidden_size}
+        out = {"kind": self.kind, "task": self.task, "display_name": self.display_name,
+               "labels": self.labels, "max_length": self.max_length, "family": self.family,
+               "num_layers": self.num_layers, "hidden_size": self.hidden_size}
+        if self.embedding is not None:
+            out["embedding"] = {"pooling": self.embedding.pooling, "normalize": self.embedding.normalize}
+        return out
 
 
 def special_ids(tokenizer) -> dict[str, int]:
@@ -133,6 +137,7 @@ def _provider(run_dir: Path, cfg: RunConfig, keys):
 
 def describe(run_dir: str | Path, state_keys=None):
     """(ServeInfo, tokenizer) of a run folder or an export folder (both hold config.yaml)."""
+    from ember.runs.embedding import read_embedding_defaults
     from ember.runs.folder import load_run_config
     from ember.tokenizers import load_tokenizer
 
@@ -151,9 +156,12 @@ def describe(run_dir: str | Path, state_keys=None):
         labels_file = run_dir / "labels.json"
         labels = json.loads(labels_file.read_text()) if labels_file.is_file() else provider.label_names()
         max_length = cfg.task.max_length
+    embedding = read_embedding_defaults(run_dir)  # e.g. a sentence-transformers folder's pooling
+    if embedding is not None and embedding.max_length:
+        max_length = min(embedding.max_length, m.max_position)
     info = ServeInfo(getattr(provider, "kind", "") or "", getattr(provider, "task", "") or provider.name,
                      provider.display_name, labels, max_length, m.max_position, m.num_layers, m.hidden_size,
-                     m.family, special_ids(tokenizer), cfg, provider)
+                     m.family, special_ids(tokenizer), cfg, provider, embedding)
     return info, tokenizer
 
 

@@ -30,7 +30,8 @@ def inference_context(info: ServeInfo, tokenizer, max_length: int | None = None,
 
     max_length = min(max_length or info.max_length, info.max_position)
     return InferenceContext(tokenizer, max_length, info.special, info.labels, info.num_layers,
-                            info.hidden_size, max_batch, model, info.cfg.model.vocab_size)
+                            info.hidden_size, max_batch, model, info.cfg.model.vocab_size,
+                            embedding=info.embedding)
 
 
 def build_methods(info: ServeInfo, ctx) -> list:

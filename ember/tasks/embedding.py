@@ -13,6 +13,7 @@ import torch
 from torch import nn
 
 from ember.errors import RequestError
+from ember.runs.embedding import EmbeddingDefaults
 from ember.tasks.inference import encode_texts, softmax, token_view
 from ember.tasks.requests import check_fields, int_field, parse_texts
 
@@ -53,16 +54,18 @@ class EmbedMethod:
     def __init__(self, ctx) -> None:
         self.encoder, self.tokenizer = ctx.encoder(), ctx.tokenizer
         self.num_layers, self.hidden_size = ctx.num_layers, ctx.hidden_size
+        self.defaults = ctx.embedding or EmbeddingDefaults()  # RUN/embedding.json, e.g. sentence-transformers'
 
     def parse(self, data: dict, limits) -> dict:
         """Texts as for /classify, plus pooling (mean | cls | none = per token), layer (0 =
         embeddings, -1 = last) or layer_weights (one per layer incl. embeddings, softmax-mixed),
-        normalize."""
+        normalize. Pooling and normalize default to the run's (RUN/embedding.json; else mean,
+        unnormalised)."""
         check_fields(data, {"text", "texts", "text_pair", "text_pairs", "pooling", "layer", "layer_weights",
                             "normalize"})
         req = parse_texts({k: v for k, v in data.items() if k in ("text", "texts", "text_pair", "text_pairs")},
                           limits)
-        pooling = data.get("pooling", "mean")
+        pooling = data.get("pooling", self.defaults.pooling)
         if pooling not in POOLINGS:
             raise RequestError(422, f"'pooling' must be one of {', '.join(POOLINGS)}, got {pooling!r}")
         n = self.num_layers + 1
@@ -77,7 +80,7 @@ class EmbedMethod:
                                    f"{self.num_layers} layers)")
             if not all(abs(w) < 1e6 for w in weights):
                 raise RequestError(422, "'layer_weights' must be finite numbers below 1e6 in size")
-        normalize = data.get("normalize", False)
+        normalize = data.get("normalize", self.defaults.normalize)
         if not isinstance(normalize, bool):
             raise RequestError(422, f"'normalize' must be true or false, not {type(normalize).__name__}")
         return {**req, "pooling": pooling, "layer": layer, "layer_weights": weights, "normalize": normalize}

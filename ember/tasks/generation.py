@@ -30,7 +30,7 @@ from typing import Sequence
 
 from ember.errors import RequestError
 from ember.generate import GenerationConfig, cut_at_stop, generate_ids
-from ember.tasks.requests import Limits, check_fields, int_field, number_field, texts_field
+from ember.tasks.requests import Limits, check_fields, int_field, number_field, texts_field, unicode_field
 
 MAX_STOP = 16  # stop sequences per request
 MAX_STOP_CHARS = 200
@@ -83,6 +83,7 @@ def parse_decoding(data: dict, high: int, vocab_size: int, why: str = "") -> dic
     for i, s in enumerate(stop):
         if not s or len(s) > MAX_STOP_CHARS:
             raise RequestError(422, f"'stop[{i}]' must have 1 to {MAX_STOP_CHARS} characters")
+        unicode_field(s, f"stop[{i}]")
     seed = data.get("seed")
     if seed is None:
         seed = secrets.randbelow(2**31) if temperature > 0 else 0

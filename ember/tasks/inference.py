@@ -62,6 +62,7 @@ class InferenceContext:
     model: Any = None  # the loaded model, for methods with their own decoding loop
     vocab_size: int = 0
     counters: dict = field(default_factory=lambda: {"forwards": 0})
+    embedding: Any = None  # the run's embedding defaults (ember.runs.embedding), None: mean, unnormalised
 
     def encoder(self) -> TextEncoder:
         return TextEncoder(self.tokenizer, self.max_length)

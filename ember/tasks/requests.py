@@ -37,7 +37,12 @@ def text_field(value, name: str, limits: Limits) -> str:
         raise RequestError(422, f"'{name}' is empty")
     if len(value) > limits.max_chars:
         raise RequestError(422, f"'{name}' has {len(value)} characters; the limit is {limits.max_chars}")
-    try:  # JSON may carry lone surrogates ("\ud800"), which no tokenizer can read
+    return unicode_field(value, name)
+
+
+def unicode_field(value: str, name: str) -> str:
+    """JSON may carry lone surrogates ("\ud800"), which no tokenizer can read nor response encode."""
+    try:
         value.encode("utf-8")
     except UnicodeEncodeError as exc:
         raise RequestError(422, f"'{name}' is not valid Unicode text ({exc.reason} at character "
