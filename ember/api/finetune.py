@@ -31,7 +31,8 @@ SETTINGS = {
 ULMFIT = {"layer_lr_decay": 1 / 2.6, "schedule": "stlr", "gradual_unfreeze": True}
 # Model settings that leave the weights' shapes and meaning alone: the only ones a pre-trained
 # init can take from overrides (the rest come from its checkpoint).
-FREE_MODEL_SETTINGS = ("dropout", "attention_dropout", "initializer_range")
+FREE_MODEL_SETTINGS = ("dropout", "attention_dropout", "initializer_range",
+                       "embedding_dropout", "lstm_pooling")  # the LSTM's (Dai & Le): a regulariser, its read-out
 
 
 def model_with_overrides(model_cfg: ModelConfig, overrides: list[str], pretrained: bool) -> ModelConfig:
@@ -66,7 +67,7 @@ def finetune_config(task: str, model_cfg: ModelConfig, init: str = "random", see
     if unknown:
         raise EmberError(f"unknown fine-tuning setting(s) {unknown}; known: {', '.join(sorted(SETTINGS))} "
                          "(or pass section.key=value overrides)")
-    adapter = get_adapter(task)
+    adapter = get_adapter(task, model_cfg)  # the family's form of the task gives its defaults
     hp = getattr(adapter, "hparams", BertHParams())
     values = to_dict(RunConfig(kind="finetune"))
     values["train"].update(lr=hp.learning_rate, batch_size=hp.batch_size, warmup_ratio=hp.warmup_ratio,

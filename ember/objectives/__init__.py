@@ -39,6 +39,9 @@ OBJECTIVES = {
     "xlm_clm": "ember.objectives.xlm",  # causal LM on monolingual streams (§3.1)
     "tlm": "ember.objectives.xlm",  # translation LM on parallel pairs (§3.3)
     "xlm_mlm_tlm": "ember.objectives.xlm",  # MLM and TLM mixed
+    # Dai & Le 2015: an LSTM pre-trained as a language model or a sequence autoencoder
+    "lstm_lm": "ember.objectives.dai_le",
+    "seq_autoencoder": "ember.objectives.dai_le",
 }
 
 

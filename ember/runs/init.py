@@ -18,6 +18,7 @@ from ember.runs.folder import check_family, load_run_config
 
 # Every encoder variant fine-tunes the same way; GPT decoders the GPT-1 way (ember.tasks.gpt_classification).
 SUPPORTED_FAMILIES = ENCODER_FAMILIES + DECODER_FAMILIES  # families that fine-tune today
+SUPPORTED_FAMILIES += ("lstm",)  # Dai & Le's LSTM (ember.tasks.lstm_classifier)
 
 
 class Init(NamedTuple):

@@ -72,6 +72,7 @@ ALIASES = {"conll": "conll2003", "conll03": "conll2003", "ner": "conll2003"}
 FAMILY_ADAPTERS = {
     "gpt": "ember.tasks.gpt_classification:adapt",  # GPT-1's input transformations, §3.3
     "gpt2": "ember.tasks.gpt_classification:adapt",
+    "lstm": "ember.tasks.lstm_classifier:adapt",  # Dai & Le 2015: classifier on the LSTM's last state
 }
 
 

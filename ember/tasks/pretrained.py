@@ -22,6 +22,8 @@ PRETRAINED = {
     "electra": "ember.tasks.embedding:EmbeddingProvider",
     "clm": "ember.tasks.generation:CausalLMProvider",
     "bilm": "ember.tasks.pretrained:not_served",
+    "lstm_lm": "ember.tasks.lstm_classifier:not_served",  # Dai & Le's LSTM: fine-tune it, serve that
+    "seq_autoencoder": "ember.tasks.lstm_classifier:not_served",
 }
 
 
