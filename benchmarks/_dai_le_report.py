@@ -99,39 +99,40 @@ def markdown(report: dict, rows: dict, decided: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def plots(report: dict, rows: dict, out: Path) -> None:
+def _chart(path: Path, xlabel: str, ylabel: str, log: str, draw) -> None:
+    """One PNG: ``draw(ax)`` plots the lines; ``log`` names the log-scaled axis ("x" or "y")."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(6, 4))
-    for key in [k for k in ("bow", "random", "lm", "sa") if k in next(iter(rows.values()))]:
-        xs = [row[key]["train_examples"] for row in rows.values()]
-        means = [100 * row[key]["test"]["mean"] for row in rows.values()]
-        stds = [100 * row[key]["test"]["std"] for row in rows.values()]
-        ax.errorbar(xs, means, yerr=stds, marker="o", capsize=3, label=NAMES[key])
-    ax.set_xscale("log")
-    ax.set_xlabel("labelled training reviews")
-    ax.set_ylabel("NSMC test accuracy (%)")
+    draw(ax)
+    getattr(ax, f"set_{log}scale")("log")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
     ax.grid(alpha=0.3)
     ax.legend()
     fig.tight_layout()
-    fig.savefig(out / "accuracy_vs_labels.png", dpi=100)
+    fig.savefig(path, dpi=100)
     plt.close(fig)
 
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for name, curve in report["pretraining"].items():
-        ax.plot([s / 60 for s in curve["cpu_s"]], curve["ppl"], "o-", markersize=3,
-                label=f"{NAMES[name]} ({curve['metric']})")
-    ax.set_yscale("log")
-    ax.set_xlabel("pre-training CPU minutes (one thread)")
-    ax.set_ylabel("held-out perplexity")
-    ax.grid(alpha=0.3)
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(out / "perplexity.png", dpi=100)
-    plt.close(fig)
+
+def plots(report: dict, rows: dict, out: Path) -> None:
+    def accuracy(ax):
+        for key in [k for k in ("bow", "random", "lm", "sa") if k in next(iter(rows.values()))]:
+            xs = [row[key]["train_examples"] for row in rows.values()]
+            means = [100 * row[key]["test"]["mean"] for row in rows.values()]
+            stds = [100 * row[key]["test"]["std"] for row in rows.values()]
+            ax.errorbar(xs, means, yerr=stds, marker="o", capsize=3, label=NAMES[key])
+
+    def perplexity(ax):
+        for name, curve in report["pretraining"].items():
+            ax.plot([s / 60 for s in curve["cpu_s"]], curve["ppl"], "o-", markersize=3,
+                    label=f"{NAMES[name]} ({curve['metric']})")
+
+    _chart(out / "accuracy_vs_labels.png", "labelled training reviews", "NSMC test accuracy (%)", "x", accuracy)
+    _chart(out / "perplexity.png", "pre-training CPU minutes (one thread)", "held-out perplexity", "y", perplexity)
 
 
 def write_report(report: dict, out: Path) -> None:
