@@ -76,7 +76,6 @@ def test_lstm_linear_gain_loss_and_prediction_by_hand():
     assert not torch.allclose(last.logits(batch), logits, atol=1e-3)
 
 
-@pytest.mark.slow  # pre-trains, reads NSMC, fine-tunes: ~10 CPU-s, 30 s on a loaded machine
 def test_lstm_finetuning_from_a_pretrained_run_learns_real_nsmc_reviews(tmp_path_factory):
     """A tiny LSTM LM pre-trained on unlabeled NSMC reviews, fine-tuned by ember's Trainer on
     1,000 labelled training reviews for 6 epochs: held-out accuracy on 500 test reviews climbs from chance."""
