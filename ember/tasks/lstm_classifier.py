@@ -27,7 +27,6 @@ from __future__ import annotations
 import dataclasses
 
 import torch
-import torch.nn.functional as F
 
 from ember.errors import EmberError
 from ember.nn.pooling import linear_gain_weights

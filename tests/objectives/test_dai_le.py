@@ -11,7 +11,6 @@ import sys
 import numpy as np
 import pytest
 import torch
-import torch.nn.functional as F
 
 from lstm_helpers import TINY_LSTM, lstm_by_hand, nsmc_prepared, tiny_lstm_config
 

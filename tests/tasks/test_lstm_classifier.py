@@ -144,7 +144,12 @@ def lstm_run(tmp_path_factory):
 
 def test_lstm_finetune_evaluate_predict_serve_and_export_sst2_from_the_cli(lstm_run, tmp_path):
     from ember.cli import main
+    from ember.runs.folder import load_run_config
     from ember.serve.predictor import load_predictor
+    from ember.tasks.featurize import encode_examples
+    from ember.tasks.glue import Example
+    from ember.tasks.task_model import evaluate_run, load_run_adapter, load_task_module
+    from ember.tokenizers import load_tokenizer
 
     out = tmp_path / "sst2"
     assert main(["finetune", "--task", "sst2", "--init", str(lstm_run), "--out", str(out), "--epochs", "1",
@@ -163,18 +168,10 @@ def test_lstm_finetune_evaluate_predict_serve_and_export_sst2_from_the_cli(lstm_
     predictor = load_predictor(out)  # serving: the GLUE adapter's classify on the LSTM's graph
     assert predictor.endpoints[0] == "/classify"
     (served,) = predictor.run("classify", [{"texts": ["a gorgeous , witty film", "dull and lifeless"]}])
-    from ember.tasks.task_model import evaluate_run  # the same model through the evaluation path
-    from ember.runs.folder import load_run_config
-    from ember.tasks.featurize import encode_examples
-    from ember.tasks.glue import Example
-    from ember.tasks.task_model import load_run_adapter, load_task_module
-    from ember.tokenizers import load_tokenizer
-
     cfg = load_run_config(out)
-    module = load_task_module(out, cfg, load_run_adapter(out, cfg), 0)
-    tok = load_tokenizer(out / "tokenizer.json")
-    feats, _ = encode_examples([Example("a", "a gorgeous , witty film", None, 1), Example("b", "dull and lifeless", None, 0)],
-                               tok, 64)
+    module = load_task_module(out, cfg, load_run_adapter(out, cfg), 0)  # the evaluation path's model
+    examples = [Example("a", "a gorgeous , witty film", None, 1), Example("b", "dull and lifeless", None, 0)]
+    feats, _ = encode_examples(examples, load_tokenizer(out / "tokenizer.json"), 64)
     probs = torch.tensor(module.predict(feats)).softmax(-1)
     for row, result in zip(probs, served["results"]):
         assert result["probabilities"]["positive"] == pytest.approx(float(row[1]), abs=1e-5)
