@@ -277,3 +277,47 @@ def test_knowledge_effect_smoke_fine_tunes_every_variant_on_both_tasks_and_resum
     assert "aligned entities" in result["knowledge"]["conll2003/ernie"]
     assert (tmp_path / "table.md").read_text().count("| sst2 |") == 2 and (tmp_path / "knowledge_effect.png").is_file()
     assert bench.main(argv)["records"] == result["records"]  # a second call resumes: nothing is trained again
+
+
+@pytest.mark.slow
+def test_dai_le_nsmc_smoke_pretrains_both_lstms_fine_tunes_three_ways_and_resumes(tmp_path):
+    real_data("nsmc", "unlabeled.txt.gz")
+    bench = load_benchmark("dai_le_nsmc")
+    out = tmp_path / "dai-le"
+    result = bench.main(["--smoke", "--out", str(out)])
+    assert set(result["finetune"]) == {"random", "lm", "sa"}
+    for label, by_n in result["finetune"].items():
+        assert set(by_n) == {"200", "400"} and all(len(runs) == 1 for runs in by_n.values())
+        assert all(0.0 <= r["other_splits"]["test"]["accuracy"] <= 1.0 for runs in by_n.values() for r in runs)
+    assert result["finetune"]["lm"]["200"][0]["train_examples"] == 200
+    bow = result["bag_of_words"]
+    assert bow["test_examples"] == 400 and bow["by_labels"]["400"]["test_accuracy"] > 0.55  # learns on 400 reviews
+    for name, curve in result["pretraining"].items():  # held-out perplexity falls on real reviews
+        assert curve["ppl"][-1] < curve["ppl"][0], name
+    table = (out / "results.md").read_text()
+    assert "| labels | bag of words (LR) | LSTM, random init | LM-LSTM | SA-LSTM |" in table
+    for png in ("accuracy_vs_labels.png", "perplexity.png"):
+        assert (out / png).read_bytes()[:4] == b"\x89PNG"
+    # A second call finds every stage done: nothing is trained again, the same numbers come back.
+    curve = (out / "pretrain-lm" / "metrics.jsonl").read_text()
+    again = bench.main(["--smoke", "--out", str(out)])
+    assert again["finetune"] == result["finetune"] and again["bag_of_words"] == result["bag_of_words"]
+    assert (out / "pretrain-lm" / "metrics.jsonl").read_text() == curve
+
+
+def test_bag_of_words_logistic_regression_matches_scikit_learn():
+    """Two-class softmax with l2 on both columns == binary logistic regression with C = 2 / (l2 n)."""
+    sklearn = pytest.importorskip("sklearn.linear_model")
+    import numpy as np
+
+    bow = load_benchmark("_bow")
+    rng = np.random.default_rng(0)
+    docs = [list(rng.integers(0, 30, rng.integers(1, 12))) for _ in range(200)]
+    y = np.array([int(sum(t < 10 for t in d) > len(d) / 3) for d in docs])
+    x = bow.token_counts(docs, 30)
+    dense = np.zeros((200, 30))
+    np.add.at(dense, (x.rows, x.tokens), x.counts)
+    assert dense.sum() == sum(len(d) for d in docs)
+    mine = bow.LogisticRegression(2, l2=1e-2, steps=3000).fit(x, y)
+    reference = sklearn.LogisticRegression(C=2 / (1e-2 * 200), tol=1e-10, max_iter=10000).fit(dense, y)
+    np.testing.assert_allclose(mine.predict_proba(x)[:, 1], reference.predict_proba(dense)[:, 1], atol=1e-4)

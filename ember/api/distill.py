@@ -54,6 +54,7 @@ def distill(method: str, teacher: str | Path, out: str | Path, *, stage: str = "
     from ember.train.loop import use_threads
 
     corpus_level = is_corpus_level(method, stage)
+    check_teacher_family(Path(teacher))
     train = distill_train_config(corpus_level, overrides, lr=lr, batch_size=batch_size,
                                  warmup_ratio=warmup_ratio, max_steps=max_steps)
     use_threads(train.num_threads)  # now, not at the Trainer: the teacher labels the transfer set first
@@ -82,6 +83,19 @@ def distill(method: str, teacher: str | Path, out: str | Path, *, stage: str = "
     result = run_task_distillation(TaskDistillOptions(unlabeled=list(unlabeled), **common,
                                                       **_known(options, TaskDistillOptions)))
     return RunResult(Path(out), result["metrics"], [result])
+
+
+def check_teacher_family(teacher: Path) -> None:
+    """Every method distils a Transformer encoder (its logits, hidden states, attentions, MLM
+    head) into an encoder student built from a BERT preset: refuse other families up front."""
+    from ember.config import ENCODER_FAMILIES
+    from ember.runs.folder import load_run_config
+
+    family = load_run_config(teacher).model.family
+    if family not in ENCODER_FAMILIES:
+        raise EmberError(f"{teacher} holds a {family!r} model; distillation (KD, DistilBERT, TinyBERT, Patient KD) "
+                         f"teaches an encoder student from a Transformer-encoder teacher ({', '.join(ENCODER_FAMILIES)}). "
+                         "Fine-tune an encoder run on the task and distil that")
 
 
 def _known(options: dict, cls) -> dict:

@@ -35,7 +35,8 @@ SETTINGS = {
 ULMFIT = {"layer_lr_decay": 1 / 2.6, "schedule": "stlr", "gradual_unfreeze": True}
 # Model settings that leave the weights' shapes and meaning alone: the only ones a pre-trained
 # init can take from overrides (the rest come from its checkpoint).
-FREE_MODEL_SETTINGS = ("dropout", "attention_dropout", "initializer_range")
+FREE_MODEL_SETTINGS = ("dropout", "attention_dropout", "initializer_range",
+                       "embedding_dropout", "lstm_pooling")  # the LSTM's (Dai & Le): a regulariser, its read-out
 
 
 def model_with_overrides(model_cfg: ModelConfig, overrides: list[str], pretrained: bool) -> ModelConfig:

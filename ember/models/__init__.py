@@ -23,6 +23,7 @@ BACKBONES: dict[str, str] = {
     "gpt": _DECODER, "gpt2": _DECODER,
     "t5": "ember.models.encoder_decoder:EncoderDecoder",
     "xlnet": "ember.models.xlnet:XLNet",  # Transformer-XL layers, two-stream attention (Yang et al. 2019)
+    "lstm": "ember.models.lstm:LSTMBackbone",  # embeddings + LSTM layers (Dai & Le 2015)
 }
 
 

@@ -23,11 +23,11 @@ from pathlib import Path
 
 import torch
 from torch import nn
-from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from ember.config import ElmoConfig
 from ember.nn.char_cnn import CharCNN, parse_filters
 from ember.nn.highway import Highway
+from ember.nn.lstm import run_packed
 from ember.tokenizers.words import NUM_CHARS, PAD_CHAR
 
 
@@ -77,12 +77,9 @@ class LSTMStack(nn.Module):
         """x (B, T, P) right-padded to ``lengths`` (B,) -> L outputs (B, T, P), zeros at padding.
         Causal: output t depends on x_1..x_t only."""
         outputs = []
-        t = x.shape[1]
         for i, lstm in enumerate(self.layers):
             # Packed, so the LSTM steps only over real words (sentences vary a lot in length).
-            packed = pack_padded_sequence(self.dropout(x), lengths.cpu(), batch_first=True,
-                                          enforce_sorted=False)
-            h, _ = pad_packed_sequence(lstm(packed)[0], batch_first=True, total_length=t)
+            h, _ = run_packed(lstm, self.dropout(x), lengths)
             x = h + x if i > 0 else h  # residual between LSTM layers (paper §3.4)
             outputs.append(x)
         return outputs

@@ -30,3 +30,12 @@ def concat_pool(hidden: torch.Tensor, mask: torch.Tensor,
     maxed = torch.where(torch.isfinite(maxed), maxed, torch.zeros_like(maxed))  # empty rows
     mean = (hidden * m).sum(dim=1) / m.sum(dim=1).clamp(min=1)
     return torch.cat([last, maxed, mean], dim=-1)
+
+
+def linear_gain_weights(mask: torch.Tensor) -> torch.Tensor:
+    """Dai & Le 2015's "linear label gain" (§3): a prediction at every step t = 1..n of a row,
+    weighted t/n - rising linearly to 1 at the last token - and normalised to sum to 1 per row.
+    mask (B, T) 1/0, right padding -> (B, T) float weights, 0 at padding."""
+    m = mask.float()
+    steps = m.cumsum(dim=1) * m  # (B, T): 1..n at tokens, 0 at padding
+    return steps / steps.sum(dim=1, keepdim=True).clamp(min=1.0)

@@ -40,6 +40,9 @@ OBJECTIVES = {
     "tlm": "ember.objectives.xlm",  # translation LM on parallel pairs (§3.3)
     "xlm_mlm_tlm": "ember.objectives.xlm",  # MLM and TLM mixed
     "ernie": "ember.objectives.ernie",  # MLM + denoising entity auto-encoder on a fusion encoder (Zhang et al. 2019)
+    # Dai & Le 2015: an LSTM pre-trained as a language model or a sequence autoencoder
+    "lstm_lm": "ember.objectives.dai_le",
+    "seq_autoencoder": "ember.objectives.dai_le",
 }
 
 

@@ -17,8 +17,9 @@ from ember.runs.checkpoint import load_weights
 from ember.runs.folder import check_family, load_run_config
 
 # Every encoder variant fine-tunes the same way; GPT decoders the GPT-1 way (ember.tasks.gpt_classification),
-# XLNet its own way (ember.tasks.xlnet_tasks), T5 text to text (ember.tasks.text2text).
-SUPPORTED_FAMILIES = ENCODER_FAMILIES + DECODER_FAMILIES + SEQ2SEQ_FAMILIES + ("xlnet",)  # families that fine-tune today
+# XLNet its own way (ember.tasks.xlnet_tasks), T5 text to text (ember.tasks.text2text), Dai & Le's
+# LSTM with a classifier on its states (ember.tasks.lstm_classifier).
+SUPPORTED_FAMILIES = ENCODER_FAMILIES + DECODER_FAMILIES + SEQ2SEQ_FAMILIES + ("xlnet", "lstm")  # families that fine-tune today
 
 
 class Init(NamedTuple):

@@ -159,7 +159,9 @@ def describe(run_dir: str | Path, state_keys=None):
     embedding = read_embedding_defaults(run_dir)  # e.g. a sentence-transformers folder's pooling
     if embedding is not None and embedding.max_length:
         max_length = min(embedding.max_length, m.max_position)
-    info = ServeInfo(getattr(provider, "kind", "") or "", getattr(provider, "task", "") or provider.name,
+    # a pre-training provider names what it serves (mlm, clm, ...); a task adapter is its task
+    task = provider.task if cfg.kind == "pretrain" else provider.name
+    info = ServeInfo(getattr(provider, "kind", "") or "", task,
                      provider.display_name, labels, max_length, m.max_position, m.num_layers, m.hidden_size,
                      m.family, special_ids(tokenizer), cfg, provider, embedding)
     return info, tokenizer

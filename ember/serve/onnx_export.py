@@ -39,6 +39,9 @@ def _require(module: str, extra: str = "serve"):
 def export_onnx(graph: torch.nn.Module, path: Path, example: dict[str, torch.Tensor], opset: int = OPSET) -> Path:
     """Write ``graph`` (an InferenceGraph in eval mode) to ``path``; ``example`` are real inputs."""
     _require("onnx")
+    refusal = getattr(graph.module, "onnx_refusal", "")  # a model ONNX cannot express says why
+    if refusal:
+        raise EmberError(refusal)
     axes = {name: {0: "batch", 1: "seq"} for name in INPUT_NAMES}
     axes.update({"logits": graph.logits_axes, "hidden_states": {1: "batch", 2: "seq"}})
     args = tuple(example[name] for name in INPUT_NAMES)

@@ -81,6 +81,7 @@ FAMILY_ADAPTERS = {
     "gpt2": "ember.tasks.gpt_classification:adapt",
     "xlnet": "ember.tasks.xlnet_tasks:adapt",  # A <sep> B <sep> <cls>, left padding, last-token summary
     "t5": "ember.tasks.text2text:adapt",  # every task as text to text, Raffel et al. 2020 §2.4
+    "lstm": "ember.tasks.lstm_classifier:adapt",  # Dai & Le 2015: classifier on the LSTM's last state
 }
 # Any model with language embeddings (XLM's, ``model.num_languages`` > 0) reads a language id
 # per token: the task's adapter is wrapped to give its features the task's language.

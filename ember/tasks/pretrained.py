@@ -28,6 +28,8 @@ PRETRAINED = {
     **{objective: "ember.tasks.text2text_methods:Seq2SeqLMProvider" for objective in (
         "span_corruption", "prefix_lm", "bert_denoising", "mass_denoising", "deshuffle", "replace_spans",
         "drop_tokens")},
+    "lstm_lm": "ember.tasks.lstm_classifier:not_served",  # Dai & Le's LSTM: fine-tune it, serve that
+    "seq_autoencoder": "ember.tasks.lstm_classifier:not_served",
 }
 
 
