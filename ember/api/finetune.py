@@ -83,20 +83,31 @@ def finetune_config(task: str, model_cfg: ModelConfig, init: str = "random", see
 def finetune(task: str, out: str | Path, init="random", *, model: str = "", tokenizer: str = "",
              seeds: list[int] | None = None, train_limit: int | None = None,
              overrides: list[str] | tuple[str, ...] = (), resume: bool = False, overwrite: bool = False,
-             progress: bool = True, ulmfit: bool = False, **settings) -> RunResult:
+             progress: bool = True, ulmfit: bool = False, train_file: str | Path | None = None,
+             dev_file: str | Path | None = None, test_file: str | Path | None = None,
+             text_column: str | None = None, text_pair_column: str | None = None,
+             label_column: str | None = None, **settings) -> RunResult:
     """Fine-tune on ``task`` from ``init`` (a pre-training run, an HF folder, ``"random"`` with
     ``model``/``tokenizer``, or an ``ember.runs.init.Init``) into ``out``; with several ``seeds``,
     one run per seed in ``out/seed-N`` and their summary in ``out/summary.json``.
 
+    ``task`` is a built-in task (sst2, conll2003, squad2, ...) or one of your own files' kinds
+    (classify, pair, regression, tag, qa: ``ember.tasks.custom``) with ``train_file`` and
+    ``dev_file`` (``test_file`` is scored once with the best weights) and, for tables, the
+    columns (default: the usual names, e.g. text/sentence and label).
+
     >>> result = ember.finetune("sst2", "runs/sst2", init="runs/bert-mini", lr=1e-4,
     ...                         seeds=[1, 2, 3])  # doctest: +SKIP
     >>> result.summary["accuracy"]["mean"]  # doctest: +SKIP
+    >>> ember.finetune("classify", "runs/tickets", init="runs/bert-mini", train_file="train.csv",
+    ...                dev_file="dev.csv", text_column="body", label_column="queue")  # doctest: +SKIP
     """
     from ember.runs.init import load_init
     from ember.tasks.metrics import summarize_seeds
     from ember.train.finetune import run_finetuning
 
     out = Path(out)
+    task = task_adapter(task, train_file, dev_file, test_file, text_column, text_pair_column, label_column)
     start = load_init(init, model, tokenizer)
     model_cfg = model_with_overrides(start.model, list(overrides), pretrained=start.state is not None)
     init_id = init if isinstance(init, (str, Path)) else "random" if start.state is None else "given"
@@ -108,7 +119,7 @@ def finetune(task: str, out: str | Path, init="random", *, model: str = "", toke
         cfg = finetune_config(task, model_cfg, str(init_id), seed, overrides, ulmfit, **settings)
         run_dir = out / f"seed-{cfg.train.seed}" if len(seeds) > 1 else out
         result = run_finetuning(cfg, run_dir, start.state, start.tokenizer, train_limit, overwrite=overwrite,
-                                resume=resume, progress=progress)
+                                resume=resume, progress=progress, task=None if isinstance(task, str) else task)
         results.append(result)
         _report(result, cfg, run_dir)
     if len(results) == 1:
@@ -127,6 +138,25 @@ def finetune(task: str, out: str | Path, init="random", *, model: str = "", toke
                   f"(median {s['median']:.4f}, {len(seeds)} seeds)")
     means = {name: s["mean"] for name, s in summary["metrics"].items()}
     return RunResult(out, means, results, summary["metrics"])
+
+
+def task_adapter(task, train_file=None, dev_file=None, test_file=None, text_column=None,
+                 text_pair_column=None, label_column=None):
+    """``task`` itself, or the adapter of a custom task on the given files (read and checked now,
+    before any run folder is touched)."""
+    from ember.tasks.base import CUSTOM_TASKS
+
+    files = (train_file, dev_file, test_file, text_column, text_pair_column, label_column)
+    if isinstance(task, str) and task.lower() in CUSTOM_TASKS:
+        from ember.tasks.custom import custom_task
+
+        return custom_task(task.lower(), train_file, dev_file, test_file, text_column, text_pair_column,
+                           label_column)
+    if any(f is not None for f in files):
+        raise EmberError(f"--train/--dev/--test and the column options are for your own files with --task "
+                         f"{'|'.join(CUSTOM_TASKS)}; {task} reads its own data (a file in its layout: "
+                         "--train-split FILE)")
+    return task
 
 
 def _report(result: dict, cfg: RunConfig, run_dir: Path) -> None:

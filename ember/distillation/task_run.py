@@ -105,7 +105,7 @@ def _layer_loss(method: str, opts: TaskDistillOptions, s, t):
 
 def run_task_distillation(opts: TaskDistillOptions) -> dict:
     from ember.tasks.glue_adapter import GlueAdapter
-    from ember.tasks.base import get_adapter
+    from ember.tasks.base import get_adapter, read_task_record, write_task_record
     from ember.tokenizers import load_tokenizer, special_token_ids
     from ember.tasks.task_model import load_task_module
     from ember.train.loop import Trainer, epoch_schedule
@@ -115,7 +115,7 @@ def run_task_distillation(opts: TaskDistillOptions) -> dict:
         raise EmberError(f"--method {opts.method!r} is not a task-level method; choose kd, pkd or tinybert")
     teacher_dir, out = Path(opts.teacher), Path(opts.out)
     teacher_cfg = load_run_config(teacher_dir, expect_kind="finetune")
-    adapter = get_adapter(teacher_cfg.task.name)
+    adapter = get_adapter(read_task_record(teacher_dir) or teacher_cfg.task.name)  # a custom task: its task.json
     if not isinstance(adapter, GlueAdapter):
         raise EmberError(f"{teacher_dir} was fine-tuned on {adapter.display_name}; task distillation "
                          "supports sentence (pair) classification and regression tasks (GLUE-style)")
@@ -151,6 +151,7 @@ def run_task_distillation(opts: TaskDistillOptions) -> dict:
     prepare_run_dir(out, opts.resume, opts.overwrite)
     write_run_files(out, cfg, tokenizer_path)
     atomic_write_text(out / "labels.json", json.dumps(adapter.label_names()))
+    write_task_record(out, adapter)  # the student serves and evaluates on the teacher's custom task
     atomic_write_text(out / "distill.json", json.dumps(record, indent=2))
 
     batch = teacher_cfg.task.eval_batch_size

@@ -24,7 +24,7 @@ from ember.errors import EmberError
 FORMATS = ("hf", "onnx", "int8", "onnx-int8")
 # fp32 exports must reproduce the original; int8 ones are only reported (they are lossy).
 DEFAULT_TOLERANCE = 1e-3
-RUN_FILES = ("config.yaml", "tokenizer.json", "labels.json")
+RUN_FILES = ("config.yaml", "tokenizer.json", "labels.json", "task.json")  # task.json: custom tasks
 
 
 def _size(path: Path) -> int:

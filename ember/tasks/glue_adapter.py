@@ -33,10 +33,24 @@ class GlueAdapter:
         spec = self.spec
         return list(spec.label_names or spec.labels) if spec.labels else ["score"]
 
-    def load(self, split, tokenizer, max_length, limit=None, path=None):
+    def read(self, split, path=None, limit=None) -> list:
+        """Labelled examples of a split (or of ``path`` in the task's layout)."""
         from ember.tasks.glue import read_examples
 
-        examples = read_examples(self.spec, split, path=path, limit=limit)
+        return read_examples(self.spec, split, path=path, limit=limit)
+
+    def read_unlabelled(self, path) -> list:
+        """Examples of a file to predict (``ember predict``): labels optional."""
+        from ember.tasks.glue import read_tsv_examples
+
+        if Path(path).suffix == ".jsonl":
+            from ember.tasks.jsonl_input import read_jsonl_examples
+
+            return read_jsonl_examples(path, self.spec)
+        return read_tsv_examples(path, self.spec)
+
+    def load(self, split, tokenizer, max_length, limit=None, path=None):
+        examples = self.read(split, path, limit)
         features, n_truncated = self.encode(examples, tokenizer, max_length)
         if n_truncated:
             print(f"{self.spec.display_name} {split}: truncated {n_truncated} of {len(examples)} examples "
@@ -68,14 +82,7 @@ class GlueAdapter:
         return encode_examples(examples, tokenizer, max_length)
 
     def predict_file(self, module, tokenizer, max_length, path, batch_size, device):
-        from ember.tasks.glue import read_tsv_examples
-
-        if Path(path).suffix == ".jsonl":
-            from ember.tasks.jsonl_input import read_jsonl_examples
-
-            examples = read_jsonl_examples(path, self.spec)
-        else:
-            examples = read_tsv_examples(path, self.spec)
+        examples = self.read_unlabelled(path)
         features, n_truncated = self.encode(examples, tokenizer, max_length)
         logits = module.predict(features, batch_size, device)
         names = self.label_names()

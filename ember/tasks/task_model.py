@@ -18,7 +18,7 @@ from ember.errors import EmberError
 from ember.models import build_backbone
 from ember.runs.checkpoint import load_weights
 from ember.runs.folder import load_run_config
-from ember.tasks.base import TaskAdapter, get_adapter
+from ember.tasks.base import TaskAdapter, get_adapter, read_task_record
 
 
 def _backbone(cfg: RunConfig) -> nn.Module:
@@ -65,8 +65,9 @@ def build_task_module(cfg: RunConfig, adapter: TaskAdapter, state: dict | None, 
 
 
 def load_run_adapter(run_dir: Path, cfg: RunConfig, task: str = "") -> TaskAdapter:
-    """The run's task adapter with the settings tuned during fine-tuning (RUN/tuned.json)."""
-    adapter = get_adapter(task or cfg.task.name, cfg.model)
+    """The run's task adapter (a custom task's from RUN/task.json) with the settings tuned during
+    fine-tuning (RUN/tuned.json)."""
+    adapter = get_adapter(task or read_task_record(run_dir) or cfg.task.name, cfg.model)
     tuned_path = Path(run_dir) / "tuned.json"
     if tuned_path.is_file() and hasattr(adapter, "apply_tuned"):
         try:

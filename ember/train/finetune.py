@@ -30,7 +30,7 @@ import torch
 from ember.config import RunConfig
 from ember.data.in_memory import InMemoryData
 from ember.errors import EmberError
-from ember.tasks.base import get_adapter
+from ember.tasks.base import get_adapter, write_task_record
 from ember.tasks.task_model import build_task_module, pad_token_id
 from ember.runs.checkpoint import atomic_write_text, load_weights, save_weights
 from ember.train.layerwise import gradual_unfreezing, lr_scale_fn
@@ -54,11 +54,12 @@ def check_options(cfg: RunConfig) -> None:
 
 def run_finetuning(cfg: RunConfig, run_dir: Path, state: dict | None, tokenizer_path: Path,
                    train_limit: int | None = None, overwrite: bool = False, resume: bool = False,
-                   progress: bool = True) -> dict:
+                   progress: bool = True, task=None) -> dict:
+    """``task``: an adapter (a custom task on the user's files) instead of ``cfg.task.name``'s."""
     from ember.tokenizers import load_tokenizer
 
     check_options(cfg)
-    adapter = get_adapter(cfg.task.name, cfg.model)
+    adapter = get_adapter(task if task is not None else cfg.task.name, cfg.model)
     tokenizer = load_tokenizer(tokenizer_path)
     pad_id = pad_token_id(tokenizer)
     if cfg.task.max_length > cfg.model.max_position:
@@ -77,6 +78,7 @@ def run_finetuning(cfg: RunConfig, run_dir: Path, state: dict | None, tokenizer_
               f"{cfg.model.num_layers + 1} or more reaches the embeddings")
     prepare_run_dir(run_dir, resume, overwrite)
     write_run_files(run_dir, cfg, tokenizer_path)
+    write_task_record(run_dir, adapter)  # a custom task: what rebuilds it (RUN/task.json)
     labels = adapter.label_names()
     if labels is not None:
         atomic_write_text(run_dir / "labels.json", json.dumps(labels))
