@@ -51,10 +51,9 @@ class DataOrder:
 def autocast_context(device: str, dtype: str):
     if dtype in ("float32", "fp32"):
         return nullcontext()
-    if dtype not in ("bfloat16", "bf16", "float16", "fp16"):
+    if dtype not in ("bfloat16", "bf16"):  # float16 is refused by TrainConfig (no loss scaling)
         raise EmberError(f"train.dtype={dtype!r}; choose float32 or bfloat16")
-    torch_dtype = torch.bfloat16 if dtype.startswith("b") else torch.float16
-    return torch.autocast(device_type=device.split(":")[0], dtype=torch_dtype)
+    return torch.autocast(device_type=device.split(":")[0], dtype=torch.bfloat16)
 
 
 def step_clock(name: str) -> Callable[[], float]:
