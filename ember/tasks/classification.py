@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from ember.nn.linear_head import BackboneWithLinearHead
 from ember.tasks.featurize import collate
 from ember.tasks.inference import encode_texts, sequence_view, softmax
-from ember.tasks.requests import parse_texts
+from ember.tasks.requests import TEXT_FIELDS, body_schema, parse_texts
 
 
 class SequenceClassifier(BackboneWithLinearHead):
@@ -73,6 +73,10 @@ class ClassifyMethod:
     """``classify``: texts (or pairs) -> label and probabilities per label, or a score (regression)."""
 
     name = "classify"
+    request_schema = body_schema(
+        "Texts (or sentence pairs) to classify: each gets a label and the probability of every label "
+        "(or a score, for a regression head); 'truncated' says which inputs were cut to the model's length.",
+        TEXT_FIELDS, {"texts": ["a gripping, beautifully acted film", "a dull, lifeless mess"]})
 
     def __init__(self, ctx) -> None:
         self.encoder = ctx.encoder()

@@ -29,6 +29,7 @@ from ember.nn.linear_head import BackboneWithLinearHead
 from ember.tasks.featurize import collate
 from ember.tasks.glue import BertHParams
 from ember.tasks.inference import token_view
+from ember.tasks.requests import body_schema
 
 IGNORE = -100  # cross_entropy's ignore_index: non-first sub-tokens, specials, padding
 
@@ -196,6 +197,14 @@ class TagMethod:
     and the entities they spell."""
 
     name = "tag"
+    request_schema = body_schema(
+        "Sentences -> a tag per word and the entities the tags spell: free text (split into CoNLL-like "
+        "words) or pre-split words.",
+        {"text": {"type": "string", "description": "one sentence; send 'text', 'texts' or 'words'"},
+         "texts": {"type": "array", "items": {"type": "string"}, "description": "several sentences"},
+         "words": {"type": "array", "items": {"type": "array", "items": {"type": "string"}},
+                   "description": "sentences already split into words"}},
+        {"text": "EU rejects German call to boycott British lamb ."})
 
     def __init__(self, ctx) -> None:
         self.tokenizer, self.max_length, self.labels = ctx.tokenizer, ctx.max_length, ctx.labels
