@@ -66,7 +66,7 @@ def custom_task(kind: str, train: str | Path, dev: str | Path, test: str | Path 
         raise EmberError(f"--train, --dev and --test must be different files (got {files}); evaluating on "
                          "the training file would report training accuracy")
     record = {"version": RECORD_VERSION, "kind": kind, "files": files,
-              "sha256": {split: sha256_file(Path(p)) for split, p in files.items() if Path(p).is_file()}}
+              "sha256": {split: content_sha256(Path(p)) for split, p in files.items()}}
     if kind in ("classify", "pair", "regression"):
         record.update(_table_columns(kind, read_table(files["train"]), text_column, text_pair_column,
                                      label_column))
@@ -80,6 +80,18 @@ def custom_task(kind: str, train: str | Path, dev: str | Path, test: str | Path 
     for split in files:  # every file checked before anything is written
         adapter.read(split)
     return adapter
+
+
+def content_sha256(path: Path) -> str:
+    """SHA-256 of a file, or of a folder's files (a saved ``datasets`` folder): names and contents."""
+    if path.is_file():
+        return sha256_file(path)
+    import hashlib
+
+    digest = hashlib.sha256()
+    for file in sorted(p for p in path.rglob("*") if p.is_file()):
+        digest.update(f"{file.relative_to(path)}\0{sha256_file(file)}\n".encode())
+    return digest.hexdigest()
 
 
 def from_record(record: dict, check: bool = True):
@@ -157,13 +169,13 @@ class _CustomFiles:
             raise EmberError(f"this {self.record_data['kind']} task has the splits {', '.join(self.files)} "
                              f"(its files: {', '.join(str(p) for p in self.files.values())}), not {split!r}")
         file = self.files[split]
-        if not file.is_file():
+        if not file.exists():
             raise EmberError(f"the {split} file this run was trained with is gone: {file} (recorded in the run's "
                              "task.json); put it back or give a labelled file (ember evaluate RUN --file FILE)")
         digest = self.record_data.get("sha256", {}).get(split)
         if self.check_unchanged and digest and split not in self._checked:
             self._checked.add(split)
-            if sha256_file(file) != digest:
+            if content_sha256(file) != digest:
                 print(f"warning: {file} has changed since the run was trained (its SHA-256 differs from task.json)")
         return file
 

@@ -7,8 +7,8 @@ about a cell names its place. Formats, chosen by the file's suffix:
 * ``.csv`` - comma-separated with a header row; quoted fields may hold commas, doubled quotes
   and newlines (the way pandas, spreadsheets and ``datasets`` write CSV).
 * ``.tsv`` / ``.tab`` - the same with tabs.
-* ``.jsonl`` / ``.ndjson`` / ``.json`` - one JSON object per line (``datasets``' JSON layout);
-  the columns are the keys.
+* ``.jsonl`` / ``.ndjson`` / ``.json`` - one JSON object per line, or one JSON array of
+  objects (the two layouts ``datasets``' ``load_dataset("json")`` reads); the keys are the columns.
 * a folder written by ``datasets``' ``save_to_disk`` (``ember.tasks.hf_datasets``).
 
 Readers never skip a row: a malformed one is an ``EmberError`` naming ``file:line``.
@@ -84,7 +84,10 @@ def read_table(path: str | Path) -> Table:
 def _read_jsonl(path: Path) -> Table:
     columns: dict[str, None] = {}
     rows = []
-    for line, text in enumerate(_lines(path), 1):
+    lines = _lines(path)
+    if lines[0].lstrip().startswith("["):  # one JSON array of objects (datasets' to_json(lines=False))
+        return _read_json_array(path, "\n".join(lines))
+    for line, text in enumerate(lines, 1):
         if not text.strip():
             raise EmberError(f"{path}:{line}: blank line inside the file")
         try:
@@ -96,6 +99,21 @@ def _read_jsonl(path: Path) -> Table:
                              f"got a JSON {type(row).__name__}")
         columns.update(dict.fromkeys(row))
         rows.append((f"{path}:{line}", row))
+    return Table(str(path), tuple(columns), rows)
+
+
+def _read_json_array(path: Path, text: str) -> Table:
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise EmberError(f"{path}:{exc.lineno}: not valid JSON ({exc.msg})") from None
+    columns: dict[str, None] = {}
+    rows = []
+    for i, row in enumerate(data):
+        if not isinstance(row, dict):
+            raise EmberError(f"{path}[{i}]: expected a JSON object, got a JSON {type(row).__name__}")
+        columns.update(dict.fromkeys(row))
+        rows.append((f"{path}[{i}]", row))
     return Table(str(path), tuple(columns), rows)
 
 

@@ -301,3 +301,38 @@ def test_builtin_task_refuses_custom_file_options(tmp_path):
         from ember.tasks.base import get_adapter
 
         get_adapter("classify")
+
+
+# -- Hugging Face datasets as input (local only) ---------------------------------------------------
+
+
+def test_custom_classify_reads_saved_datasets_folders_and_json_arrays(wiki_prepared, tmp_path):
+    """SST-2 as a `datasets` Dataset with a ClassLabel column, saved with save_to_disk (train)
+    and written with to_json(lines=False) (dev): the same examples as the CSV files."""
+    datasets = pytest.importorskip("datasets")
+    from ember.tasks.custom import custom_task
+
+    real_data("glue", "SST-2")
+    features = datasets.Features({"sentence": datasets.Value("string"),
+                                  "label": datasets.ClassLabel(names=["neg", "pos"])})
+    splits = {}
+    for split, n in (("train", 300), ("dev", 100)):
+        rows = read_examples("sst2", split, limit=n)
+        splits[split] = datasets.Dataset.from_dict({"sentence": [ex.text_a for ex in rows],
+                                                    "label": [ex.label for ex in rows]}, features=features)
+    datasets.DatasetDict(splits).save_to_disk(str(tmp_path / "sst2-ds"))
+    splits["dev"].to_json(str(tmp_path / "dev.json"), lines=False)  # ClassLabel ids, as load_dataset writes
+    with pytest.raises(EmberError, match="DatasetDict with the splits train, dev; pass one split's folder"):
+        custom_task("classify", tmp_path / "sst2-ds", tmp_path / "dev.json")
+    adapter = custom_task("classify", tmp_path / "sst2-ds" / "train", tmp_path / "sst2-ds" / "dev")
+    assert adapter.label_names() == ["neg", "pos"]  # the ClassLabel names, not 0/1
+    assert [(ex.text_a, ex.label) for ex in adapter.read("dev")] == [
+        (ex.text_a, ex.label) for ex in read_examples("sst2", "dev", limit=100)]
+    # a JSON array file holds the ClassLabel ids, which the training folder's names do not include
+    with pytest.raises(EmberError, match=r"dev.json\[0\]: label '1' does not occur in the training file.*neg, pos"):
+        custom_task("classify", tmp_path / "sst2-ds" / "train", tmp_path / "dev.json")
+    result = ember.finetune("classify", tmp_path / "run", model="bert-tiny", tokenizer=str(wiki_prepared / "tokenizer.json"),
+                            overrides=TINY, epochs=1, train_file=tmp_path / "sst2-ds" / "train",
+                            dev_file=tmp_path / "sst2-ds" / "dev", **QUICK)
+    assert json.loads((tmp_path / "run" / "labels.json").read_text()) == ["neg", "pos"]
+    assert "accuracy" in result.metrics
