@@ -82,12 +82,20 @@ def read_table(path: str | Path) -> Table:
 
 
 def _read_jsonl(path: Path) -> Table:
-    columns: dict[str, None] = {}
-    rows = []
     lines = _lines(path)
     if lines[0].lstrip().startswith("["):  # one JSON array of objects (datasets' to_json(lines=False))
         return _read_json_array(path, "\n".join(lines))
-    for line, text in enumerate(lines, 1):
+    columns: dict[str, None] = {}
+    rows = []
+    for line, row in jsonl_objects(path, lines):
+        columns.update(dict.fromkeys(row))
+        rows.append((f"{path}:{line}", row))
+    return Table(str(path), tuple(columns), rows)
+
+
+def jsonl_objects(path: Path, lines: list[str] | None = None):
+    """(line number, object) of each line of a JSON Lines file; anything else is an error."""
+    for line, text in enumerate(_lines(path) if lines is None else lines, 1):
         if not text.strip():
             raise EmberError(f"{path}:{line}: blank line inside the file")
         try:
@@ -97,9 +105,7 @@ def _read_jsonl(path: Path) -> Table:
         if not isinstance(row, dict):
             raise EmberError(f"{path}:{line}: expected a JSON object ({{\"text\": ..., \"label\": ...}}), "
                              f"got a JSON {type(row).__name__}")
-        columns.update(dict.fromkeys(row))
-        rows.append((f"{path}:{line}", row))
-    return Table(str(path), tuple(columns), rows)
+        yield line, row
 
 
 def _read_json_array(path: Path, text: str) -> Table:
