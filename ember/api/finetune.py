@@ -107,7 +107,8 @@ def finetune(task: str, out: str | Path, init="random", *, model: str = "", toke
     from ember.train.finetune import run_finetuning
 
     out = Path(out)
-    task = task_adapter(task, train_file, dev_file, test_file, text_column, text_pair_column, label_column)
+    task = task_adapter(task, train_file, dev_file, test_file, text_column, text_pair_column, label_column,
+                        resume_from=out if resume else None)
     start = load_init(init, model, tokenizer)
     model_cfg = model_with_overrides(start.model, list(overrides), pretrained=start.state is not None)
     init_id = init if isinstance(init, (str, Path)) else "random" if start.state is None else "given"
@@ -141,14 +142,20 @@ def finetune(task: str, out: str | Path, init="random", *, model: str = "", toke
 
 
 def task_adapter(task, train_file=None, dev_file=None, test_file=None, text_column=None,
-                 text_pair_column=None, label_column=None):
+                 text_pair_column=None, label_column=None, resume_from: Path | None = None):
     """``task`` itself, or the adapter of a custom task on the given files (read and checked now,
-    before any run folder is touched)."""
-    from ember.tasks.base import CUSTOM_TASKS
+    before any run folder is touched); resuming without files, the run's own task.json."""
+    from ember.tasks.base import CUSTOM_TASKS, get_adapter, read_task_record
 
     files = (train_file, dev_file, test_file, text_column, text_pair_column, label_column)
     if isinstance(task, str) and task.lower() in CUSTOM_TASKS:
         from ember.tasks.custom import custom_task
+
+        if resume_from is not None and train_file is None and dev_file is None:
+            runs = [resume_from, *sorted(resume_from.glob("seed-*"))]  # one run, or one per seed
+            record = next((r for r in map(read_task_record, runs) if r is not None), None)
+            if record is not None and record.get("kind") == task.lower():
+                return get_adapter(record)
 
         return custom_task(task.lower(), train_file, dev_file, test_file, text_column, text_pair_column,
                            label_column)

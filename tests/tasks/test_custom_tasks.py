@@ -336,3 +336,14 @@ def test_custom_classify_reads_saved_datasets_folders_and_json_arrays(wiki_prepa
                             dev_file=tmp_path / "sst2-ds" / "dev", **QUICK)
     assert json.loads((tmp_path / "run" / "labels.json").read_text()) == ["neg", "pos"]
     assert "accuracy" in result.metrics
+
+
+def test_custom_task_resumes_from_its_task_record_without_the_options(wiki_prepared, tmp_path):
+    real_data("glue", "SST-2")
+    train, dev = sst2_as_csv(tmp_path, train_n=100)
+    common = dict(model="bert-tiny", tokenizer=str(wiki_prepared / "tokenizer.json"), overrides=TINY, epochs=1,
+                  **QUICK)
+    first = ember.finetune("classify", tmp_path / "run", train_file=train, dev_file=dev, text_column="review",
+                           label_column="sentiment", **common)
+    again = ember.finetune("classify", tmp_path / "run", resume=True, **common)  # files and columns from task.json
+    assert again.metrics == first.metrics
