@@ -40,7 +40,7 @@ DATA = ("squad2-dev-half", "dev-v2.0.json")
 
 def make_predictions(task: str, init: str, model: str, tokenizer: str, out: Path, max_length: int, epochs: float,
                      lr: float) -> dict:
-    """Fine-tune (into out/../run, reused if there) and answer every question of the half-dev."""
+    """Fine-tune (into $TMPDIR/ember-squad-goldens/run, reused if there) and answer every question."""
     import ember
     from ember.paths import data_path
     from ember.runs.folder import load_run_config
@@ -48,13 +48,14 @@ def make_predictions(task: str, init: str, model: str, tokenizer: str, out: Path
     from ember.tasks.task_model import load_run_adapter, load_task_module, pad_token_id
     from ember.tokenizers import load_tokenizer
 
-    run = out.parent / "run"  # kept (not committed): a failure after training need not train again
+    work = Path(tempfile.gettempdir()) / "ember-squad-goldens"  # outside the repository: the data's text
+    run = work / "run"  # kept between attempts: a failure after training need not train again
     if not (run / "results.json").is_file():
         files = {}
         if task == "qa":  # a custom task on the whole half-dev (dev: its first article, only to pick an epoch)
             data = json.loads(data_path(*DATA).read_text(encoding="utf-8"))
-            folder = out.parent / "data"
-            folder.mkdir(exist_ok=True)
+            folder = work / "data"
+            folder.mkdir(parents=True, exist_ok=True)
             (folder / "train.json").write_text(json.dumps(data))
             (folder / "dev.json").write_text(json.dumps({**data, "data": data["data"][:1]}))
             files = {"train_file": folder / "train.json", "dev_file": folder / "dev.json"}
