@@ -2,9 +2,9 @@
 tokenized by worker processes while the main process reads the next ones and writes shards.
 
 Why processes: sentence splitting and the bookkeeping around each encode call are Python
-(~20% of preparation's CPU time, one core, under the GIL), and while one core runs them the
-tokenizer's threads wait. With N worker processes each batch runs ``encode_documents`` in a
-worker (its tokenizer on one thread, so N workers use N cores without oversubscription).
+(one core, under the GIL), and while it runs the tokenizer's threads wait. With N worker
+processes each batch runs ``encode_documents`` in a worker, so that Python work runs on N
+cores too (the measured effect on a shared 2-core machine is in docs/performance.md).
 
 Same output as one process, byte for byte: the batches are the same (``_batches`` in the
 main process), each is encoded by the same function with the same tokenizer file, and the
@@ -27,7 +27,6 @@ _TOKENIZER = None  # the worker's tokenizer, loaded once by ``_start_worker``
 
 def _start_worker(tokenizer_path: str) -> None:
     global _TOKENIZER
-    os.environ["RAYON_NUM_THREADS"] = "1"  # before the first encode builds the thread pool
     from ember.tokenizers.train import load_tokenizer
 
     _TOKENIZER = load_tokenizer(tokenizer_path)
@@ -52,23 +51,30 @@ def encoded_batches(batches: Iterable[list], encode_local: Callable, tokenizer_p
             yield batch, encode_local([d.text for d in batch], spans)
         return
     import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+    from concurrent.futures.process import BrokenProcessPool
 
-    pool = multiprocessing.get_context("spawn").Pool(workers, _start_worker, (str(tokenizer_path),))
+    from ember.errors import EmberError
+
+    # An executor, not multiprocessing.Pool: a worker that dies (or cannot start) breaks it with
+    # an error here, where a Pool would start replacements forever and leave us waiting.
+    pool = ProcessPoolExecutor(workers, multiprocessing.get_context("spawn"), _start_worker, (str(tokenizer_path),))
     pending: deque = deque()
     try:
         for batch in batches:
             spans = None if spans_of is None else [spans_of(d) for d in batch]
-            pending.append((batch, pool.apply_async(_encode, ([d.text for d in batch], sep, sep_id, spans))))
+            pending.append((batch, pool.submit(_encode, [d.text for d in batch], sep, sep_id, spans)))
             while len(pending) >= 2 * workers:  # keep the workers busy, the memory bounded
                 done, result = pending.popleft()
-                yield done, result.get()
+                yield done, result.result()
         while pending:
             done, result = pending.popleft()
-            yield done, result.get()
-        pool.close()
+            yield done, result.result()
+    except BrokenProcessPool as exc:
+        raise EmberError(f"a preparation worker process died ({exc}); run with --workers 1 to see the "
+                         "error in this process") from None
     finally:
-        pool.terminate()
-        pool.join()
+        pool.shutdown(wait=True, cancel_futures=True)
 
 
 def default_workers() -> int:
