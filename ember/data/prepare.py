@@ -366,11 +366,8 @@ def prepare_corpus(
         total_tokens = 0
         no_tokens = 0
         warnings: list[str] = []
-        def encode_here(texts, spans):
-            return encode_documents(tok, texts, sep, specials["sep"], spans)
-
-        for batch, enc in encoded_batches(_batches(reader, max_docs, batch_docs), encode_here, tokenizer_path,
-                                          sep, specials["sep"], phrase_spans, workers):
+        for batch, enc in encoded_batches(_batches(reader, max_docs, batch_docs), encode_documents, tok,
+                                          tokenizer_path, sep, specials["sep"], phrase_spans, workers):
             if enc.joins is not None:
                 phrase_meta["joined_tokens"] += int(enc.joins.sum())
             for d in np.flatnonzero(enc.doc_sentences > HUGE_DOC_SENTENCES)[:5 - len(warnings)]:

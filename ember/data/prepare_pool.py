@@ -32,23 +32,21 @@ def _start_worker(tokenizer_path: str) -> None:
     _TOKENIZER = load_tokenizer(tokenizer_path)
 
 
-def _encode(texts: list[str], sep: str, sep_id: int, spans):
-    from ember.data.prepare import encode_documents
+def _encode(encode: Callable, *args):
+    """In a worker: ``encode`` (pickled by name, so this module never imports it) on its tokenizer."""
+    return encode(_TOKENIZER, *args)
 
-    return encode_documents(_TOKENIZER, texts, sep, sep_id, spans)
 
-
-def encoded_batches(batches: Iterable[list], encode_local: Callable, tokenizer_path, sep: str, sep_id: int,
+def encoded_batches(batches: Iterable[list], encode: Callable, tokenizer, tokenizer_path, sep: str, sep_id: int,
                     spans_of: Callable | None, workers: int) -> Iterator[tuple[list, object]]:
-    """(batch, EncodedBatch) for each batch of documents, in order.
-
-    ``workers <= 1`` encodes in this process with ``encode_local(texts, spans)``; otherwise
-    in a pool of ``workers`` processes (see the module docstring).
+    """(batch, ``encode(tokenizer, texts, sep, sep_id, spans)``) for each batch of documents, in
+    order: in this process (``workers <= 1``) or in a pool of ``workers`` processes, each with
+    its own copy of the tokenizer from ``tokenizer_path`` (see the module docstring).
     """
     if workers <= 1:
         for batch in batches:
             spans = None if spans_of is None else [spans_of(d) for d in batch]
-            yield batch, encode_local([d.text for d in batch], spans)
+            yield batch, encode(tokenizer, [d.text for d in batch], sep, sep_id, spans)
         return
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
@@ -63,7 +61,7 @@ def encoded_batches(batches: Iterable[list], encode_local: Callable, tokenizer_p
     try:
         for batch in batches:
             spans = None if spans_of is None else [spans_of(d) for d in batch]
-            pending.append((batch, pool.submit(_encode, [d.text for d in batch], sep, sep_id, spans)))
+            pending.append((batch, pool.submit(_encode, encode, [d.text for d in batch], sep, sep_id, spans)))
             while len(pending) >= 2 * workers:  # keep the workers busy, the memory bounded
                 done, result = pending.popleft()
                 yield done, result.result()

@@ -14,9 +14,8 @@ from pathlib import Path
 from ember.errors import EmberError
 
 
-def read_dataset_folder(path: Path):
-    from ember.tasks.table_files import Table
-
+def read_dataset_folder(path: Path) -> tuple[tuple[str, ...], list[tuple[str, dict]]]:
+    """(columns, rows) as ``ember.tasks.table_files.Table`` holds them."""
     if not ((path / "state.json").is_file() or (path / "dataset_dict.json").is_file()):
         raise EmberError(f"{path} is a folder but not one written by datasets' save_to_disk (no state.json); "
                          "give a .csv, .tsv or .jsonl file, or a saved dataset folder")
@@ -38,4 +37,4 @@ def read_dataset_folder(path: Path):
             # -1 is datasets' "no label" (e.g. GLUE test splits): keep it missing, not a class
             row[column] = labels[value] if isinstance(value, int) and 0 <= value < len(labels) else None
         rows.append((f"{path}[{i}]", row))
-    return Table(str(path), tuple(loaded.column_names), rows)
+    return tuple(loaded.column_names), rows

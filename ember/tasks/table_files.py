@@ -59,7 +59,7 @@ def read_table(path: str | Path) -> Table:
     if fmt == "datasets":
         from ember.tasks.hf_datasets import read_dataset_folder
 
-        return read_dataset_folder(path)
+        return Table(str(path), *read_dataset_folder(path))
     if fmt == "jsonl":
         return _read_jsonl(path)
     records = csv_records(path, "," if fmt == "csv" else "\t")
