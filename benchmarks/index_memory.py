@@ -34,6 +34,7 @@ SHARD_SENTENCES = 50_000_000
 _CHILD = """
 import json, os, resource, sys, time
 import numpy as np
+import ember
 from ember.data.shards import TokenCorpus
 from ember.data.packing import build_pretraining_dataset
 from ember.config import DataConfig
@@ -45,7 +46,7 @@ data = build_pretraining_dataset(corpus, DataConfig(max_seq_length=128, packing=
                                  "nsp" if packing == "segments" else "none", seed=0, sep_id=3)
 seconds = time.perf_counter() - started
 example = data.example(len(data) // 2)  # the index answers: one example from the middle
-print(json.dumps({"seconds": seconds, "examples": len(data), "base_mb": base,
+print(json.dumps({"seconds": seconds, "examples": len(data), "base_mb": base, "ember": os.path.dirname(ember.__file__),
                   "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
 """
 
@@ -86,8 +87,10 @@ def write_corpus(folder: Path, n_sentences: int, seed: int = 0) -> None:
 
 
 def measure(folder: Path, packing: str) -> dict:
+    # cwd: the corpus folder, so `-c`'s sys.path[0] (the cwd) cannot shadow PYTHONPATH's ember
+    # (comparing against an older checkout by PYTHONPATH=that/checkout)
     done = subprocess.run([sys.executable, "-c", _CHILD, str(folder), packing], capture_output=True, text=True,
-                          check=False)
+                          check=False, cwd=folder)
     if done.returncode:
         raise SystemExit(f"{packing} on {folder} failed:\n{done.stderr[-3000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -110,7 +113,8 @@ def main() -> None:
                 rows.append(row)
                 print(f"{size:>12,} sentences  {packing:<15} {row['seconds']:8.1f} s  "
                       f"{row['ns_per_sentence']:6.0f} ns/sentence  peak RSS {row['peak_mb']:7.0f} MB  "
-                      f"(after imports {row['base_mb']:.0f} MB)  {row['examples']:,} examples", flush=True)
+                      f"(after imports {row['base_mb']:.0f} MB)  {row['examples']:,} examples  [{row['ember']}]",
+                      flush=True)
     if args.out:
         args.out.write_text(json.dumps(rows, indent=2))
 
