@@ -1,7 +1,7 @@
 """Corpus preparation: `ember prepare` against bare `tokenizers` encoding of the same text.
 
     PYTHONPATH=. nice -n 19 .venv/bin/python benchmarks/prepare_throughput.py \
-        --tokenizer RUN/tokenizer.json [--files 10] [--repeats 3]
+        --tokenizer RUN/tokenizer.json [--files 10] [--repeats 3] [--workers 1,2]
 
 Stages (MB = decompressed UTF-8 text of the first --files wiki-en files):
   read                  stream documents only
@@ -9,6 +9,8 @@ Stages (MB = decompressed UTF-8 text of the first --files wiki-en files):
   encode docs (bare)    Tokenizer.encode_batch on whole documents, text already in memory
   encode_fast docs      Tokenizer.encode_batch_fast, same input (no offsets)
   prepare (end to end)  ember's full pipeline: read, split, encode, write shards to a temp folder
+  prepare, N processes  the same with --workers N (``--workers 1,2``): splitting and encoding
+                        in N worker processes, the same shards
 Overhead = prepare time / bare encode_batch time - 1: what reading, splitting and writing
 add on top of tokenizing. The bare encode is timed in turn with prepare (alternating
 repetitions, medians), so both see the same machine load.
@@ -77,6 +79,8 @@ def main(argv: list[str] | None = None) -> dict:
                         help="N for the peak-memory check at N and 4N files (default: --files / 4)")
     parser.add_argument("--repeats", type=int, default=3, help="alternating repetitions (medians)")
     parser.add_argument("--json", help="also write the results here")
+    parser.add_argument("--workers", default="1", help="comma-separated process counts for `prepare` "
+                        "(e.g. 1,2: each timed in the same alternation; speed-up against the first)")
     parser.add_argument("--smoke", action="store_true", help="one file, a freshly trained small tokenizer (CI)")
     args = parser.parse_args(argv)
     all_files = sorted(glob.glob(str(data_root() / "wiki-en/*/wiki_*.gz")))
@@ -109,15 +113,21 @@ def main(argv: list[str] | None = None) -> dict:
             "read+split": speed(lambda: sum(len(split_sentences(d.text)) for d in DocumentReader(inputs))),
             "encode docs (bare)": speed(lambda: tok.encode_batch(docs, add_special_tokens=False)),
             "encode_fast docs": speed(lambda: tok.encode_batch_fast(docs, add_special_tokens=False)),
-            "prepare (end to end)": speed(lambda: prepare_corpus(inputs, args.tokenizer, out,
-                                                                 progress=False, overwrite=True)),
         }
+        workers = [int(w) for w in args.workers.split(",")]
+        names = {w: "prepare (end to end)" if w == 1 else f"prepare, {w} processes" for w in workers}
+        for w in workers:
+            stages[names[w]] = speed(lambda w=w: prepare_corpus(inputs, args.tokenizer, out, progress=False,
+                                                                overwrite=True, workers=w))
         rates = alternate(stages, args.repeats)
         result = {"machine": machine(), "files": len(inputs), "mb": mb, "load_after": load(),
                   "mb_per_s": {name: median(v) for name, v in rates.items()}}
         r = result["mb_per_s"]
-        result["overhead_vs_encode_batch"] = r["encode docs (bare)"] / r["prepare (end to end)"] - 1
-        result["overhead_vs_encode_batch_fast"] = r["encode_fast docs"] / r["prepare (end to end)"] - 1
+        first = r[names[workers[0]]]
+        result["overhead_vs_encode_batch"] = r["encode docs (bare)"] / first - 1
+        result["overhead_vs_encode_batch_fast"] = r["encode_fast docs"] / first - 1
+        result["speedup"] = {w: r[names[w]] / first for w in workers}
+        result["all_mb_per_s"] = {name: v for name, v in rates.items()}
         n = args.memory_files or max(1, args.files // 4)
         result["memory"] = []
         for count in (n, 4 * n):
@@ -126,6 +136,8 @@ def main(argv: list[str] | None = None) -> dict:
     print(f"\n{'stage':22s} {'MB/s':>7s}   ({result['load_after']})")
     for name, value in r.items():
         print(f"{name:22s} {value:7.2f}")
+    for w, x in result["speedup"].items():
+        print(f"prepare on {w} process(es): {x:.2f}x the first")
     print(f"overhead of prepare over bare encode_batch: {100 * result['overhead_vs_encode_batch']:+.1f}% "
           f"(over encode_batch_fast: {100 * result['overhead_vs_encode_batch_fast']:+.1f}%)")
     for m in result["memory"]:

@@ -424,6 +424,14 @@ class TrainConfig:
     adafactor_scale_parameter: bool = True
     adafactor_beta1: float = 0.0
 
+    def __post_init__(self) -> None:
+        # fp16 autocast without loss scaling lets small gradients underflow to zero (Micikevicius
+        # et al. 2018, §3.2), silently; ember does not scale losses, so it refuses fp16 outright.
+        if self.dtype.lower() in ("float16", "fp16", "half"):
+            raise EmberError(f"train.dtype={self.dtype}: fp16 training needs loss scaling, which ember does "
+                             "not do, so small gradients would underflow to zero; use train.dtype=bfloat16 "
+                             "(fp32's range, autocast on GPUs that support it) or float32")
+
 
 @dataclass(frozen=True)
 class TaskConfig:

@@ -90,21 +90,31 @@ def finetune_config(task: str, model_cfg: ModelConfig, init: str = "random", see
 def finetune(task: str, out: str | Path, init="random", *, model: str = "", tokenizer: str = "",
              seeds: list[int] | None = None, train_limit: int | None = None,
              overrides: list[str] | tuple[str, ...] = (), resume: bool = False, overwrite: bool = False,
-             progress: bool = True, ulmfit: bool = False, train=None, dev=None, column: str | None = None,
-             pair_column: str | None = None, label_column: str | None = None, **settings) -> RunResult:
+             progress: bool = True, ulmfit: bool = False, train=None, dev=None, test=None,
+             column: str | None = None, pair_column: str | None = None, label_column: str | None = None,
+             **settings) -> RunResult:
     """Fine-tune on ``task`` from ``init`` (a pre-training run, an HF folder, ``"random"`` with
     ``model``/``tokenizer``, or an ``ember.runs.init.Init``) into ``out``; with several ``seeds``,
     one run per seed in ``out/seed-N`` and their summary in ``out/summary.json``.
 
-    ``train`` / ``dev``: data from Python in place of the task's training / evaluation split (a
-    pandas DataFrame, a ``datasets.Dataset``, a dict of columns, a list of (text, label) or
-    (text, text_pair, label) tuples or of dicts), read from ``column`` / ``pair_column`` /
-    ``label_column`` (defaults: the task's column names, or text / text_pair / label); written
-    to ``out/inputs/`` in the task's layout (``ember.api.task_data``).
+    ``task`` is a built-in task (sst2, conll2003, squad2, ...) or one of your own data's kinds
+    (classify, pair, regression, tag, qa: ``ember.tasks.custom``), whose labels are discovered from
+    the training data and kept in the run (RUN/task.json).
+
+    ``train`` / ``dev`` / ``test``: a file (CSV, TSV, JSONL; CoNLL columns for tag, SQuAD JSON for
+    qa) or data from Python (a pandas DataFrame, a ``datasets.Dataset``, a dict of columns, a list
+    of (text, label) or (text, text_pair, label) tuples or of dicts). A custom kind needs
+    ``train`` and ``dev`` (``test`` is scored once with the best weights); a built-in task takes
+    them in place of its own splits. Columns: ``column`` / ``pair_column`` / ``label_column``
+    (defaults: the usual names, e.g. text/sentence, text_pair/sentence2, label). Data from Python
+    is written to ``out/inputs/`` first (``ember.api.task_data``), so the run can be resumed,
+    evaluated and served like any other.
 
     >>> result = ember.finetune("sst2", "runs/sst2", init="runs/bert-mini", lr=1e-4,
     ...                         seeds=[1, 2, 3])  # doctest: +SKIP
     >>> result.summary["accuracy"]["mean"]  # doctest: +SKIP
+    >>> ember.finetune("classify", "runs/tickets", init="runs/bert-mini", train="train.csv",
+    ...                dev="dev.csv", column="body", label_column="queue")  # doctest: +SKIP
 
     Knowledge (docs/knowledge.md): ``knowledge="wordnet.tsv"`` injects triples K-BERT's way
     (``max_triples``, ``relations``), ``entities="wordnet-transe"`` fuses TransE entity
@@ -115,18 +125,22 @@ def finetune(task: str, out: str | Path, init="random", *, model: str = "", toke
     from ember.train.finetune import run_finetuning
 
     out = Path(out)
-    start = load_init(init, model, tokenizer)
-    model_cfg = model_with_overrides(start.model, list(overrides), pretrained=start.state is not None)
-    init_id = init if isinstance(init, (str, Path)) else "random" if start.state is None else "given"
     seeds = list(seeds) if seeds else [None]
     if len(set(seeds)) != len(seeds):
         raise EmberError(f"seeds {seeds} repeat a seed; give distinct seeds, e.g. 1,2,3")
-    if train is not None or dev is not None:
-        if len(seeds) == 1:  # out is the run folder: clear an old run now, before its inputs go in
-            from ember.runs.folder import prepare_run_dir
+    if any(d is not None and not _is_table_file(d) for d in (train, dev, test)) and len(seeds) == 1:
+        # out is the run folder: clear an old run now, before data from Python goes into out/inputs
+        from ember.runs.folder import prepare_run_dir
 
-            prepare_run_dir(out, resume, overwrite)
-            overwrite = False
+        prepare_run_dir(out, resume, overwrite)
+        overwrite = False
+    custom = task_adapter(task, out, train, dev, test, column, pair_column, label_column, resume)
+    start = load_init(init, model, tokenizer)
+    model_cfg = model_with_overrides(start.model, list(overrides), pretrained=start.state is not None)
+    init_id = init if isinstance(init, (str, Path)) else "random" if start.state is None else "given"
+    if custom is not task:  # your own data: the adapter holds it
+        task = custom
+    elif train is not None or dev is not None:
         settings.update(_write_inputs(task, out, train, dev, settings, resume, column, pair_column, label_column))
     elif (column, pair_column, label_column) != (None, None, None):
         raise EmberError("column= / pair_column= / label_column= name the columns of train= / dev= data; "
@@ -136,7 +150,7 @@ def finetune(task: str, out: str | Path, init="random", *, model: str = "", toke
         cfg = finetune_config(task, model_cfg, str(init_id), seed, overrides, ulmfit, **settings)
         run_dir = out / f"seed-{cfg.train.seed}" if len(seeds) > 1 else out
         result = run_finetuning(cfg, run_dir, start.state, start.tokenizer, train_limit, overwrite=overwrite,
-                                resume=resume, progress=progress)
+                                resume=resume, progress=progress, task=None if isinstance(task, str) else task)
         results.append(result)
         _report(result, cfg, run_dir)
     if len(results) == 1:
@@ -157,21 +171,95 @@ def finetune(task: str, out: str | Path, init="random", *, model: str = "", toke
     return RunResult(out, means, results, summary["metrics"])
 
 
+def _is_file(data) -> bool:
+    """A path (a file, or a custom task's `datasets` folder) rather than rows from Python."""
+    return isinstance(data, (str, Path))
+
+
+def _is_table_file(data) -> bool:
+    """A file for a built-in task to read as its split (a `datasets` folder is read as rows)."""
+    return _is_file(data) and not Path(data).is_dir()
+
+
 def _write_inputs(task: str, out: Path, train, dev, settings: dict, resume: bool, *columns) -> dict:
-    """Write train= / dev= data into out/inputs/; the split settings that read them."""
+    """Write train= / dev= data (or name train= / dev= files) for a built-in task; the split
+    settings that read them."""
     from ember.api.task_data import task_spec, write_split
     from ember.runs.folder import RUN_INPUTS
 
-    spec = task_spec(task)
     splits = {}
     for data, name, setting in ((train, "train", "train_split"), (dev, "dev", "eval_split")):
         if data is None:
             continue
         if settings.get(setting) is not None:
             raise EmberError(f"{name}= and {setting}= both give the {name} data; pass one of them")
-        path = write_split(spec, data, out / RUN_INPUTS / f"{name}.tsv", f"{name}= data", *columns, resume=resume)
+        if _is_table_file(data):  # a file in the task's own layout, as --train-split FILE
+            splits[setting] = str(Path(data).resolve())
+            continue
+        path = write_split(task_spec(task), data, out / RUN_INPUTS / f"{name}.tsv", f"{name}= data", *columns,
+                           resume=resume)
         splits[setting] = str(path.resolve())
     return splits
+
+
+def _custom_file(kind: str, data, out: Path, name: str, resume: bool, column, pair_column, label_column):
+    """A custom task's ``name`` split as a file: a path as given; data from Python written to
+    out/inputs/NAME.jsonl (text / text_pair / label) for the table kinds."""
+    if data is None or _is_file(data):
+        return data
+    from ember.api.data import rows
+    from ember.runs.folder import RUN_INPUTS
+
+    if kind not in ("classify", "pair", "regression"):
+        raise EmberError(f"{name}= data from Python works for classify, pair and regression; a {kind} task reads "
+                         f"its own file format ({'CoNLL columns or JSONL' if kind == 'tag' else 'SQuAD JSON'})")
+    roles = {"text": (column, ("text", "sentence", "sentence1"), True)}
+    if kind != "classify" or pair_column is not None:
+        roles["text_pair"] = (pair_column, ("text_pair", "sentence2", "hypothesis"), kind == "pair")
+    roles["label"] = (label_column, ("label", "score", "target"), True)
+    lines = "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows(data, roles, f"{name}= data"))
+    path = out / RUN_INPUTS / f"{name}.jsonl"
+    if resume and path.is_file():
+        if path.read_text(encoding="utf-8") != lines:
+            raise EmberError(f"{name}= data differs from the data the run was started with ({path}); resume with "
+                             "the same data, or start a new run (overwrite=True or another folder)")
+        return path
+    from ember.fileio import atomic_write_text
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(path, lines)
+    return path
+
+
+def task_adapter(task, out: Path, train=None, dev=None, test=None, column=None, pair_column=None,
+                 label_column=None, resume: bool = False):
+    """``task`` itself, or the adapter of a custom task on the given data (read and checked now,
+    before any run folder is touched); resuming without data, the run's own task.json."""
+    from ember.tasks.base import CUSTOM_TASKS, get_adapter, read_task_record
+
+    kind = task.lower() if isinstance(task, str) else ""
+    if kind not in CUSTOM_TASKS:
+        if test is not None:
+            raise EmberError(f"test= is for your own data (--task {'|'.join(CUSTOM_TASKS)}); {task} scores its "
+                             "own test split where it has one")
+        for data, name in ((train, "train"), (dev, "dev")):
+            if _is_table_file(data) and not Path(data).is_file():
+                raise EmberError(f"{name}={data}: no such file (a {task} file in its own layout, or data from "
+                                 "Python: a DataFrame, a datasets.Dataset, a list of rows)")
+        return task
+    if resume and train is None and dev is None:
+        runs = [out, *sorted(out.glob("seed-*"))]  # one run, or one per seed
+        record = next((r for r in map(read_task_record, runs) if r is not None), None)
+        if record is not None and record.get("kind") == kind:
+            return get_adapter(record)
+    from ember.tasks.custom import custom_task
+
+    files = [_custom_file(kind, data, out, name, resume, column, pair_column, label_column)
+             for data, name in ((train, "train"), (dev, "dev"), (test, "test"))]
+    given = [not _is_file(d) and d is not None for d in (train, dev, test)]
+    if any(given):  # written as JSONL with these keys
+        column, pair_column, label_column = "text", ("text_pair" if pair_column or kind == "pair" else None), "label"
+    return custom_task(kind, *files, column, pair_column, label_column)
 
 
 def _report(result: dict, cfg: RunConfig, run_dir: Path) -> None:

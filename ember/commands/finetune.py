@@ -24,11 +24,26 @@ def register(sub) -> None:
         "  ember finetune --task sst2 --init runs/bert-mini --out runs/sst2 --features\n"
         "  ember finetune --task conll2003 --init runs/bert-mini --out runs/ner --layer-lr-decay 0.8 --patience 2\n"
         "  ember finetune --task sst2 --init runs/bert-mini --out runs/sst2-ulmfit --ulmfit --epochs 6\n"
-        "  ember finetune --task sst2 --init runs/minilm --out runs/sst2-kbert --knowledge wordnet.tsv",
+        "  ember finetune --task sst2 --init runs/minilm --out runs/sst2-kbert --knowledge wordnet.tsv\n"
+        "  ember finetune --task classify --train tickets.csv --dev tickets-dev.csv --text-column body \\\n"
+        "      --label-column queue --init runs/bert-mini --out runs/tickets",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--task", required=True,
-                   help="sst2, cola, mrpc, rte, stsb, qnli, snli, nsmc, rusentiment, conll2003, squad or squad2 (GPT runs: the GLUE-style ones)")
+                   help="sst2, cola, mrpc, rte, stsb, qnli, snli, nsmc, rusentiment, conll2003, squad or squad2 (GPT runs: "
+                   "the GLUE-style ones); or your own files: classify, pair, regression (CSV/TSV/JSONL), tag (CoNLL "
+                   "columns or JSONL), qa (SQuAD JSON) with --train and --dev")
+    c = p.add_argument_group("your own data (--task classify|pair|regression|tag|qa)")
+    c.add_argument("--train", dest="train", help="training file (.csv, .tsv, .jsonl; tag: CoNLL columns or "
+                   ".jsonl; qa: SQuAD .json); its labels are the task's label set")
+    c.add_argument("--dev", dest="dev", help="dev file (same layout): picks the best epoch")
+    c.add_argument("--test", dest="test", help="test file, scored once with the best-on-dev weights")
+    c.add_argument("--text-column", dest="column", help="text column (default: text, sentence, sentence1, review, content or "
+                   "document; tag JSONL: tokens or words)")
+    c.add_argument("--text-pair-column", dest="pair_column", help="second text column for pair/regression (default: text_pair, "
+                   "sentence2, hypothesis, ... beside its first)")
+    c.add_argument("--label-column", help="label column (default: label, labels, score or target; tag JSONL: "
+                   "tags or ner_tags)")
     p.add_argument("--init", default="random",
                    help="pre-training run folder, HF checkpoint folder, or 'random' (default)")
     p.add_argument("--model", default="", help="model preset for --init random (e.g. bert-mini)")
@@ -88,6 +103,8 @@ def settings_from_args(args) -> dict:
              "entities", "fusion_layers")
     settings = {name: getattr(args, name) for name in names}
     settings.update(features=args.features or None, gradual_unfreeze=args.gradual_unfreeze or None)
+    for name in ("train", "dev", "test", "column", "pair_column", "label_column"):
+        settings[name] = getattr(args, name)
     return settings
 
 

@@ -84,6 +84,9 @@ def register(subparsers) -> None:
                         help="detect: minimum normalised PMI of a collocation, in [-1, 1] (default: 0.5)")
     parser.add_argument("--phrase-sample-docs", type=int, default=5000, metavar="N",
                         help="detect: documents read to fit the detector (default: 5000)")
+    parser.add_argument("--workers", type=int, metavar="N",
+                        help="processes that split and tokenize (default: the cores this process may use; "
+                        "1 = in this process); the output is the same for any N")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar (for logs)")
     parser.set_defaults(run=run)
 
@@ -92,12 +95,15 @@ def run(args) -> int:
     import sys
 
     from ember.data.prepare import format_summary, prepare_corpus
+    from ember.data.prepare_pool import default_workers
     from ember.errors import EmberError
 
     if args.lang or args.parallel:
         if args.inputs:
             raise EmberError("give either INPUT paths or --lang/--parallel (a multilingual corpus), not both")
         return run_multilingual(args)
+    if args.workers is not None and args.workers < 1:
+        raise EmberError(f"--workers {args.workers}: give at least 1 process")
     if not args.inputs:
         raise EmberError("no input: give INPUT paths, or --lang CODE=PATH / --parallel SRC-TGT=FILE")
 
@@ -107,6 +113,7 @@ def run(args) -> int:
         max_docs=args.max_docs, seed=args.seed, progress=not args.no_progress,
         overwrite=args.overwrite, phrases=args.phrases, phrase_min_count=args.phrase_min_count,
         phrase_threshold=args.phrase_threshold, phrase_sample_docs=args.phrase_sample_docs,
+        workers=default_workers() if args.workers is None else args.workers,
     )
     for warning in stats["warnings"]:
         print(f"ember prepare: warning: {warning}", file=sys.stderr)

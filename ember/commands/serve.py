@@ -43,6 +43,9 @@ def register(sub) -> None:
     p.add_argument("--max-texts", type=int, default=64, help="texts per request (default 64)")
     p.add_argument("--max-body-bytes", type=int, default=1_000_000, help="request body limit (default 1 MB)")
     p.add_argument("--threads", type=int, default=0, help="CPU threads for inference (default: all)")
+    p.add_argument("--access-log", metavar="FILE", help="log one line per request (client, method, path, status, "
+                   "milliseconds) to FILE, or - for stderr")
+    p.add_argument("--no-metrics", action="store_true", help="do not serve Prometheus metrics on GET /metrics")
     p.add_argument("--graceful-timeout", type=float, default=30.0,
                    help="seconds in-flight requests get to finish on SIGTERM/SIGINT (default 30)")
     p.set_defaults(run=run)
@@ -63,12 +66,20 @@ def run(args) -> int:
     info = predictor.info
     limits = Limits(max_body_bytes=args.max_body_bytes, max_texts=args.max_texts,
                     max_new_tokens=args.max_new_tokens)
-    app = create_app(predictor, limits, max_batch=args.max_batch, max_wait_ms=args.max_wait_ms)
+    if args.access_log:
+        from ember.serve.observability import open_access_log
+
+        open_access_log(args.access_log)
+    app = create_app(predictor, limits, max_batch=args.max_batch, max_wait_ms=args.max_wait_ms,
+                     metrics=False if args.no_metrics else None, access_log=bool(args.access_log))
     if args.host not in ("127.0.0.1", "localhost", "::1"):
         print(f"warning: binding {args.host}: the server is reachable from other machines "
               "and has no authentication")
+    extra = ", /metrics" if app.state.metrics else ""
     print(f"serving {info.display_name} ({predictor.backend}) on http://{args.host}:{args.port} "
-          f"endpoints: {', '.join(predictor.endpoints)}, /healthz", flush=True)
+          f"endpoints: {', '.join(predictor.endpoints)}, /healthz{extra}, /docs", flush=True)
+    if not app.state.metrics and not args.no_metrics:
+        print("note: no /metrics: prometheus_client is not installed (pip install 'ember[serve]')", flush=True)
     run_server(app, args.host, args.port, args.graceful_timeout)
     print("server stopped", flush=True)
     return 0

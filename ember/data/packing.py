@@ -28,6 +28,8 @@ sentences take well under a second) and an example is a handful of memmap slices
 
 from __future__ import annotations
 
+from array import array
+
 import numpy as np
 
 from ember.data.pairs import SegmentPair
@@ -64,11 +66,20 @@ def pack_units(unit_length: np.ndarray, unit_doc: np.ndarray, budget: int,
     n = len(unit_length)
     if n == 0:
         return np.zeros(1, dtype=np.int64)
+    end = _sequence_ends(np.asarray(unit_length, dtype=np.int64), unit_doc, budget, cross_documents)
+    bounds = array("q", [0])
+    _chase(end, 0, 0, n, bounds)
+    return np.frombuffer(bounds, dtype=np.int64)
+
+
+def _sequence_ends(unit_length: np.ndarray, unit_doc: np.ndarray, budget: int, cross_documents: bool) -> np.ndarray:
+    """int64 (U,): one past the last unit of the greedy sequence that starts at each unit."""
+    n = len(unit_length)
     new_doc = np.ones(n, dtype=bool)  # (U,) unit starts a document
     new_doc[1:] = unit_doc[1:] != unit_doc[:-1]
-    sep = (new_doc & cross_documents).astype(np.int64)  # separator owed before the unit...
-    # ... but only when it follows another unit of the same sequence; a sequence starting
-    # at unit s does not pay sep[s]. cost[u] = tokens unit u adds to a running sequence.
+    # separator owed before a unit that starts a document (full sentences), but only when it
+    # follows another unit of the same sequence: a sequence starting at s does not pay sep[s].
+    sep = (new_doc & cross_documents).astype(np.int64)
     cum = np.zeros(n + 1, dtype=np.int64)  # (U+1,) cum[k] = cost of units [0, k)
     np.cumsum(unit_length + sep, out=cum[1:])
     # A sequence starting at s takes units [s, e) for the largest e with
@@ -78,13 +89,17 @@ def pack_units(unit_length: np.ndarray, unit_doc: np.ndarray, budget: int,
         doc_first = np.flatnonzero(new_doc)  # (D,) first unit of each document
         doc_end = np.append(doc_first[1:], n)  # (D,) one past its last unit
         end = np.minimum(end, doc_end[np.cumsum(new_doc) - 1])
-    # Chase start -> end pointers: a Python loop over sequences (not tokens or sentences).
-    nxt = end.tolist()
-    bounds, s = [0], 0
-    while s < n:
-        s = nxt[s]
+    return end
+
+
+def _chase(end: np.ndarray, offset: int, s: int, stop: int, bounds: array) -> int:
+    """Follow start -> end pointers from unit ``s`` while it is below ``stop`` (units are
+    global, ``end`` covers units from ``offset``), appending each sequence's end to
+    ``bounds``: a loop over sequences, not tokens or sentences. Returns the next start."""
+    while s < stop:
+        s = offset + int(end[s - offset])
         bounds.append(s)
-    return np.asarray(bounds, dtype=np.int64)
+    return s
 
 
 class PackedSentenceDataset:
@@ -108,22 +123,32 @@ class PackedSentenceDataset:
         self.sep_id = sep_id
         self._lengths = np.asarray(corpus.sentence_lengths, dtype=np.int64)  # (S,)
         self._doc_offsets = np.asarray(corpus.doc_offsets, dtype=np.int64)  # (D+1,)
-        sent, offset, length = split_long_sentences(self._lengths, self.max_tokens)
-        doc = np.searchsorted(self._doc_offsets, sent, side="right") - 1  # (U,)
-        self.bounds = pack_units(length, doc, self.max_tokens, cross_documents)  # (N+1,)
+        self._units = UnitMap(self._lengths, self.max_tokens)
+        self.bounds = self._pack()  # (N+1,)
         if len(self.bounds) < 2:
             raise EmberError("the prepared corpus has no sentences to build training examples from")
-        # Per-unit arrays kept for example(); offsets and lengths are within one sentence: int32.
-        self._unit_sentence = sent
-        self._unit_offset = offset.astype(np.int32)
-        self._unit_length = length.astype(np.int32)
         seps = 0
         if cross_documents:  # documents started strictly inside a sequence
-            starts = np.zeros(len(doc), dtype=bool)
-            starts[1:] = doc[1:] != doc[:-1]
-            starts[self.bounds[:-1]] = False
-            seps = int(starts.sum())
+            d = self._doc_offsets
+            starts = self._units.first_unit(d[:-1][d[:-1] < d[1:]])  # first unit of each non-empty doc
+            seps = int(np.count_nonzero(~np.isin(starts[starts > 0], self.bounds)))
         self.num_tokens = int(self._lengths.sum()) + seps  # total len(tokens_a) over an epoch
+
+    def _pack(self, block: int = 1 << 20) -> np.ndarray:
+        """``pack_units`` over the whole corpus, ``block`` sentences at a time, so the per-unit
+        temporaries (lengths, documents, costs, end pointers) never exist for all units at once.
+        A sequence spans at most ``max_tokens`` units, so each block looks that many sentences
+        ahead and the greedy chain continues exactly where the previous block left it."""
+        n_sent, budget = len(self._lengths), self.max_tokens
+        bounds, s = array("q", [0]), 0
+        for a in range(0, n_sent, block):
+            b, ahead = min(a + block, n_sent), min(a + block + budget, n_sent)
+            sent, _, length = split_long_sentences(self._lengths[a:ahead], budget)  # local sentences
+            doc = np.searchsorted(self._doc_offsets, sent + a, side="right") - 1
+            end = _sequence_ends(length, doc, budget, self.cross_documents)
+            offset, stop = (int(u) for u in self._units.first_unit(np.array([a, b])))  # global ids
+            s = _chase(end, offset, s, stop, bounds)
+        return np.frombuffer(bounds, dtype=np.int64)
 
     def __len__(self) -> int:
         return len(self.bounds) - 1
@@ -135,38 +160,76 @@ class PackedSentenceDataset:
 
     def documents(self, index: int) -> np.ndarray:
         """Ids of the documents sequence ``index`` draws from, in order (int64 (k,))."""
-        s, e = int(self.bounds[index]), int(self.bounds[index + 1])
-        docs = np.searchsorted(self._doc_offsets, self._unit_sentence[s:e], side="right") - 1
-        return np.unique(docs)
+        sent, _, _ = self._units.lookup(int(self.bounds[index]), int(self.bounds[index + 1]))
+        return np.unique(np.searchsorted(self._doc_offsets, sent, side="right") - 1)
 
-    def _unit_slice(self, a: int, b: int, fetch) -> np.ndarray:
-        """Units [a, b) of one document from ``fetch(start, stop)`` (corpus.sentences or
-        corpus.joins, both laid out like the tokens): one contiguous memmap slice."""
-        first, last = int(self._unit_sentence[a]), int(self._unit_sentence[b - 1])
+    def _unit_slice(self, sent, offset, length, fetch) -> np.ndarray:
+        """Units of one document (their sentences, offsets, lengths) from ``fetch(start, stop)``
+        (corpus.sentences or corpus.joins, both laid out like the tokens): one memmap slice."""
+        first, last = int(sent[0]), int(sent[-1])
         span = fetch(first, last + 1)  # whole sentences first..last
-        cut_tail = int(self._lengths[last]) - int(self._unit_offset[b - 1]) - int(self._unit_length[b - 1])
-        return span[int(self._unit_offset[a]) : len(span) - cut_tail]
+        cut_tail = int(self._lengths[last]) - int(offset[-1]) - int(length[-1])
+        return span[int(offset[0]) : len(span) - cut_tail]
 
     def example(self, index: int, epoch: int = 0) -> SegmentPair:
         if not 0 <= index < len(self):
             raise IndexError(f"sequence {index} out of range [0, {len(self)})")
-        s, e = int(self.bounds[index]), int(self.bounds[index + 1])
-        docs = np.searchsorted(self._doc_offsets, self._unit_sentence[s:e], side="right") - 1  # (e-s,)
-        cuts = (s + 1 + np.flatnonzero(docs[1:] != docs[:-1])).tolist()  # first unit of each new doc
+        sent, offset, length = self._units.lookup(int(self.bounds[index]), int(self.bounds[index + 1]))
+        docs = np.searchsorted(self._doc_offsets, sent, side="right") - 1  # (k,)
+        cuts = (1 + np.flatnonzero(docs[1:] != docs[:-1])).tolist()  # first unit of each new doc
         # Phrase/entity flags (ERNIE masking) travel with the tokens when the corpus has them;
         # a separator never joins a phrase.
         with_joins = getattr(self.corpus, "has_joins", False)
         tokens: list[np.ndarray] = []
         joins: list[np.ndarray] = []
-        for a, b in zip([s, *cuts], [*cuts, e]):
+        for a, b in zip([0, *cuts], [*cuts, len(sent)]):
             if tokens:  # only FULL-SENTENCES sequences reach a second document
                 tokens.append(np.array([self.sep_id], dtype=np.int64))
                 joins.append(np.zeros(1, dtype=bool))
-            tokens.append(self._unit_slice(a, b, self.corpus.sentences).astype(np.int64))
+            units = sent[a:b], offset[a:b], length[a:b]
+            tokens.append(self._unit_slice(*units, self.corpus.sentences).astype(np.int64))
             if with_joins:
-                joins.append(self._unit_slice(a, b, self.corpus.joins).astype(bool))
+                joins.append(self._unit_slice(*units, self.corpus.joins).astype(bool))
         extra = {"joins_a": np.concatenate(joins)} if with_joins else {}
         return SegmentPair(np.concatenate(tokens), None, 0, (index, epoch), **extra)
+
+
+class UnitMap:
+    """Packing units (sentences cut to ``budget`` tokens) without a per-unit array.
+
+    Unit ids run over the corpus in order; a sentence of L tokens owns ceil(L / budget) of
+    them. Most sentences fit the budget and own one, so only the few longer ones are stored
+    (their ids, first unit and piece count: (K,) each); any unit's sentence, offset and
+    length follow from those with one searchsorted. This is what keeps the index of a
+    10^8-sentence corpus at the corpus's own sentence lengths plus the sequence bounds.
+    """
+
+    def __init__(self, lengths: np.ndarray, budget: int) -> None:
+        self.lengths, self.budget = lengths, budget
+        self.long = np.flatnonzero(lengths > budget)  # (K,) sentences cut into pieces
+        pieces = -(-lengths[self.long] // budget)  # (K,)
+        self.extra = np.concatenate([[0], np.cumsum(pieces - 1)])  # (K+1,) extra units before long[k], ...
+        self.long_first = self.long + self.extra[:-1]  # (K,) first unit of each long sentence
+        self.pieces = pieces
+        self.count = len(lengths) + int(self.extra[-1])  # U
+
+    def first_unit(self, sentences: np.ndarray) -> np.ndarray:
+        """Global id of each sentence's first unit (a sentence id == len(lengths): U)."""
+        return sentences + self.extra[np.searchsorted(self.long, sentences, side="left")]
+
+    def lookup(self, a: int, b: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(sentence, offset in it, length) of units [a, b), each int64 (b-a,)."""
+        u = np.arange(a, b, dtype=np.int64)
+        if not len(self.long):
+            sent, offset = u, np.zeros_like(u)
+        else:
+            k = np.searchsorted(self.long_first, u, side="right") - 1  # last long sentence starting <= u
+            kk = np.maximum(k, 0)
+            inside = (k >= 0) & (u < self.long_first[kk] + self.pieces[kk])
+            # outside a long sentence, u is its sentence id plus the extra units of the long ones before
+            sent = np.where(inside, self.long[kk], u - np.where(k >= 0, self.extra[kk + 1], 0))
+            offset = np.where(inside, (u - self.long_first[kk]) * self.budget, 0)
+        return sent, offset, np.minimum(self.budget, self.lengths[sent] - offset)
 
 
 def build_pretraining_dataset(corpus, data_cfg, pair_mode: str, seed: int, sep_id: int):

@@ -19,7 +19,10 @@ way by every split and trim), for ERNIE-style masking (``ember.objectives.maskin
 
 from __future__ import annotations
 
+from array import array
+from bisect import bisect_left
 from dataclasses import dataclass
+from itertools import accumulate
 
 import numpy as np
 
@@ -42,24 +45,38 @@ def build_chunks(corpus, max_tokens: int, short_seq_prob: float, seed: int) -> n
     """Group each document's sentences into chunks of about ``max_tokens`` tokens.
 
     Returns int64 (num_chunks, 3): (doc, first sentence, end sentence) per chunk.
+
+    A chunk closes at the first sentence that brings it to its target length (or at the end
+    of the document); a target is drawn at each document start and after each chunk, as in
+    BERT's create_pretraining_data. The loop runs once per chunk, not per sentence, on a
+    per-document running sum, and the chunks go to a flat int64 buffer: memory is the
+    output (24 B per chunk) plus one document, so a corpus of 10^8-10^9 sentences indexes
+    without Python lists of every sentence (benchmarks/index_memory.py).
     """
     rng = np.random.default_rng([seed, 7919])
-    lengths = corpus.sentence_lengths.tolist()
-    offsets = corpus.doc_offsets.tolist()
-    chunks: list[tuple[int, int, int]] = []
+    lengths = corpus.sentence_lengths  # int64 (S,)
+    offsets = np.asarray(corpus.doc_offsets, dtype=np.int64)  # (D+1,)
+
+    def draw() -> int:  # the same draws, in the same order, as one per sentence loop made
+        return max_tokens if rng.random() >= short_seq_prob else int(rng.integers(2, max_tokens + 1))
+
+    out = array("q")  # flat (doc, first, end) triples; 8 B per number, grown in place
     for doc in range(len(offsets) - 1):
-        start, end = offsets[doc], offsets[doc + 1]
-        target = max_tokens if rng.random() >= short_seq_prob else int(rng.integers(2, max_tokens + 1))
-        first, total = start, 0
-        for s in range(start, end):
-            total += lengths[s]
-            if total >= target or s == end - 1:
-                chunks.append((doc, first, s + 1))
-                first, total = s + 1, 0
-                target = max_tokens if rng.random() >= short_seq_prob else int(rng.integers(2, max_tokens + 1))
-    if not chunks:
+        start, end = int(offsets[doc]), int(offsets[doc + 1])
+        target = draw()
+        if start == end:
+            continue
+        cum = list(accumulate(lengths[start:end].tolist()))  # tokens of sentences start..start+k
+        first, before = start, 0  # tokens of the document before sentence `first`
+        while first < end:
+            # the first sentence s >= first whose running total reaches the target, else the last
+            s = min(bisect_left(cum, before + target) + start, end - 1)
+            out.extend((doc, first, s + 1))
+            before, first = cum[s - start], s + 1
+            target = draw()
+    if not out:
         raise EmberError("the prepared corpus has no sentences to build training examples from")
-    return np.asarray(chunks, dtype=np.int64)
+    return np.frombuffer(out, dtype=np.int64).reshape(-1, 3)
 
 
 class SegmentPairDataset:

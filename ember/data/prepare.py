@@ -17,10 +17,10 @@ Everything after encoding is vectorized per batch (``EncodedBatch`` is ragged: n
 document arrays, one write per shard file per batch): with one-line documents (512k Korean
 reviews) per-document numpy calls and writes had cost as much as the encoding itself.
 
-Reading and splitting stay in the main thread. Encoding already keeps both cores busy (Rust,
-GIL released), and a background reader/splitter thread measured no faster on 2 cores
-(+5% CPU from GIL hand-offs), so the simpler serial loop is kept; Python-side work is
-~20% of the CPU time.
+With one process, reading and splitting stay in the main thread: a background reader/splitter
+thread measured no faster on 2 cores (+5% CPU from GIL hand-offs). Python-side work is ~20%
+of the CPU time and holds the GIL, so ``workers`` > 1 moves splitting and encoding into worker
+processes instead (``ember.data.prepare_pool``; same output byte for byte).
 
 The output is built in ``<out>.tmp-XXXX`` and renamed into place only when complete, so an
 interrupted or failed run never leaves a partial directory or destroys an earlier one.
@@ -52,6 +52,7 @@ from typing import Iterator
 import numpy as np
 
 from ember.data.phrases import PHRASE_SOURCES, phrase_source, token_joins
+from ember.data.prepare_pool import encoded_batches
 from ember.data.readers import Document, DocumentReader
 from ember.data.sentences import split_sentences
 from ember.data.shards import FORMAT_NAME, FORMAT_VERSION, ShardWriter, token_dtype
@@ -313,6 +314,7 @@ def prepare_corpus(
     phrase_min_count: int = 5,
     phrase_threshold: float = 0.5,
     phrase_sample_docs: int = 5000,
+    workers: int = 1,
 ) -> dict:
     """Tokenize ``inputs`` into a prepared directory ``out_dir``; return its stats.
 
@@ -320,6 +322,8 @@ def prepare_corpus(
     ``valid_fraction``; if none was picked but there are ≥ 2 documents, the last one is.
     ``phrases`` ("none", "spans" or "detect") also stores phrase/entity flags for ERNIE-style
     masking; the ``phrase_*`` options tune the detector (``ember.data.phrases``).
+    ``workers`` > 1 splits and tokenizes on that many processes (``ember.data.prepare_pool``),
+    with the same output byte for byte.
     """
     from tqdm import tqdm
 
@@ -362,9 +366,8 @@ def prepare_corpus(
         total_tokens = 0
         no_tokens = 0
         warnings: list[str] = []
-        for batch in _batches(reader, max_docs, batch_docs):
-            spans = None if phrase_spans is None else [phrase_spans(d) for d in batch]
-            enc = encode_documents(tok, [d.text for d in batch], sep, specials["sep"], spans)
+        for batch, enc in encoded_batches(_batches(reader, max_docs, batch_docs), encode_documents, tok,
+                                          tokenizer_path, sep, specials["sep"], phrase_spans, workers):
             if enc.joins is not None:
                 phrase_meta["joined_tokens"] += int(enc.joins.sum())
             for d in np.flatnonzero(enc.doc_sentences > HUGE_DOC_SENTENCES)[:5 - len(warnings)]:

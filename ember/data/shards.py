@@ -248,6 +248,7 @@ class TokenCorpus:
         self._tokens: list[np.ndarray] = []
         self._joins: list[np.ndarray] = []  # per shard, uint8 (N_k,) phrase flags, if stored
         self._sent_ends: list[np.ndarray] = []  # per shard, int64 (S_k,)
+        self._sent_files: list[tuple[Path, int]] = []  # per shard, (sentences.bin, S_k)
         doc_parts = [np.zeros(1, dtype=np.int64)]
         sentence_starts = [0]  # global id of each shard's first sentence
         i64 = np.dtype("<i8")
@@ -257,6 +258,7 @@ class TokenCorpus:
             if "joins" in files:
                 self._joins.append(_memmap(directory / files["joins"], np.dtype(np.uint8), shard["num_tokens"]))
             self._sent_ends.append(_memmap(directory / files["sentences"], i64, shard["num_sentences"]))
+            self._sent_files.append((directory / files["sentences"], shard["num_sentences"]))
             docs = _memmap(directory / files["docs"], i64, shard["num_docs"])
             doc_parts.append(np.asarray(docs, dtype=np.int64) + sentence_starts[-1])
             sentence_starts.append(sentence_starts[-1] + shard["num_sentences"])
@@ -295,8 +297,19 @@ class TokenCorpus:
     def sentence_lengths(self) -> np.ndarray:
         """int64 (num_sentences,): tokens per global sentence (computed once, 8 B/sentence)."""
         if self._lengths is None:
-            parts = [np.diff(np.asarray(ends), prepend=0) for ends in self._sent_ends]
-            self._lengths = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+            # Read in blocks into the one output array, not through the memmaps: mapped pages
+            # stay resident (and count in RSS) long after they are read, and a concatenation
+            # of per-shard diffs would hold the lengths twice (benchmarks/index_memory.py).
+            lengths = np.empty(self.num_sentences, dtype=np.int64)
+            pos, block = 0, 1 << 22
+            for path, count in self._sent_files:
+                previous = 0
+                with open(path, "rb") as fh:
+                    for done in range(0, count, block):
+                        ends = np.fromfile(fh, dtype="<i8", count=min(block, count - done))
+                        lengths[pos:pos + len(ends)] = np.diff(ends, prepend=previous)
+                        previous, pos = int(ends[-1]), pos + len(ends)
+            self._lengths = lengths
         return self._lengths
 
     def _locate(self, s: int) -> tuple[int, int]:

@@ -105,7 +105,7 @@ def _layer_loss(method: str, opts: TaskDistillOptions, s, t):
 
 def run_task_distillation(opts: TaskDistillOptions) -> dict:
     from ember.tasks.glue_adapter import GlueAdapter
-    from ember.tasks.base import get_adapter
+    from ember.tasks.base import get_adapter, read_task_record, write_task_record
     from ember.tokenizers import load_tokenizer, special_token_ids
     from ember.config import ENCODER_FAMILIES
     from ember.tasks.task_model import load_task_module
@@ -123,7 +123,8 @@ def run_task_distillation(opts: TaskDistillOptions) -> dict:
         raise EmberError(f"{teacher_dir} holds a fine-tuned {teacher_cfg.model.family} model; task distillation "
                          "takes encoder teachers without language embeddings or knowledge inputs (BERT, "
                          "RoBERTa, ALBERT, ELECTRA, DistilBERT)")
-    adapter = get_adapter(teacher_cfg.task.name, teacher_cfg.model)
+    # a custom task: its task.json
+    adapter = get_adapter(read_task_record(teacher_dir) or teacher_cfg.task.name, teacher_cfg.model)
     if not isinstance(adapter, GlueAdapter):
         raise EmberError(f"{teacher_dir} was fine-tuned on {adapter.display_name}; task distillation "
                          "supports sentence (pair) classification and regression tasks (GLUE-style)")
@@ -159,6 +160,7 @@ def run_task_distillation(opts: TaskDistillOptions) -> dict:
     prepare_run_dir(out, opts.resume, opts.overwrite)
     write_run_files(out, cfg, tokenizer_path)
     atomic_write_text(out / "labels.json", json.dumps(adapter.label_names()))
+    write_task_record(out, adapter)  # the student serves and evaluates on the teacher's custom task
     atomic_write_text(out / "distill.json", json.dumps(record, indent=2))
 
     batch = teacher_cfg.task.eval_batch_size

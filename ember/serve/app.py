@@ -2,6 +2,7 @@
 
     GET  /             a page to try the model in a browser (ember/serve/page: self-contained HTML)
     GET  /healthz      status, model and backend, limits, batching counters
+    GET  /metrics      Prometheus metrics (with prometheus_client); GET /docs, /openapi.json: the API
     POST /classify     {"text"| "texts", optional "text_pair" | "text_pairs"}  (GLUE-style runs)
     POST /embed        texts + pooling mean|cls|none, layer or layer_weights, normalize (encoder runs)
     POST /fill-mask    {"text" with [MASK], "top_k"}                          (MLM pre-training runs)
@@ -34,6 +35,7 @@ import logging
 
 from ember.errors import EmberError
 from ember.serve.batching import MicroBatcher
+from ember.serve.observability import install as install_observability, route_docs
 from ember.serve.requests import Limits, RequestError, read_json
 
 log = logging.getLogger("ember.serve")
@@ -48,8 +50,11 @@ def _require_web() -> None:
                          "pip install 'ember[serve]'")
 
 
-def create_app(predictor, limits: Limits | None = None, max_batch: int = 32, max_wait_ms: float = 5.0):
-    """The FastAPI app; the batcher starts and stops with the app's lifespan."""
+def create_app(predictor, limits: Limits | None = None, max_batch: int = 32, max_wait_ms: float = 5.0,
+               metrics: bool | None = None, access_log: bool = False):
+    """The FastAPI app; the batcher starts and stops with the app's lifespan. ``metrics``: serve
+    Prometheus /metrics (None: when prometheus_client is installed); ``access_log``: one line per
+    request on the ``ember.serve.access`` logger (serve/observability.py)."""
     _require_web()
     from fastapi import FastAPI, Request
     from fastapi.exceptions import RequestValidationError
@@ -66,7 +71,9 @@ def create_app(predictor, limits: Limits | None = None, max_batch: int = 32, max
         yield
         batcher.close()  # everything already queued is answered first
 
-    app = FastAPI(title="ember", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
+    # /docs (Swagger UI, whose scripts come from a CDN) and /openapi.json describe each method's body
+    app = FastAPI(title="ember", description=f"{info.display_name}: {', '.join(predictor.endpoints)}",
+                  lifespan=lifespan, docs_url="/docs", redoc_url=None, openapi_url="/openapi.json")
     app.state.batcher, app.state.predictor, app.state.limits = batcher, predictor, limits
 
     @app.exception_handler(RequestError)
@@ -118,9 +125,10 @@ def create_app(predictor, limits: Limits | None = None, max_batch: int = 32, max
 
         return handle
 
-    for name in predictor.methods:
-        app.add_api_route(f"/{name}", route(name), methods=["POST"], name=name)
+    for name, method in predictor.methods.items():
+        app.add_api_route(f"/{name}", route(name), methods=["POST"], name=name, **route_docs(method))
 
+    app.state.metrics = install_observability(app, batcher, metrics, access_log)
     return app
 
 

@@ -23,7 +23,7 @@ from ember.fileio import atomic_folder
 FORMATS = ("hf", "onnx", "int8", "onnx-int8")
 # fp32 exports must reproduce the original; int8 ones are only reported (they are lossy).
 DEFAULT_TOLERANCE = 1e-3
-RUN_FILES = ("config.yaml", "tokenizer.json", "labels.json", "embedding.json")
+RUN_FILES = ("config.yaml", "tokenizer.json", "labels.json", "embedding.json", "task.json")  # task.json: custom tasks
 
 
 def _size(path: Path) -> int:

@@ -9,7 +9,9 @@ task works with every family (BERT, RoBERTa, ALBERT, ELECTRA, DistilBERT).
 Registry: GLUE-style tasks map to ``ember.tasks.glue_adapter.GlueAdapter`` (wrapping ``ember.tasks.glue`` specs),
 ``conll2003`` to ``ember.tasks.tagging.ConllNerAdapter`` and ``squad``/``squad2`` to
 ``ember.tasks.squad_task.SquadAdapter``. Non-GLUE adapters are imported lazily by module
-path, so a missing optional module only matters when its task is asked for.
+path, so a missing optional module only matters when its task is asked for. Custom tasks on
+a user's files (``ember.tasks.custom``) are described by a record, kept in RUN/task.json;
+``get_adapter(record)`` rebuilds them.
 """
 
 from __future__ import annotations
@@ -71,6 +73,10 @@ LAZY_ADAPTERS = {
     "rusentimentbinary": "ember.tasks.sentiment:SentimentAdapter",  # positive/negative, SST-2's labels
 }
 ALIASES = {"conll": "conll2003", "conll03": "conll2003", "ner": "conll2003"}
+# Custom tasks on the user's own files (`ember finetune --task classify --train F --dev F`):
+# kind -> "module:function" that rebuilds the adapter from its task record (RUN/task.json).
+CUSTOM_TASKS = {kind: "ember.tasks.custom:from_record" for kind in ("classify", "pair", "regression", "tag", "qa")}
+TASK_RECORD = "task.json"  # in a run folder: what rebuilds a custom task (the adapter's ``record()``)
 
 # Backbone families whose input format or head differs from the encoders' ([CLS] head, the
 # tokenizer's template): family -> "module:function" that turns a task's encoder adapter
@@ -117,17 +123,25 @@ def get_adapter(task: str | TaskAdapter, model=None, language: str = "") -> Task
     return adapter
 
 
-def _get_adapter(task: str | TaskAdapter) -> TaskAdapter:
+def _get_adapter(task: str | dict | TaskAdapter) -> TaskAdapter:
     from ember.tasks.glue import TaskSpec, get_task
     from ember.tasks.glue_adapter import GlueAdapter
 
     if isinstance(task, TaskSpec):
         return GlueAdapter(task)
+    if isinstance(task, dict):  # a custom task's record (RUN/task.json)
+        kind = task.get("kind")
+        if kind not in CUSTOM_TASKS:
+            raise EmberError(f"task record of kind {kind!r}; known kinds: {', '.join(CUSTOM_TASKS)}")
+        return _load(CUSTOM_TASKS[kind], f"custom task {kind!r}")(task)
     if not isinstance(task, str):
         return task
 
     key = task.lower().replace("-", "").replace("_", "")
     key = ALIASES.get(key, key)
+    if key in CUSTOM_TASKS:
+        raise EmberError(f"--task {key} fine-tunes on your own files: give --train FILE and --dev FILE "
+                         "(a run folder of such a task keeps them in its task.json)")
     if key in LAZY_ADAPTERS:
         cls = _load(LAZY_ADAPTERS[key], f"task {task!r}")
         # One class may serve several names (squad / squad2): it then takes the name.
@@ -135,4 +149,33 @@ def _get_adapter(task: str | TaskAdapter) -> TaskAdapter:
     try:
         return GlueAdapter(get_task(key))
     except EmberError:
-        raise EmberError(f"unknown task {task!r}; known tasks: {', '.join(task_names())}") from None
+        raise EmberError(f"unknown task {task!r}; known tasks: {', '.join(task_names())}; or your own "
+                         f"files with --task {'|'.join(CUSTOM_TASKS)} --train FILE --dev FILE") from None
+
+
+def read_task_record(run_dir: str | Path) -> dict | None:
+    """The custom task record of a run folder (None for a built-in task's run)."""
+    import json
+
+    path = Path(run_dir) / TASK_RECORD
+    if not path.is_file():
+        return None
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except ValueError as exc:
+        raise EmberError(f"{path}: unreadable ({exc}); it describes the run's task and cannot be rebuilt "
+                         "from config.yaml alone") from None
+    if not isinstance(record, dict):
+        raise EmberError(f"{path}: expected a JSON object describing the task")
+    return record
+
+
+def write_task_record(run_dir: str | Path, adapter) -> None:
+    """RUN/task.json for an adapter that has a ``record()`` (custom tasks); nothing otherwise."""
+    import json
+
+    from ember.fileio import atomic_write_text
+
+    record = getattr(adapter, "record", None)
+    if callable(record):
+        atomic_write_text(Path(run_dir) / TASK_RECORD, json.dumps(record(), indent=2))

@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from ember.nn.linear_head import BackboneWithLinearHead
 from ember.tasks.featurize import collate, extra_inputs
 from ember.tasks.inference import encode_texts, sequence_view, softmax
-from ember.tasks.requests import parse_texts
+from ember.tasks.requests import TEXT_FIELDS, body_schema, parse_texts
 
 
 class SequenceClassifier(BackboneWithLinearHead):
@@ -81,6 +81,10 @@ class ClassifyMethod:
         {"name": "text", "label": "Text", "type": "textarea", "default": "a gripping, beautifully acted film"},
         {"name": "text_pair", "label": "Second text (sentence-pair tasks only)", "type": "textarea",
          "optional": True}]}
+    request_schema = body_schema(
+        "Texts (or sentence pairs) to classify: each gets a label and the probability of every label "
+        "(or a score, for a regression head); 'truncated' says which inputs were cut to the model's length.",
+        TEXT_FIELDS, {"texts": ["a gripping, beautifully acted film", "a dull, lifeless mess"]})
 
     def __init__(self, ctx) -> None:
         self.encoder = ctx.encoder()

@@ -55,11 +55,12 @@ def split_path(split: str) -> Path:
 
 
 def read_conll(path: str | Path, limit: int | None = None, require_tags: bool = True,
-               labels: tuple[str, ...] = LABELS) -> list[Sentence]:
+               labels: tuple[str, ...] | None = LABELS, any_columns: bool = False) -> list[Sentence]:
     """Sentences of a CoNLL file; with ``require_tags=False`` one-column (word only) files work too.
 
-    Columns: 4 (word POS chunk NER), 2 (word NER) or, without ``require_tags``, 1 (word).
-    Every line of a file must have the same number of columns.
+    Columns: 4 (word POS chunk NER), 2 (word NER) or, without ``require_tags``, 1 (word);
+    ``any_columns``: any number, the word first and the tag last (a user's own tag files).
+    Every line of a file must have the same number of columns. ``labels=None`` takes any tag.
     """
     if limit is not None and limit < 0:
         raise ValueError(f"limit must be >= 0, got {limit}")
@@ -91,14 +92,14 @@ def read_conll(path: str | Path, limit: int | None = None, require_tags: bool = 
                 raise EmberError(f"{path}:{lineno}: -DOCSTART- inside a sentence; put a blank line before it")
             continue
         if n_columns is None:
-            if len(fields) not in allowed:
+            if len(fields) not in allowed and not (any_columns and len(fields) >= min(allowed)):
                 raise EmberError(f"{path}:{lineno}: expected {' or '.join(map(str, allowed))} space-separated "
                                  f"columns ({' '.join(COLUMNS)}), found {len(fields)}")
             n_columns = len(fields)
         elif len(fields) != n_columns:
             raise EmberError(f"{path}:{lineno}: expected {n_columns} columns like the lines before, "
                              f"found {len(fields)}")
-        if n_columns > 1 and fields[-1] not in labels:
+        if n_columns > 1 and labels is not None and fields[-1] not in labels:
             raise EmberError(f"{path}:{lineno}: NER tag {fields[-1]!r} is not a CoNLL-2003 label; "
                              f"valid: {', '.join(labels)}")
         rows.append((lineno, fields))

@@ -15,7 +15,7 @@ from torch import nn
 from ember.errors import RequestError
 from ember.runs.embedding import EmbeddingDefaults
 from ember.tasks.inference import encode_texts, softmax, token_view
-from ember.tasks.requests import check_fields, int_field, parse_texts
+from ember.tasks.requests import TEXT_FIELDS, body_schema, check_fields, int_field, parse_texts
 
 POOLINGS = ("mean", "cls", "none")
 
@@ -50,6 +50,18 @@ class EmbedMethod:
                     "The stock market fell sharply today.\nShare prices dropped."},
         {"name": "pooling", "label": "Pooling", "type": "select", "options": ["mean", "cls"], "default": "mean"},
         {"name": "normalize", "type": "hidden", "value": True}]}
+    request_schema = body_schema(
+        "Texts -> vectors: pooled over tokens (mean or [CLS]) or per token, from one layer or a softmax-"
+        "weighted mix of all layers (ELMo's scalar mix).",
+        {**TEXT_FIELDS,
+         "pooling": {"type": "string", "enum": ["mean", "cls", "none"], "default": "mean",
+                     "description": "mean over tokens, the [CLS] vector, or none (one vector per token)"},
+         "layer": {"type": "integer", "default": -1, "description": "0 = embeddings, 1..L the layers, -1 the last"},
+         "layer_weights": {"type": "array", "items": {"type": "number"},
+                           "description": "one weight per layer, embeddings first (L + 1), softmax-mixed; "
+                           "instead of 'layer'"},
+         "normalize": {"type": "boolean", "default": False, "description": "scale each vector to unit length"}},
+        {"texts": ["a cat sat on the mat", "a dog lay on the rug"], "pooling": "mean", "normalize": True})
 
     def __init__(self, ctx) -> None:
         self.encoder, self.tokenizer = ctx.encoder(), ctx.tokenizer

@@ -17,7 +17,7 @@ from torch import nn
 from ember.errors import EmberError, RequestError
 from ember.nn.heads import MaskedLMHead
 from ember.tasks.inference import encode_texts, softmax, token_view
-from ember.tasks.requests import check_fields, int_field, text_field
+from ember.tasks.requests import body_schema, check_fields, int_field, string_schema, text_field
 
 
 class MaskedLM(nn.Module):
@@ -42,6 +42,12 @@ class FillMaskMethod:
 
     name = "fill-mask"
     inputs = {"text": None}  # one text per request
+    request_schema = body_schema(
+        "A text with the tokenizer's mask token(s) -> the most likely tokens and their probabilities per mask.",
+        {"text": string_schema("the text, with one or more mask tokens (e.g. [MASK])"),
+         "top_k": {"type": "integer", "minimum": 1, "maximum": 100, "default": 5,
+                   "description": "tokens returned per mask"}},
+        {"text": "the capital of france is [MASK] .", "top_k": 5}, required=("text",))
 
     def __init__(self, ctx) -> None:
         self.encoder, self.tokenizer, self.max_length = ctx.encoder(), ctx.tokenizer, ctx.max_length

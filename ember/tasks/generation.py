@@ -30,7 +30,8 @@ from typing import Sequence
 
 from ember.errors import RequestError
 from ember.generate import GenerationConfig, cut_at_stop, generate_ids
-from ember.tasks.requests import Limits, check_fields, int_field, number_field, texts_field, unicode_field
+from ember.tasks.requests import (Limits, body_schema, check_fields, int_field, number_field, texts_field,
+                                  unicode_field)
 
 MAX_STOP = 16  # stop sequences per request
 MAX_STOP_CHARS = 200
@@ -129,6 +130,20 @@ class GenerateMethod:
 
     name = "generate"
     inputs = {"prompt": "prompts"}
+    request_schema = body_schema(
+        "Prompts -> continuations, greedy (temperature 0, the default) or sampled; a sampled request "
+        "without a seed gets one, returned in the response.",
+        {"prompt": {"type": "string", "description": "one prompt; send 'prompt' or 'prompts'"},
+         "prompts": {"type": "array", "items": {"type": "string"}, "description": "several prompts"},
+         "max_new_tokens": {"type": "integer", "minimum": 1, "description": "tokens to generate (capped by "
+                            "the server's --max-new-tokens and the model's context)"},
+         "temperature": {"type": "number", "description": "0 = greedy; sampling between 0.05 and 10"},
+         "top_k": {"type": "integer", "minimum": 0, "description": "sample among the k most likely tokens (0 = all)"},
+         "top_p": {"type": "number", "exclusiveMinimum": 0, "maximum": 1,
+                   "description": "nucleus sampling: the smallest set of tokens with this much probability"},
+         "stop": {"type": "array", "items": {"type": "string"}, "description": "stop at the first of these strings"},
+         "seed": {"type": "integer", "minimum": 0, "description": "random seed of a sampled request"}},
+        {"prompt": "The history of", "max_new_tokens": 20, "temperature": 0.8, "top_p": 0.9, "seed": 1})
     limits = ("max_new_tokens",)  # the request limits this method reads besides the common ones
     texts_key, tokens_key = "prompts", "prompt_tokens"  # request field, response field
     # The page at / (ember.serve.page): the prompt and the sampling settings.

@@ -8,11 +8,11 @@ Other keys (a gold label, metadata) are ignored. Bad lines are errors naming ``f
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from ember.errors import EmberError
-from ember.tasks.glue import Example, TaskSpec, _lines
+from ember.tasks.glue import Example, TaskSpec
+from ember.tasks.table_files import jsonl_objects
 
 
 def _text(row: dict, keys: tuple[str, ...], path: Path, lineno: int) -> str:
@@ -28,15 +28,7 @@ def _text(row: dict, keys: tuple[str, ...], path: Path, lineno: int) -> str:
 def read_jsonl_examples(path: str | Path, spec: TaskSpec) -> list[Example]:
     path = Path(path)
     examples = []
-    for lineno, line in enumerate(_lines(path), 1):
-        if not line.strip():
-            raise EmberError(f"{path}:{lineno}: blank line inside the file")
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise EmberError(f"{path}:{lineno}: not valid JSON ({exc.msg}); write one object per line") from None
-        if not isinstance(row, dict):
-            raise EmberError(f"{path}:{lineno}: expected a JSON object, got {type(row).__name__}")
+    for lineno, row in jsonl_objects(path):
         text_a = _text(row, (spec.text_a, "text"), path, lineno)
         text_b = _text(row, (spec.text_b, "text_pair"), path, lineno) if spec.text_b else None
         guid = str(row.get("id", row.get("guid", f"{path.stem}-{lineno - 1}")))

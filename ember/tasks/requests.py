@@ -123,3 +123,32 @@ class TextEncoder:
     def __call__(self, texts: Sequence[str], pairs: Sequence[str] | None = None) -> list[tuple[list, list, bool]]:
         inputs = list(texts) if pairs is None else list(zip(texts, pairs))
         return [(e.ids, e.type_ids, bool(e.overflowing)) for e in self.tokenizer.encode_batch(inputs)]
+
+
+# -- request bodies as JSON Schema (the OpenAPI page of `ember serve`: /docs, /openapi.json) --------
+
+
+def body_schema(description: str, properties: dict, example: dict, required: tuple[str, ...] = ()) -> dict:
+    """A method's request body as a JSON Schema object; ``request_schema`` of each method.
+    Unknown fields are refused (``check_fields``), hence ``additionalProperties: false``."""
+    schema = {"type": "object", "description": description, "properties": properties,
+              "additionalProperties": False, "example": example}
+    if required:
+        schema["required"] = list(required)
+    return schema
+
+
+def string_schema(description: str) -> dict:
+    return {"type": "string", "description": description}
+
+
+def strings_schema(description: str) -> dict:
+    return {"type": "array", "items": {"type": "string"}, "description": description}
+
+
+TEXT_FIELDS = {
+    "text": string_schema("one text; send 'text' or 'texts'"),
+    "texts": strings_schema("several texts, answered in order (at most the server's max_texts)"),
+    "text_pair": string_schema("the second text of a sentence pair, with 'text'"),
+    "text_pairs": strings_schema("the second texts of sentence pairs, with 'texts' (as many)"),
+}

@@ -34,7 +34,6 @@ CSV record spanning lines, the line where it starts).
 
 from __future__ import annotations
 
-import csv
 import hashlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,11 +43,12 @@ import numpy as np
 from ember import paths
 from ember.errors import EmberError
 from ember.tasks.glue_adapter import GlueAdapter
-from ember.tasks.glue import Example, TaskSpec, _lines
+from ember.tasks.glue import Example, TaskSpec
+from ember.tasks.table_files import csv_records
 
-# A CSV record longer than this is almost surely a quote that was never closed (the longest
-# RuSentiment post is 800 characters and 78 lines).
-MAX_RECORD_CHARS = 20_000
+# CSV records (quoted texts spanning lines) come from ``ember.tasks.table_files.csv_records``,
+# which refuses a record over 20,000 characters as an unclosed quote (the longest RuSentiment
+# post is 800 characters and 78 lines).
 
 
 @dataclass(frozen=True)
@@ -137,7 +137,7 @@ def read_file(path: str | Path, task: str | SentimentTask, require_label: bool =
         if require_label:
             return read_examples(spec, path.stem, path=path)
         return read_tsv_examples(path, spec)
-    rows = _csv_rows(path)
+    rows = csv_records(path)
     header_line, header = next(rows, (1, None))
     if header is None:
         raise EmberError(f"{path}: file is empty")
@@ -168,26 +168,6 @@ def read_file(path: str | Path, task: str | SentimentTask, require_label: bool =
             label = ids.get(value)  # unlabelled reading (ember predict) keeps every post
         examples.append(Example(guid=f"{path.stem}-{len(examples)}", text_a=text, text_b=None, label=label))
     return examples
-
-
-def _csv_rows(path: Path):
-    """(start line, fields) of a comma-separated file whose quoted fields may span lines."""
-    lines = _lines(path)  # strict UTF-8 with file:line errors; BOM, CRLF, trailing blanks handled
-    reader = csv.reader((line + "\n" for line in lines), strict=True)
-    while True:
-        start = reader.line_num + 1
-        try:
-            fields = next(reader)
-        except StopIteration:
-            return
-        except csv.Error as err:
-            where = "" if reader.line_num == start else f" (the record starting at line {start})"
-            raise EmberError(f"{path}:{reader.line_num}: bad CSV quoting{where}: {err}; a quote inside "
-                             'a quoted text must be doubled ("")') from None
-        if sum(map(len, fields)) > MAX_RECORD_CHARS:
-            raise EmberError(f"{path}:{start}: a record of {reader.line_num - start + 1} lines and over "
-                             f"{MAX_RECORD_CHARS} characters starts here; is a quote left unclosed?")
-        yield start, fields
 
 
 class SentimentAdapter(GlueAdapter):

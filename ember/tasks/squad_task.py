@@ -30,6 +30,7 @@ from ember.tasks.glue import BertHParams
 from ember.tasks.qa import QuestionAnswering, decode_answers
 from ember.tasks.squad import SquadExample, featurize_squad, read_squad, split_by_article
 from ember.tasks.squad_metrics import squad_evaluate
+from ember.tasks.requests import body_schema
 
 VERSIONS = {"squad": "SQuAD 1.1", "squad2": "SQuAD 2.0"}
 # BERT (Devlin et al. 2019) §4.2: SQuAD 1.1 for 3 epochs, lr 5e-5, batch 32; §4.3: SQuAD 2.0 for
@@ -180,6 +181,14 @@ class AnswerMethod:
          "default": "The Eiffel Tower is a wrought-iron lattice tower in Paris, France. It was built "
                     "for the 1889 World's Fair and is named after the engineer Gustave Eiffel."},
         {"name": "top_k", "label": "Spans listed", "type": "number", "default": 3, "min": 1, "max": 20}]}
+    request_schema = body_schema(
+        "A question and its context -> the best answer span (\"\" = no answer, for SQuAD 2.0-style runs), "
+        "its score, the no-answer score and the n-best spans.",
+        {"question": {"type": "string", "description": "the question"},
+         "context": {"type": "string", "description": "the text that holds the answer (read in overlapping windows)"},
+         "top_k": {"type": "integer", "minimum": 1, "maximum": 20, "default": 3, "description": "n-best spans returned"}},
+        {"question": "Where is the Eiffel Tower?", "context": "The Eiffel Tower is in Paris."},
+        required=("question", "context"))
 
     def __init__(self, adapter: SquadAdapter, ctx) -> None:
         self.adapter, self.tokenizer, self.max_length = adapter, ctx.tokenizer, ctx.max_length

@@ -29,6 +29,7 @@ from ember.nn.linear_head import BackboneWithLinearHead
 from ember.tasks.featurize import collate, extra_inputs
 from ember.tasks.glue import BertHParams
 from ember.tasks.inference import token_view
+from ember.tasks.requests import body_schema
 
 IGNORE = -100  # cross_entropy's ignore_index: non-first sub-tokens, specials, padding
 
@@ -140,6 +141,22 @@ def word_tags(pred_ids: Sequence[np.ndarray], label_names: Sequence[str], outsid
     return [[label_names[j] if j >= 0 else outside for j in ids] for ids in pred_ids]
 
 
+def is_bio(labels: Sequence[str]) -> bool:
+    """True for an IOB tag set (O, B-X, I-X): its tags spell entities. A custom tag set such as
+    part-of-speech tags (``--task tag``) has no entities, only a tag per word."""
+    return all(t == "O" or (t[:2] in ("B-", "I-") and len(t) > 2) for t in labels)
+
+
+def entity_list(words: Sequence[str], tags: Sequence[str], bio: bool = True) -> list[dict]:
+    """The entities IOB ``tags`` spell over ``words`` ([] for a tag set that is not IOB)."""
+    from ember.tasks.ner_metrics import get_entities
+
+    if not bio:
+        return []
+    return [{"type": t, "start": a, "end": b + 1, "text": " ".join(words[a : b + 1])}
+            for t, a, b in get_entities(tags)]
+
+
 # -- plain text -> words -----------------------------------------------------------------------
 
 # CoNLL-2003 tokenization keeps abbreviations ("U.S.") and hyphenated / apostrophe words whole
@@ -163,7 +180,7 @@ def _jsonl_sentences(path: Path) -> list[tuple[str, list[str]]]:
             row = json.loads(line)
         except json.JSONDecodeError as exc:
             raise EmberError(f"{path}:{n}: not valid JSON ({exc.msg}); write one object per line") from None
-        words = row.get("words") if isinstance(row, dict) else None
+        words = row.get("words", row.get("tokens")) if isinstance(row, dict) else None
         if words is None and isinstance(row, dict) and isinstance(row.get("text"), str):
             words = split_words(row["text"])
         if not isinstance(words, list) or not words or not all(isinstance(w, str) and w for w in words):
@@ -186,9 +203,18 @@ class TagMethod:
     form = {"title": "Tag entities", "view": "tag", "fields": [
         {"name": "text", "label": "Text", "type": "textarea",
          "default": "John Smith flew from London to Paris with Lufthansa on Monday ."}]}
+    request_schema = body_schema(
+        "Sentences -> a tag per word and the entities the tags spell: free text (split into CoNLL-like "
+        "words) or pre-split words.",
+        {"text": {"type": "string", "description": "one sentence; send 'text', 'texts' or 'words'"},
+         "texts": {"type": "array", "items": {"type": "string"}, "description": "several sentences"},
+         "words": {"type": "array", "items": {"type": "array", "items": {"type": "string"}},
+                   "description": "sentences already split into words"}},
+        {"text": "EU rejects German call to boycott British lamb ."})
 
     def __init__(self, ctx) -> None:
         self.tokenizer, self.max_length, self.labels = ctx.tokenizer, ctx.max_length, ctx.labels
+        self.bio = is_bio(self.labels)
 
     def parse(self, data: dict, limits) -> dict:
         """{"text": str} | {"texts": [str]} (split into words) | {"words": [[str]]} (pre-split)."""
@@ -219,8 +245,6 @@ class TagMethod:
         return {"words": out}
 
     def __call__(self, requests, forward) -> list[dict]:
-        from ember.tasks.ner_metrics import get_entities
-
         flat = [words for req in requests for words in req["words"]]
         features, _ = encode_words(flat, self.tokenizer, self.max_length)
         outs = forward([(f["input_ids"], f["token_type_ids"]) for f in features], False)
@@ -235,8 +259,7 @@ class TagMethod:
                 tags = [self.labels[int(token_pred[p])] if p >= 0 else "O" for p in starts]
                 # Cut-off words have no sub-token (-1); a full-length row with such words was truncated.
                 cut = len(f["input_ids"]) >= self.max_length and bool((starts < 0).any())
-                entities = [{"type": t, "start": a, "end": b + 1, "text": " ".join(words[a : b + 1])}
-                            for t, a, b in get_entities(tags)]
+                entities = entity_list(words, tags, self.bio)
                 results.append({"words": words, "tags": tags, "entities": entities, "truncated": cut})
             responses.append({"results": results, "truncated": any(r["truncated"] for r in results)})
         return responses
@@ -273,9 +296,7 @@ class ConllNerAdapter:
 
     def load(self, split: str, tokenizer: Tokenizer, max_length: int, limit: int | None = None,
              path: str | Path | None = None) -> tuple[list, list[dict]]:
-        from ember.tasks.conll import read_split
-
-        sentences = read_split(split, path=path, limit=limit)
+        sentences = self.read(split, path, limit)
         labels = [[self.label_ids[t] for t in s.tags] for s in sentences]
         features, n_truncated = self.encode_words([s.words for s in sentences], tokenizer, max_length, labels)
         if n_truncated:
@@ -283,6 +304,12 @@ class ConllNerAdapter:
                   f"{len(sentences)} sentences to {max_length} sub-tokens; their cut-off words count as O "
                   "(raise --max-length to keep them)")
         return sentences, features
+
+    def read(self, split: str, path: str | Path | None = None, limit: int | None = None) -> list:
+        """Tagged sentences of a split (or of a CoNLL file ``path``), every tag in ``self.labels``."""
+        from ember.tasks.conll import read_split
+
+        return read_split(split, path=path, limit=limit)
 
     def build_module(self, backbone: nn.Module, pad_id: int) -> TokenClassifier:
         return TokenClassifier(backbone, len(self.labels), pad_id)
@@ -303,8 +330,6 @@ class ConllNerAdapter:
         text (one sentence per line, split into CoNLL-like words)."""
         from ember.tasks.conll import read_conll
         from ember.tasks.glue import _lines
-        from ember.tasks.ner_metrics import get_entities
-
         path = Path(path)
         if path.suffix in (".conll", ".iob", ".bio"):
             sentences = [(s.guid, list(s.words)) for s in read_conll(path, require_tags=False)]
@@ -317,8 +342,7 @@ class ConllNerAdapter:
         tags = word_tags(module.predict(features, batch_size, device), self.labels)
         rows = []
         for (guid, words), sentence_tags in zip(sentences, tags):
-            entities = [{"type": t, "start": a, "end": b + 1, "text": " ".join(words[a : b + 1])}
-                        for t, a, b in get_entities(sentence_tags)]
+            entities = entity_list(words, sentence_tags, is_bio(self.labels))
             rows.append({"id": guid, "words": words, "tags": sentence_tags, "entities": entities})
         return rows, n_truncated
 

@@ -18,7 +18,7 @@ from ember.errors import EmberError
 from ember.models import build_backbone
 from ember.runs.checkpoint import load_weights
 from ember.runs.folder import load_run_config
-from ember.tasks.base import TaskAdapter, get_adapter
+from ember.tasks.base import TaskAdapter, get_adapter, read_task_record
 
 
 def _fresh_backbone(cfg: RunConfig) -> nn.Module:
@@ -79,12 +79,13 @@ def build_task_module(cfg: RunConfig, adapter: TaskAdapter, state: dict | None, 
 
 
 def load_run_adapter(run_dir: Path, cfg: RunConfig, task: str = "") -> TaskAdapter:
-    """The run's task adapter with the settings tuned during fine-tuning (RUN/tuned.json).
+    """The run's task adapter (a custom task's from RUN/task.json) with the settings tuned during
+    fine-tuning (RUN/tuned.json).
 
     Another ``task`` (evaluating an SST-2 run on Russian sentiment) comes in its own language
     (XLM's language ids), and needs the run's output labels, in the same order.
     """
-    own = cfg.task.name
+    own = read_task_record(run_dir) or cfg.task.name
     other = bool(task) and (not own or get_adapter(task).name != get_adapter(own).name)
     from ember.tasks.knowledge import run_knowledge
 

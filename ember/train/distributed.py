@@ -50,6 +50,20 @@ def all_reduce_sums(values: list[float], info: DistInfo) -> list[float]:
     return tensor.tolist()
 
 
+def agree(values: list[float], flags: list[bool], info: DistInfo) -> tuple[list[float], list[bool]]:
+    """Rank 0's ``values`` and, per flag, whether any rank raised it: one collective, the same
+    answer on every rank. Decisions taken from a rank's own clock or signals (a time budget, a
+    time-based learning rate, SIGTERM) must go through here, or ranks leave the loop at
+    different steps and the others hang in their next all-reduce."""
+    if not info.enabled:
+        return values, flags
+    tensor = torch.tensor([v if info.is_main else 0.0 for v in values] + [float(f) for f in flags],
+                          dtype=torch.float64)
+    dist.all_reduce(tensor)
+    out = tensor.tolist()
+    return out[: len(values)], [x > 0 for x in out[len(values):]]
+
+
 def barrier(info: DistInfo) -> None:
     if info.enabled:
         dist.barrier()

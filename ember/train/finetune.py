@@ -30,7 +30,7 @@ import torch
 from ember.config import RunConfig
 from ember.data.in_memory import InMemoryData
 from ember.errors import EmberError
-from ember.tasks.base import get_adapter
+from ember.tasks.base import get_adapter, write_task_record
 from ember.tasks.knowledge import with_knowledge
 from ember.tasks.task_model import build_task_module, pad_token_id
 from ember.runs.checkpoint import atomic_write_text, load_weights, save_weights
@@ -55,12 +55,14 @@ def check_options(cfg: RunConfig) -> None:
 
 def run_finetuning(cfg: RunConfig, run_dir: Path, state: dict | None, tokenizer_path: Path,
                    train_limit: int | None = None, overwrite: bool = False, resume: bool = False,
-                   progress: bool = True) -> dict:
+                   progress: bool = True, task=None) -> dict:
+    """``task``: an adapter (a custom task on the user's files) instead of ``cfg.task.name``'s."""
     from ember.tokenizers import load_tokenizer
 
     check_options(cfg)
-    # K-BERT / ERNIE inputs, if asked (ember.tasks.knowledge)
-    cfg, adapter = with_knowledge(cfg, get_adapter(cfg.task.name, cfg.model, cfg.task.language))
+    # K-BERT / ERNIE inputs, if asked (ember.tasks.knowledge); a custom task's adapter from its files
+    cfg, adapter = with_knowledge(cfg, get_adapter(task if task is not None else cfg.task.name, cfg.model,
+                                                   cfg.task.language))
     if hasattr(adapter, "model_config"):  # a family that fine-tunes another shape (XLNet: no memory)
         cfg = dataclasses.replace(cfg, model=adapter.model_config(cfg.model))
     tokenizer = load_tokenizer(tokenizer_path)
@@ -87,6 +89,7 @@ def run_finetuning(cfg: RunConfig, run_dir: Path, state: dict | None, tokenizer_
         atomic_write_text(run_dir / "tokenizer.json", tokenizer.to_str())
     if hasattr(adapter, "write_run_files"):  # what the adapter needs to rebuild its inputs (RUN/knowledge.tsv)
         adapter.write_run_files(run_dir)
+    write_task_record(run_dir, adapter)  # a custom task: what rebuilds it (RUN/task.json)
     labels = adapter.label_names()
     if labels is not None:
         atomic_write_text(run_dir / "labels.json", json.dumps(labels))

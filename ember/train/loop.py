@@ -27,7 +27,7 @@ from torch import nn
 from ember.config import TrainConfig
 from ember.errors import EmberError
 from ember.runs import checkpoint as ckpt
-from ember.train.distributed import DistInfo, all_reduce_sums, barrier
+from ember.train.distributed import DistInfo, agree, all_reduce_sums, barrier
 from ember.train.logging import MetricsLogger
 from ember.train.optim import build_optimizer, lr_factor, set_lr
 
@@ -51,10 +51,9 @@ class DataOrder:
 def autocast_context(device: str, dtype: str):
     if dtype in ("float32", "fp32"):
         return nullcontext()
-    if dtype not in ("bfloat16", "bf16", "float16", "fp16"):
+    if dtype not in ("bfloat16", "bf16"):  # float16 is refused by TrainConfig (no loss scaling)
         raise EmberError(f"train.dtype={dtype!r}; choose float32 or bfloat16")
-    torch_dtype = torch.bfloat16 if dtype.startswith("b") else torch.float16
-    return torch.autocast(device_type=device.split(":")[0], dtype=torch_dtype)
+    return torch.autocast(device_type=device.split(":")[0], dtype=torch.bfloat16)
 
 
 def step_clock(name: str) -> Callable[[], float]:
@@ -198,8 +197,11 @@ class Trainer:
             raise EmberError(f"loss became {loss.item()} at step {step}; lower train.lr or check the data")
         if cfg.max_grad_norm > 0:
             nn.utils.clip_grad_norm_(self.module.parameters(), cfg.max_grad_norm)
-        # schedule "time" reads the training seconds so far, this step's included
+        # schedule "time" reads the training seconds so far, this step's included; rank 0's
+        # clock sets it for every rank (each applying its own rate would split the replicas)
         lr = cfg.lr * lr_factor(step, cfg, self.elapsed + step_clock(cfg.clock)() - started)
+        if cfg.schedule == "time":
+            lr = agree([lr], [], self.dist)[0][0]
         set_lr(self.optimizer, lr)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
@@ -239,7 +241,12 @@ class Trainer:
         last_metrics: dict = {}
         clock = step_clock(cfg.clock)
         try:
-            while self.step < cfg.max_steps and not self.stop_requested and not self.stopped_early:
+            while True:
+                # Under DDP every rank leaves at the same step: rank 0's elapsed time decides the
+                # budget (each rank's own clock would not), a signal to any rank stops them all.
+                (self.elapsed,), (self.stop_requested,) = agree([self.elapsed], [self.stop_requested], self.dist)
+                if self.step >= cfg.max_steps or self.stop_requested or self.stopped_early:
+                    break
                 if cfg.max_time and self.elapsed >= cfg.max_time:
                     break
                 started = clock()
