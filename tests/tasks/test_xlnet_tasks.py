@@ -123,11 +123,18 @@ def test_xlnet_finetunes_on_real_sst2_and_learns(wordpiece, tmp_path):
     assert np.mean(losses[-3:]) < 0.8 * np.mean(losses[:3])
     kept = load_tokenizer(tmp_path / "sst2" / "tokenizer.json")  # the run reads texts as it was trained
     assert kept.encode("a fine film").tokens[-2:] == ["[SEP]", "[CLS]"]
+    # `ember predict` reads a file through the same XLNet inputs: its predictions on 200 dev
+    # sentences score what `ember.evaluate` reports on that file
+    from ember.tasks.glue import read_examples
+
+    dev = read_examples("sst2", "dev")[:200]
     tsv = tmp_path / "in.tsv"
-    tsv.write_text("sentence\tlabel\na great , moving film\t1\na dull mess\t0\n")
+    tsv.write_text("sentence\tlabel\n" + "".join(f"{ex.text_a}\t{ex.label}\n" for ex in dev))
     assert main(["predict", str(tmp_path / "sst2"), "--input", str(tsv), "--out", str(tmp_path / "p.jsonl")]) == 0
     rows = [json.loads(line) for line in (tmp_path / "p.jsonl").read_text().splitlines()]
-    assert [r["prediction"] for r in rows] == ["positive", "negative"]
+    names = ["negative", "positive"]
+    accuracy = np.mean([r["prediction"] == names[ex.label] for r, ex in zip(rows, dev, strict=True)])
+    assert accuracy == pytest.approx(ember.evaluate(tmp_path / "sst2", file=tsv)["metrics"]["accuracy"])
 
 
 @pytest.mark.slow  # ~30 CPU s: scoring CoNLL dev + test and the SQuAD dev windows
