@@ -176,6 +176,9 @@ def write_task_record(run_dir: str | Path, adapter) -> None:
 
     from ember.fileio import atomic_write_text
 
-    record = getattr(adapter, "record", None)
+    record = None
+    while adapter is not None and not callable(record):  # through a family's wrapper (T5, GPT, ...)
+        record = getattr(adapter, "record", None)
+        adapter = getattr(adapter, "inner", None) or getattr(adapter, "base", None)
     if callable(record):
         atomic_write_text(Path(run_dir) / TASK_RECORD, json.dumps(record(), indent=2))

@@ -23,6 +23,10 @@ input starts with a task prefix and names each field, the target is the label as
 * STS-B (§2.4): "we simply rounded any score to the nearest increment of 0.2 and converted the
   result to a literal string representation of the number" (2.57 -> "2.6"); as the T5 code,
   round(5 x) / 5 with one decimal, halves to even (tf.round's rule and Python's).
+* Your own data (``ember.tasks.custom``): classify and pair take the GLUE pattern with the
+  kind as prefix ("classify sentence: ...", "pair sentence1: ... sentence2: ...") and the
+  training file's labels as the words; qa takes SQuAD's; regression is refused (STS-B's 0.2
+  rounding on a 0-5 scale does not fit an arbitrary target).
 * SQuAD (Appendix D): "question: ... context: ...", no task prefix; the target is the first
   reference answer (the one BERT trains on too). SQuAD 2.0 is not in the paper: ember's
   target for an unanswerable question is the word "unanswerable" (``NO_ANSWER``).
@@ -100,8 +104,8 @@ class GlueTemplate:
 
     kind = "classify"
 
-    def __init__(self, name: str, spec) -> None:
-        self.prefix, self.fields = GLUE_FORMATS[name]
+    def __init__(self, name: str, spec, fmt=None) -> None:
+        self.prefix, self.fields = fmt or GLUE_FORMATS[name]
         self.spec = spec
         self.words = () if spec.is_regression else tuple(spec.label_names or spec.labels)
 
@@ -178,6 +182,14 @@ class SquadTemplate:
         return Parsed(text, _normalised_run(text, example.context))
 
 
+def custom_format(kind: str, is_pair: bool):
+    """The input format of a custom classify/pair task: "classify sentence: ..." or "pair
+    sentence1: ... sentence2: ...", the task kind as its prefix (as "sst2" / "mrpc" are)."""
+    if is_pair:
+        return kind, (("sentence1", "text_a"), ("sentence2", "text_b"))
+    return kind, (("sentence", "text_a"),)
+
+
 def template_for(adapter):
     """The text-to-text template of a task's encoder adapter, or an EmberError naming the task."""
     name = adapter.name
@@ -185,6 +197,14 @@ def template_for(adapter):
         return GlueTemplate(name, adapter.spec)
     if name in SQUAD_TASKS:
         return SquadTemplate(name == "squad2")
+    if name in ("classify", "pair"):  # your own labelled texts: the GLUE pattern, the labels as words
+        return GlueTemplate(name, adapter.spec, custom_format(name, adapter.spec.text_b is not None))
+    if name == "qa":
+        return SquadTemplate(adapter.with_no_answer)
+    if name == "regression":
+        raise EmberError("--task regression with a T5 model: T5 predicts a number as text rounded to STS-B's "
+                         "0.2 steps on its 0-5 scale (Raffel et al. 2020, §2.4), which does not fit an arbitrary "
+                         "target; fine-tune regression with an encoder run (bert, roberta, electra, ...)")
     known = ", ".join(list(GLUE_FORMATS) + list(SQUAD_TASKS))
     raise EmberError(f"--task {name}: {adapter.display_name} has no text-to-text template, so a T5 (encoder-"
                      "decoder) model cannot be fine-tuned on it. T5 casts classification, regression and "

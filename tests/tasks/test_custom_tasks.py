@@ -368,3 +368,39 @@ def test_custom_task_resumes_from_its_task_record_without_the_options(wiki_prepa
                            label_column="sentiment", **common)
     again = ember.finetune("classify", tmp_path / "run", resume=True, **common)  # files and columns from task.json
     assert again.metrics == first.metrics
+
+
+# -- other families on your own data ------------------------------------------------------------
+
+
+def test_custom_classify_fine_tunes_a_t5_text_to_text_and_rebuilds_from_its_folder(tmp_path):
+    """A T5 run on SST-2-as-CSV: "classify sentence: ..." -> the file's own label words; the
+    record is written through the text-to-text wrapper, so evaluate works from the folder alone.
+    Regression, whose targets have no text form T5 defines, is refused before anything is written."""
+    from t5_helpers import TINY_T5, glue_t5_tokenizer
+
+    from ember.tasks.base import get_adapter
+    from ember.tasks.text2text_templates import input_text
+
+    real_data("glue", "SST-2")
+    tok = glue_t5_tokenizer(tmp_path / "t5tok.json")
+    train, dev = sst2_as_csv(tmp_path, train_n=64)
+    run = ember.finetune("classify", tmp_path / "t5", model="t5-tiny", tokenizer=str(tok), overrides=TINY_T5,
+                         epochs=1, train=train, dev=dev, column="review", label_column="sentiment",
+                         train_limit=64, max_length=64, progress=False)
+    record = json.loads((tmp_path / "t5" / "task.json").read_text())
+    assert record["labels"] == ["neg", "pos"]
+    again = ember.evaluate(tmp_path / "t5")["metrics"]
+    assert again == pytest.approx(run.metrics) and set(again) >= {"accuracy", "invalid"}
+    from ember.config import model_preset
+
+    adapter = get_adapter(record, model_preset("t5-tiny"))
+    example = adapter.inner.read("dev")[0]
+    assert input_text(adapter.template, example).startswith("classify sentence: ")
+    assert adapter.template.target_texts() == ["neg", "pos"]
+    rows = [("a fine film", "4.5"), ("a dull mess", "1.0")]
+    scores, dev_scores = (write_csv(tmp_path / f"{n}.csv", ["text", "score"], rows) for n in ("scores", "dev-scores"))
+    with pytest.raises(EmberError, match="regression with a T5 model"):
+        ember.finetune("regression", tmp_path / "reg", model="t5-tiny", tokenizer=str(tok), overrides=TINY_T5,
+                       train=scores, dev=dev_scores, progress=False)
+    assert not (tmp_path / "reg").exists()
