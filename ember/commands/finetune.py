@@ -103,9 +103,12 @@ def settings_from_args(args) -> dict:
              "entities", "fusion_layers")
     settings = {name: getattr(args, name) for name in names}
     settings.update(features=args.features or None, gradual_unfreeze=args.gradual_unfreeze or None)
-    for name in ("train", "dev", "test", "column", "pair_column", "label_column"):
-        settings[name] = getattr(args, name)
     return settings
+
+
+def data_from_args(args) -> dict:
+    """Your own data's files and columns (--train/--dev/--test/--text-column/...), as ember.finetune names them."""
+    return {name: getattr(args, name) for name in ("train", "dev", "test", "column", "pair_column", "label_column")}
 
 
 def run(args) -> int:
@@ -115,5 +118,5 @@ def run(args) -> int:
     finetune(args.task, args.out, args.init, model=args.model, tokenizer=args.tokenizer, seeds=seeds,
              train_limit=args.train_limit, overrides=train_overrides(args), resume=args.resume,
              overwrite=args.overwrite, progress=not args.no_progress, ulmfit=args.ulmfit,
-             **settings_from_args(args))
+             **data_from_args(args), **settings_from_args(args))
     return 0
