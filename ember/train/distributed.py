@@ -58,3 +58,56 @@ def barrier(info: DistInfo) -> None:
 def shutdown(info: DistInfo) -> None:
     if info.enabled and dist.is_initialized():
         dist.destroy_process_group()
+
+
+# -- beyond one machine (docs/distributed.md) ---------------------------------------------
+
+def restart_count() -> int:
+    """How many times ``torchrun --max-restarts`` has restarted this job's workers (0 on the
+    first attempt, and outside torchrun). A restarted worker must continue the run, not
+    start it again: its run folder already holds the first attempt's files."""
+    return int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0)
+
+
+def broadcast_object(value, info: DistInfo):
+    """Rank 0's ``value`` on every rank (any picklable object). Decisions that read files
+    (which checkpoint is intact) are taken once, by rank 0, so ranks cannot disagree."""
+    if not info.enabled:
+        return value
+    box = [value if info.is_main else None]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
+
+
+def gather_objects(value, info: DistInfo) -> list:
+    """Every rank's ``value``, in rank order, on every rank."""
+    if not info.enabled:
+        return [value]
+    out = [None] * info.world_size
+    dist.all_gather_object(out, value)
+    return out
+
+
+def gradient_sync(model, sync: bool):
+    """A context for one micro-batch's backward: gradients are reduced across ranks only when
+    ``sync`` (the last micro-batch of a step); the others accumulate locally. DDP says so
+    with ``no_sync()``, FSDP with ``set_requires_gradient_sync``; one process has nothing
+    to skip."""
+    from contextlib import contextmanager, nullcontext
+
+    if sync:
+        return nullcontext()
+    if hasattr(model, "no_sync"):  # DistributedDataParallel
+        return model.no_sync()
+    if not hasattr(model, "set_requires_gradient_sync"):  # a plain module (or a compiled one)
+        return nullcontext()
+
+    @contextmanager
+    def unsynced():
+        model.set_requires_gradient_sync(False)
+        try:
+            yield
+        finally:
+            model.set_requires_gradient_sync(True)
+
+    return unsynced()
