@@ -59,6 +59,15 @@ def test_fsdp_electra_two_ranks_match_one_process(wiki_prepared, tmp_path):
 
 
 @pytest.mark.slow
+def test_fsdp_lamb_trust_ratio_uses_whole_layer_norms(wiki_prepared, tmp_path):
+    # each rank holds half of every tensor: a ratio from the local shard would differ
+    sets = ["train.optimizer=lamb", "train.lr=2e-2", "train.weight_decay=0.01"]
+    one = pretrain(ONE_PROCESS, wiki_prepared, tmp_path / "one", 6, *sets)
+    assert_same_losses(pretrain(torchrun(2), wiki_prepared, tmp_path / "fsdp", 6, FSDP, *sets), one)
+    assert_same_weights(tmp_path / "fsdp", tmp_path / "one")
+
+
+@pytest.mark.slow
 def test_sharded_checkpoint_killed_rank_resumes_on_one_process_then_on_two_ranks(one_process, wiki_prepared, tmp_path):
     """The state is addressed by parameter name, not by rank: a run whose rank 1 is SIGKILLed
     after the checkpoint of step 3 continues on 1 process, which is killed after step 9 and
