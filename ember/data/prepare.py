@@ -313,6 +313,7 @@ def prepare_corpus(
     phrase_min_count: int = 5,
     phrase_threshold: float = 0.5,
     phrase_sample_docs: int = 5000,
+    extra_meta: dict | None = None,
 ) -> dict:
     """Tokenize ``inputs`` into a prepared directory ``out_dir``; return its stats.
 
@@ -320,6 +321,8 @@ def prepare_corpus(
     ``valid_fraction``; if none was picked but there are ≥ 2 documents, the last one is.
     ``phrases`` ("none", "spans" or "detect") also stores phrase/entity flags for ERNIE-style
     masking; the ``phrase_*`` options tune the detector (``ember.data.phrases``).
+    ``extra_meta``: more meta.json entries (a part of a corpus prepared across machines,
+    ``ember.data.parts``).
     """
     from tqdm import tqdm
 
@@ -434,6 +437,7 @@ def prepare_corpus(
             "seconds": round(seconds, 3),
             "phrases": phrase_meta,
             "splits": splits,
+            **(extra_meta or {}),
         }
         (tmp / "meta.json").write_text(json.dumps(meta, indent=2, ensure_ascii=False) + "\n",
                                        encoding="utf-8")
