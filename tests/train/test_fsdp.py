@@ -13,10 +13,11 @@ from dist_helpers import (
     pretrain_command,
     torchrun,
 )
-from run_helpers import kill_after_checkpoint
+from run_helpers import kill_after_checkpoint, train_losses
 
 from ember.runs.checkpoint import list_checkpoints, load_weights
 from ember.runs.sharded import is_sharded
+from ember.train.logging import MetricsLogger
 
 FSDP = "train.parallel=fsdp"
 STEPS = 15
@@ -75,7 +76,24 @@ def test_sharded_checkpoint_killed_rank_resumes_on_one_process_then_on_two_ranks
     _, losses = one_process
     run = tmp_path / "run"
     killed = kill_one_rank_after_checkpoint(pretrain_command(torchrun(2), wiki_prepared, run, STEPS, FSDP), run, 3)
-    assert killed.returncode != 0
+    assert killed.returncode != 0 and not (run / "model.safetensors").exists()  # killed mid-run
     kill_after_checkpoint(pretrain_command(ONE_PROCESS, wiki_prepared, run, STEPS, FSDP, resume=True), run, 9)  # 2 -> 1
     assert is_sharded(run / "checkpoints" / "step-00000009")  # the single process writes the same layout
     assert_same_losses(pretrain(torchrun(2), wiki_prepared, run, STEPS, FSDP, resume=True), losses)  # 1 -> 2
+
+
+@pytest.mark.slow
+def test_torchrun_max_restarts_resumes_a_killed_rank_with_no_lost_or_repeated_step(one_process, wiki_prepared,
+                                                                                   tmp_path):
+    """torchrun restarts both workers after rank 1 is SIGKILLed past step 3; they resume from
+    the newest checkpoint (TORCHELASTIC_RESTART_COUNT > 0) and the log holds each step once,
+    with the uninterrupted run's loss."""
+    _, losses = one_process
+    run = tmp_path / "run"
+    cmd = pretrain_command(torchrun(2, "--max-restarts=1"), wiki_prepared, run, STEPS, FSDP)
+    job = kill_one_rank_after_checkpoint(cmd, run, 3)
+    assert job.returncode == 0, job.output[-3000:]
+    assert "resumed from" in job.output
+    steps = [r["step"] for r in MetricsLogger.read(run / "metrics.jsonl") if r["split"] == "train"]
+    assert steps == list(range(1, STEPS + 1))  # none lost, none repeated
+    assert_same_losses(train_losses(run), losses)
