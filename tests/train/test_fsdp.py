@@ -3,6 +3,9 @@ resume exactly on 2, 1 or 2 ranks again, and final weights gathered from the sha
 
 from __future__ import annotations
 
+import shutil
+import subprocess
+
 import pytest
 import torch
 from dist_helpers import (
@@ -11,9 +14,10 @@ from dist_helpers import (
     kill_one_rank_after_checkpoint,
     pretrain,
     pretrain_command,
+    run_ok,
     torchrun,
 )
-from run_helpers import kill_after_checkpoint, train_losses
+from run_helpers import env, kill_after_checkpoint, train_losses
 
 from ember.runs.checkpoint import list_checkpoints, load_weights
 from ember.runs.sharded import is_sharded
@@ -37,16 +41,47 @@ def assert_same_weights(run_a, run_b, atol=1e-5):
         assert torch.allclose(a[name], b[name], atol=atol, rtol=0), name
 
 
-def test_fsdp_bert_two_ranks_match_one_process(one_process, wiki_prepared, tmp_path):
-    reference, losses = one_process
-    run = tmp_path / "fsdp"
-    assert_same_losses(pretrain(torchrun(2), wiki_prepared, run, STEPS, FSDP), losses)
+@pytest.fixture(scope="module")
+def fsdp_run(wiki_prepared, tmp_path_factory):
+    """bert on 2 ranks under FSDP, same settings as ``one_process``."""
+    run = tmp_path_factory.mktemp("fsdp") / "run"
+    return run, pretrain(torchrun(2), wiki_prepared, run, STEPS, FSDP)
+
+
+def test_fsdp_bert_two_ranks_match_one_process(one_process, fsdp_run):
+    (reference, losses), (run, fsdp) = one_process, fsdp_run
+    assert_same_losses(fsdp, losses)
     assert losses[STEPS] < losses[1] - 0.1  # it trains
     checkpoints = list_checkpoints(run)
     assert [c.name for c in checkpoints] == ["step-00000012", "step-00000015"]  # keep_checkpoints=2
     for c in checkpoints:  # each rank wrote its own shard
         assert is_sharded(c) and (c / "__0_0.distcp").is_file() and (c / "__1_0.distcp").is_file()
     assert_same_weights(run, reference)  # gathered from the shards, on rank 0
+
+
+@pytest.mark.slow
+def test_convert_and_export_read_a_sharded_checkpoint_directly(fsdp_run, tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(fsdp_run[0], run)
+    last = list_checkpoints(run)[-1]
+    # `ember convert --to-hf` of the sharded checkpoint: the final step's weights
+    run_ok(ONE_PROCESS + ["convert", "--to-hf", str(last), "--out", str(tmp_path / "hf-ckpt")])
+    run_ok(ONE_PROCESS + ["convert", "--to-hf", str(run), "--out", str(tmp_path / "hf-final")])
+    assert_same_weights(tmp_path / "hf-ckpt", tmp_path / "hf-final", atol=0)
+    # `ember export` of a run that has only (sharded) checkpoints: its newest one, verified
+    (run / "model.safetensors").unlink()
+    sentences = tmp_path / "sentences.txt"
+    sentences.write_text("The river flows north.\nA city was founded in 1850.\n")
+    done = run_ok(ONE_PROCESS + ["export", str(run), "--format", "hf", "--out", str(tmp_path / "export"),
+                                 "--verify-file", str(sentences)])
+    assert last.name in done.stderr
+    assert_same_weights(tmp_path / "export", tmp_path / "hf-final", atol=0)
+    # a checkpoint with a missing shard is refused by name, nothing written
+    (last / "__1_0.distcp").unlink()
+    done = subprocess.run(ONE_PROCESS + ["convert", "--to-hf", str(last), "--out", str(tmp_path / "hf-bad")],
+                          env=env(), capture_output=True, text=True, check=False)
+    assert done.returncode == 1 and "the shard __1_0.distcp of rank 1 is missing" in done.stderr
+    assert not (tmp_path / "hf-bad").exists()
 
 
 @pytest.mark.slow
