@@ -18,6 +18,7 @@ from ember.runs.checkpoint import save_weights
 from ember.runs.folder import prepare_run_dir
 from ember.train.distributed import init_distributed, restart_count, shutdown
 from ember.train.loop import Trainer
+from ember.train.scaling import effective_config
 
 
 def run_pretraining(cfg: RunConfig, run_dir: Path, resume: bool = False, overwrite: bool = False,
@@ -27,6 +28,7 @@ def run_pretraining(cfg: RunConfig, run_dir: Path, resume: bool = False, overwri
     # A worker restarted by `torchrun --max-restarts` continues the run from its last checkpoint.
     resume = resume or restart_count() > 0
     try:
+        effective_config(cfg.train, dist_info.world_size)  # a batch the ranks cannot split: refused before any file
         torch.manual_seed(cfg.train.seed)  # same initial weights on every rank
         setup = setup_pretraining(cfg, run_dir, resume, progress and dist_info.is_main)
         if dist_info.is_main:

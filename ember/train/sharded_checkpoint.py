@@ -11,8 +11,8 @@ point leaves only the temporary folder, which is never listed as a checkpoint: t
 Resuming. Rank 0 picks the newest intact checkpoint (manifest checked, a missing shard named
 and skipped) and broadcasts its path, so ranks cannot disagree. The state is addressed by
 parameter name (``torch.distributed.checkpoint.state_dict``), not by rank or shard, so a
-sharded checkpoint loads on any number of ranks - 2 -> 1, 1 -> 2 - and into a whole model,
-and a whole-model checkpoint (``model.safetensors`` + ``optimizer.pt``) loads into a sharded one.
+sharded checkpoint loads on any number of ranks - 2 -> 1, 1 -> 2 - and into a whole model;
+a whole-model checkpoint (``model.safetensors`` + ``optimizer.pt``, DDP) loads into a whole model.
 """
 
 from __future__ import annotations
@@ -112,34 +112,16 @@ def _load_sharded(path: Path, module: nn.Module, optimizer: torch.optim.Optimize
     set_state_dict(module, optimizer, model_state_dict=state[MODEL_KEY], optim_state_dict=state[OPTIMIZER_KEY])
 
 
-def optimizer_state_by_name(module: nn.Module, optimizer: torch.optim.Optimizer, saved: dict) -> dict:
-    """torch's optimizer state dict (parameters numbered in group order) keyed by parameter name
-    instead, the form ``set_optimizer_state_dict`` takes for a sharded model."""
-    names = {id(p): n for n, p in module.named_parameters()}
-    order = [names[id(p)] for group in optimizer.param_groups for p in group["params"]]
-    if len(order) != sum(len(g["params"]) for g in saved["param_groups"]):
-        raise EmberError("the checkpoint's optimizer state has a different number of parameters than this model")
-    groups, i = [], 0
-    for group in saved["param_groups"]:
-        groups.append({**group, "params": order[i:i + len(group["params"])]})
-        i += len(group["params"])
-    return {"state": {order[k]: v for k, v in saved["state"].items()}, "param_groups": groups}
-
-
 def _load_whole(path: Path, module: nn.Module, optimizer: torch.optim.Optimizer) -> dict:
+    if is_sharded_module(module):  # config.yaml keeps train.parallel, so only a hand-edited run gets here
+        raise EmberError(f"{path} is a whole-model checkpoint (train.parallel: ddp) and this run shards the model; "
+                         "resume it with train.parallel: ddp")
     model_state, optimizer_state, trainer_state = read_checkpoint(path)
-    if not is_sharded_module(module):
-        missing, unexpected = module.load_state_dict(model_state, strict=False)
-        if missing or unexpected:
-            raise EmberError(f"{path}: checkpoint does not fit this model "
-                             f"(missing {missing[:3]}, unexpected {unexpected[:3]})")
-        optimizer.load_state_dict(optimizer_state)
-        return trainer_state
-    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_state_dict
-
-    set_state_dict(module, optimizer, model_state_dict=model_state,
-                   optim_state_dict=optimizer_state_by_name(module, optimizer, optimizer_state),
-                   options=StateDictOptions(full_state_dict=True))
+    missing, unexpected = module.load_state_dict(model_state, strict=False)
+    if missing or unexpected:
+        raise EmberError(f"{path}: checkpoint does not fit this model "
+                         f"(missing {missing[:3]}, unexpected {unexpected[:3]})")
+    optimizer.load_state_dict(optimizer_state)
     return trainer_state
 
 

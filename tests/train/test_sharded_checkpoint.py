@@ -96,3 +96,17 @@ def test_world_size_that_does_not_divide_the_global_batch_is_refused():
     assert "divides 3" in str(err.value)
     with pytest.raises(EmberError, match="divisible by grad_accum x world size = 2 x 4"):
         world_layout(TrainConfig(batch_size=12, grad_accum=2), 4)
+
+
+def test_pretrain_refuses_a_batch_the_ranks_cannot_split_before_writing_anything(wiki_prepared, tmp_path, capsys):
+    from conftest import TINY_MODEL
+    from ember.cli import main
+
+    out = tmp_path / "run"
+    args = ["pretrain", "--recipe", "bert-mini", "--data", str(wiki_prepared), "--out", str(out), "--max-steps", "2",
+            "--no-progress"]
+    for s in TINY_MODEL + ["train.batch_size=12", "train.micro_batch_size=5"]:
+        args += ["--set", s]
+    assert main(args) == 1
+    assert "train.batch_size=12 is not a multiple of micro_batch_size x world size = 5 x 1" in capsys.readouterr().err
+    assert not out.exists()
