@@ -82,3 +82,19 @@ TINY_MODEL = [
     "model.hidden_size=32", "model.num_layers=2", "model.num_heads=2", "model.intermediate_size=64",
     "model.max_position=64", "model.vocab_size=2000", "data.max_seq_length=64", "data.eval_examples=32",
 ]
+
+
+@pytest.fixture(scope="session")
+def wiki_bpe(tmp_path_factory):
+    """A byte-level BPE (1k vocab, with <|endoftext|>) and token shards of 60 real articles."""
+    from ember.data.prepare import prepare_corpus
+    from ember.tokenizers import train_tokenizer
+
+    source = real_data("wiki-en", "AA", "wiki_00.gz")
+    root = tmp_path_factory.mktemp("wiki-bpe")
+    tok = train_tokenizer([source], kind="bpe", vocab_size=1000, lowercase=False, max_documents=60,
+                          progress=False)
+    tok.save(str(root / "tokenizer.json"))
+    prepare_corpus([source], root / "tokenizer.json", root / "prepared", max_docs=60,
+                   valid_fraction=0.1, progress=False)
+    return root / "prepared"

@@ -95,6 +95,22 @@ def test_fsdp_electra_two_ranks_match_one_process(wiki_prepared, tmp_path):
 
 
 @pytest.mark.slow
+def test_fsdp_gpt2_two_ranks_match_one_process(wiki_bpe, tmp_path):
+    # a decoder: one FSDP unit per pre-LN block, tied input/output embedding in the outer unit
+    one = pretrain(ONE_PROCESS, wiki_bpe, tmp_path / "one", 6, recipe="gpt2-tiny")
+    assert_same_losses(pretrain(torchrun(2), wiki_bpe, tmp_path / "fsdp", 6, FSDP, recipe="gpt2-tiny"), one)
+    assert_same_weights(tmp_path / "fsdp", tmp_path / "one")
+
+
+@pytest.mark.slow
+def test_fsdp_t5_two_ranks_match_one_process(wiki_t5_prepared, tmp_path):
+    # encoder and decoder stacks: one unit per block, each stack's shared position bias outside
+    one = pretrain(ONE_PROCESS, wiki_t5_prepared, tmp_path / "one", 6, recipe="t5-tiny")
+    assert_same_losses(pretrain(torchrun(2), wiki_t5_prepared, tmp_path / "fsdp", 6, FSDP, recipe="t5-tiny"), one)
+    assert_same_weights(tmp_path / "fsdp", tmp_path / "one")
+
+
+@pytest.mark.slow
 def test_fsdp_lamb_trust_ratio_uses_whole_layer_norms(wiki_prepared, tmp_path):
     # each rank holds half of every tensor: a ratio from the local shard would differ
     sets = ["train.optimizer=lamb", "train.lr=2e-2", "train.weight_decay=0.01"]
