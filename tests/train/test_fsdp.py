@@ -95,6 +95,15 @@ def test_fsdp_electra_two_ranks_match_one_process(wiki_prepared, tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("recipe", ["albert-mini", "xlnet-mini"])
+def test_fsdp_albert_and_xlnet_two_ranks_match_one_process(recipe, wiki_prepared, tmp_path):
+    # ALBERT: the shared layer makes the encoder one unit; XLNet: one unit per two-stream layer
+    one = pretrain(ONE_PROCESS, wiki_prepared, tmp_path / "one", 6, recipe=recipe)
+    assert_same_losses(pretrain(torchrun(2), wiki_prepared, tmp_path / "fsdp", 6, FSDP, recipe=recipe), one)
+    assert_same_weights(tmp_path / "fsdp", tmp_path / "one")
+
+
+@pytest.mark.slow
 def test_fsdp_gpt2_two_ranks_match_one_process(wiki_bpe, tmp_path):
     # a decoder: one FSDP unit per pre-LN block, tied input/output embedding in the outer unit
     one = pretrain(ONE_PROCESS, wiki_bpe, tmp_path / "one", 6, recipe="gpt2-tiny")
