@@ -7,12 +7,10 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-import pytest
 from conftest import TINY_MODEL
-from run_helpers import env, train_losses
+from run_helpers import env, train_losses, wait_for_checkpoint
 
 ONE_PROCESS = [sys.executable, "-m", "ember"]
 
@@ -68,15 +66,7 @@ def kill_one_rank_after_checkpoint(cmd: list[str], run: Path, step: int, timeout
     """Start ``cmd`` (torchrun with 2 workers), wait for the checkpoint of ``step``, then SIGKILL
     one worker: the way a machine or a process dies. Returns torchrun's finished process."""
     proc = subprocess.Popen(cmd, env=env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    target = run / "checkpoints" / f"step-{step:08d}"
-    deadline = time.time() + timeout
-    while not target.exists():
-        if proc.poll() is not None:
-            pytest.fail(f"training ended before step {step}: {proc.stdout.read()[-3000:]}")
-        if time.time() > deadline:
-            proc.kill()
-            pytest.fail("training too slow to reach the checkpoint")
-        time.sleep(0.005)
+    wait_for_checkpoint(proc, run, step, timeout)
     workers = children(proc.pid)
     assert len(workers) == 2, workers
     os.kill(workers[-1], signal.SIGKILL)
