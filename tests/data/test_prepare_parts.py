@@ -4,11 +4,14 @@ token, sentence and document files of one run byte for byte; bad parts are refus
 from __future__ import annotations
 
 import json
+import random
+import tracemalloc
 
 import pytest
 from conftest import real_data
 
 from ember.cli import main
+from ember.data import parts as parts_mod
 from ember.data.parts import merge_parts, parse_part, part_files, prepare_part
 from ember.data.prepare import prepare_corpus
 from ember.errors import EmberError
@@ -50,6 +53,37 @@ def test_prepare_three_parts_merged_equal_one_run_byte_for_byte(wiki_files, toke
     assert meta_merged["splits"] == meta_one["splits"]
     assert meta_merged["text_bytes"] == meta_one["text_bytes"] and meta_merged["num_files"] == 4
     assert (merged / "tokenizer.json").read_bytes() == tokenizer.read_bytes()
+
+
+def test_prepare_merge_memory_stays_flat_as_the_corpus_grows(tokenizer, tmp_path, monkeypatch):
+    """The merge's Python-heap peak (tracemalloc, numpy included; the parts are memory-mapped)
+    grows by less than 256 KiB for 4x the documents (all of one size, one shard per part;
+    their ids as int64 would add megabytes): documents are routed in chunks of CHUNK_DOCS."""
+    monkeypatch.setattr(parts_mod, "CHUNK_DOCS", 16)
+    words = "the city river north was founded in and of a by its".split()
+    rng = random.Random(0)
+
+    def peak(docs_per_file: int) -> int:
+        root = tmp_path / str(docs_per_file)
+        files = []
+        for f in range(2):
+            files.append(root / f"in{f}.txt")
+            root.mkdir(exist_ok=True)
+            files[-1].write_text("\n".join(" ".join(rng.choice(words) for _ in range(60)) + "."
+                                           for _ in range(docs_per_file)) + "\n")
+        parts = [root / "p1", root / "p2"]
+        for i, part in enumerate(parts, 1):
+            prepare_part(files, tokenizer, part, f"{i}/2", fmt="lines", progress=False, valid_fraction=0.05,
+                         shard_tokens=10**9)  # one shard per part: the chunks alone bound the memory
+        tracemalloc.start()
+        try:
+            merge_parts(parts, root / "merged")
+            return tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+
+    small, large = peak(500), peak(2000)
+    assert large - small < 256 * 1024, (small, large)
 
 
 def test_prepare_part_shares_are_contiguous_nonempty_and_cover_the_files(tmp_path):
