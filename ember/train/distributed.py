@@ -37,7 +37,11 @@ def init_distributed(device: str) -> DistInfo:
         backend = "nccl" if device.startswith("cuda") else "gloo"
         if device.startswith("cuda"):
             torch.cuda.set_device(local_rank)
-        dist.init_process_group(backend=backend)
+        store = attempt_store(world)
+        if store is None:
+            dist.init_process_group(backend=backend)
+        else:
+            dist.init_process_group(backend=backend, store=store, rank=rank, world_size=world)
     return DistInfo(rank=rank, world_size=world, local_rank=local_rank)
 
 
@@ -67,6 +71,22 @@ def restart_count() -> int:
     first attempt, and outside torchrun). A restarted worker must continue the run, not
     start it again: its run folder already holds the first attempt's files."""
     return int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0)
+
+
+def attempt_store(world: int):
+    """The store the workers of this torchrun attempt meet in, or None for torch's default.
+
+    With torchrun's agent store (TORCHELASTIC_USE_AGENT_STORE, e.g. ``--standalone`` and
+    c10d rendezvous) every attempt's workers connect to the same TCPStore without a prefix,
+    so after ``--max-restarts`` the new workers can read the killed attempt's gloo addresses
+    and fail with "Connection refused". Keys are kept apart per attempt here."""
+    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True" or restart_count() == 0:
+        return None
+    from datetime import timedelta
+
+    store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world, is_master=False,
+                          timeout=timedelta(minutes=10))
+    return dist.PrefixStore(f"ember/attempt_{restart_count()}", store)
 
 
 def broadcast_object(value, info: DistInfo):
