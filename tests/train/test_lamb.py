@@ -3,6 +3,8 @@ hand, no trust ratio or decay for biases and norms, and a bert-mini run at 4x th
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 from torch import nn
@@ -82,3 +84,17 @@ def test_lamb_bert_mini_trains_at_four_times_the_batch(wiki_prepared, tmp_path):
     last = sum(r["loss"] for r in records[-3:]) / 3
     assert last < first - 0.5, (first, last)
     assert max(r["lr"] for r in records) == pytest.approx(2e-2)  # 1e-2 x sqrt(64 / 16)
+
+
+def test_lr_scaling_rules_for_a_grown_batch():
+    from ember.errors import EmberError
+    from ember.train.scaling import effective_config
+
+    base = TrainConfig(lr=1e-4, batch_size=1024, lr_base_batch=256)
+    assert effective_config(base, 1).lr == 1e-4  # lr_scaling "none"
+    assert effective_config(dataclasses.replace(base, lr_scaling="linear"), 1).lr == pytest.approx(4e-4)
+    assert effective_config(dataclasses.replace(base, lr_scaling="sqrt"), 1).lr == pytest.approx(2e-4)
+    with pytest.raises(EmberError, match="needs train.lr_base_batch"):
+        effective_config(TrainConfig(lr_scaling="linear"), 1)
+    with pytest.raises(EmberError, match="choose one of none, linear, sqrt"):
+        effective_config(TrainConfig(lr_scaling="cubic"), 1)
