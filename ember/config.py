@@ -423,6 +423,19 @@ class TrainConfig:
     adafactor_clip_threshold: float = 1.0
     adafactor_scale_parameter: bool = True
     adafactor_beta1: float = 0.0
+    # Beyond one machine (docs/distributed.md). Under torchrun: "ddp" replicates the model on
+    # every rank; "fsdp" shards parameters, gradients and optimizer state (FSDP2, one unit per
+    # transformer block) and writes sharded checkpoints (torch.distributed.checkpoint).
+    parallel: str = "ddp"
+    # Sequences per forward pass on one rank; when set, grad_accum is derived as
+    # batch_size / (micro_batch_size x world size), so the global batch and the micro-batch
+    # layout (hence the losses) stay the same whatever the number of ranks. 0: use grad_accum.
+    micro_batch_size: int = 0
+    # optimizer "lamb" (You et al. 2019, Alg. 2) uses adam_beta1/adam_beta2/adam_eps and
+    # weight_decay; lr scaling for a grown batch: lr x (batch_size / lr_base_batch) ("linear",
+    # Goyal et al. 2017) or its square root ("sqrt"); "none" (or lr_base_batch 0) keeps lr.
+    lr_scaling: str = "none"
+    lr_base_batch: int = 0
 
     def __post_init__(self) -> None:
         # fp16 autocast without loss scaling lets small gradients underflow to zero (Micikevicius

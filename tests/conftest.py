@@ -82,3 +82,24 @@ TINY_MODEL = [
     "model.hidden_size=32", "model.num_layers=2", "model.num_heads=2", "model.intermediate_size=64",
     "model.max_position=64", "model.vocab_size=2000", "data.max_seq_length=64", "data.eval_examples=32",
 ]
+
+
+def bpe_corpus(root, vocab_size: int, max_docs: int, valid_fraction: float):
+    """A byte-level BPE (cased, with <|endoftext|>) trained on and preparing ``max_docs`` real
+    Wikipedia articles of wiki_00 under ``root``; the prepared folder."""
+    from ember.data.prepare import prepare_corpus
+    from ember.tokenizers import train_tokenizer
+
+    source = real_data("wiki-en", "AA", "wiki_00.gz")
+    tok = train_tokenizer([source], kind="bpe", vocab_size=vocab_size, lowercase=False, max_documents=max_docs,
+                          progress=False)
+    tok.save(str(root / "tokenizer.json"))
+    prepare_corpus([source], root / "tokenizer.json", root / "prepared", max_docs=max_docs,
+                   valid_fraction=valid_fraction, progress=False)
+    return root / "prepared"
+
+
+@pytest.fixture(scope="session")
+def wiki_bpe(tmp_path_factory):
+    """A byte-level BPE (1k vocab, with <|endoftext|>) and token shards of 60 real articles."""
+    return bpe_corpus(tmp_path_factory.mktemp("wiki-bpe"), 1000, 60, 0.1)

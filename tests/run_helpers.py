@@ -50,16 +50,22 @@ def kill_after_checkpoint(cmd: list[str], run: Path, step: int, finished_file: s
     weights while training, so it passes "results.json"): its absence proves the kill came mid-run.
     """
     proc = subprocess.Popen(cmd, env=env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    target = run / "checkpoints" / f"step-{step:08d}"
-    deadline = time.time() + timeout
-    while not target.exists():
-        if proc.poll() is not None:
-            pytest.fail(f"training ended before step {step}: {proc.stderr.read().decode()[-2000:]}")
-        if time.time() > deadline:
-            proc.kill()
-            pytest.fail("training too slow to reach the checkpoint")
-        time.sleep(0.005)
+    wait_for_checkpoint(proc, run, step, timeout)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     assert proc.returncode == -signal.SIGKILL
     assert not (run / finished_file).exists()  # really killed mid-run
+
+
+def wait_for_checkpoint(proc: subprocess.Popen, run: Path, step: int, timeout: float) -> None:
+    """Poll until the checkpoint of ``step`` exists in ``run``; fail if ``proc`` ends first."""
+    target = run / "checkpoints" / f"step-{step:08d}"
+    deadline = time.time() + timeout
+    while not target.exists():
+        if proc.poll() is not None:
+            output = proc.stderr if proc.stderr is not None else proc.stdout
+            pytest.fail(f"training ended before step {step}: {str(output.read())[-2000:]}")
+        if time.time() > deadline:
+            proc.kill()
+            pytest.fail("training too slow to reach the checkpoint")
+        time.sleep(0.005)

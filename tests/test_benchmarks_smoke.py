@@ -321,3 +321,18 @@ def test_bag_of_words_logistic_regression_matches_scikit_learn():
     mine = bow.LogisticRegression(2, l2=1e-2, steps=3000).fit(x, y)
     reference = sklearn.LogisticRegression(C=2 / (1e-2 * 200), tol=1e-10, max_iter=10000).fit(dense, y)
     np.testing.assert_allclose(mine.predict_proba(x)[:, 1], reference.predict_proba(dense)[:, 1], atol=1e-4)
+
+
+@pytest.mark.slow
+def test_distributed_scaling_smoke_reports_rates_memory_and_projection(wiki_prepared, tmp_path):
+    bench = load_benchmark("distributed_scaling")
+    result = bench.main(["--smoke", "--data", str(wiki_prepared), "--json", str(tmp_path / "r.json")])
+    assert set(result["throughput"]) == {"1 process", "2 ranks DDP", "2 ranks FSDP"}
+    assert all(v > 0 for v in result["throughput"].values())
+    ddp, fsdp = result["memory"]["bert-tiny"]["ddp"], result["memory"]["bert-tiny"]["fsdp"]
+    assert ddp["params"] == 4 * ddp["num_parameters"]  # a full fp32 replica per rank
+    assert fsdp["params"] < 0.6 * ddp["params"] and fsdp["optimizer"] < 0.6 * ddp["optimizer"]  # about half
+    (row,) = [r for r in result["projection"]["bert-tiny"] if r["nodes"] == 1 and r["dtype"] == "fp32"]
+    assert row["fsdp_bytes"] == 1.5 * row["ddp_bytes"] == 3 * 7 / 8 * 4 * ddp["num_parameters"]
+    state = result["state_per_rank"]["bert-tiny"]
+    assert state["DDP (any W)"] == 16 * ddp["num_parameters"] == 8 * state["FSDP W=8"]

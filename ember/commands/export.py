@@ -19,7 +19,8 @@ def register(sub) -> None:
         "  onnx-int8  ONNX Runtime dynamic int8 quantization of model.onnx\n\n"
         "example:\n  ember export runs/sst2 --format onnx --out runs/sst2-onnx\n"
         "  ember serve runs/sst2-onnx")
-    p.add_argument("run_dir", help="fine-tuned or pre-training run folder")
+    p.add_argument("run_dir", help="fine-tuned or pre-training run folder, or one of its checkpoints "
+                   "(RUN/checkpoints/step-N, sharded or not)")
     p.add_argument("--format", required=True, choices=["hf", "onnx", "int8", "onnx-int8"], help="what to write")
     p.add_argument("--out", required=True, help="folder to write (must not exist unless --overwrite)")
     p.add_argument("--verify-file", help="inputs in the task's format (GLUE TSV, CoNLL, SQuAD JSON; "
@@ -35,13 +36,15 @@ def register(sub) -> None:
 
 def run(args) -> int:
     from ember.errors import EmberError
+    from ember.runs.sharded import weights_view
     from ember.serve.export import export_run, format_report
 
     if args.batch_size < 1 or args.limit < 0:
         raise EmberError("--batch-size must be >= 1 and --limit >= 0")
-    report = export_run(args.run_dir, args.format, args.out, verify=not args.no_verify,
-                        verify_file=args.verify_file, limit=args.limit or None, batch_size=args.batch_size,
-                        tolerance=args.tolerance, overwrite=args.overwrite)
+    with weights_view(args.run_dir) as run_dir:  # a checkpoint (sharded or not) is read directly
+        report = export_run(run_dir, args.format, args.out, verify=not args.no_verify,
+                            verify_file=args.verify_file, limit=args.limit or None, batch_size=args.batch_size,
+                            tolerance=args.tolerance, overwrite=args.overwrite)
     print(f"exported {args.run_dir} -> {args.out}")
     print(format_report(report))
     return 0

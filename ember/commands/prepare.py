@@ -31,9 +31,16 @@ src_lang<TAB>tgt_lang<TAB>source<TAB>target). Language ids follow --languages en
 given, else the order the codes first appear. A line with a missing side or an unknown
 language code stops with its file:line.
 
+Across machines (or job-array tasks; docs/distributed.md): --part i/N tokenizes the i-th of N
+contiguous shares of the input files into its own folder (holdout and shard settings are
+recorded, applied at the merge); --merge PART_DIR... --out DIR combines parts 1..N into one
+corpus identical, token for token, to a single run over all the inputs.
+
 examples:
   ember prepare data/wiki-en --tokenizer runs/tok/tokenizer.json --out runs/wiki-prepared
   ember prepare data/wiki-en --tokenizer runs/tok --out runs/wiki-phrases --phrases detect
+  ember prepare 'data/wiki-en/*/*.gz' --tokenizer runs/tok --out parts/p2 --part 2/8
+  ember prepare --merge parts/p1 parts/p2 ... parts/p8 --out runs/wiki-prepared
   ember prepare --lang en=data/wiki-en --lang ru='data/ruslit/*/*.txt' --parallel en-ru=pairs.tsv \
       --tokenizer runs/xlm-tok --out runs/en-ru
 """
@@ -55,7 +62,12 @@ def register(subparsers) -> None:
     parser.add_argument("--languages", metavar="CODES",
                         help="with --lang/--parallel: all language codes in id order, e.g. en,ru "
                              "(default: the order they first appear); any other code is an error")
-    parser.add_argument("--tokenizer", required=True, metavar="PATH",
+    parser.add_argument("--part", metavar="I/N",
+                        help="tokenize only the I-th of N shares of the input files (1 <= I <= N), "
+                             "into --out, for a later --merge")
+    parser.add_argument("--merge", action="store_true",
+                        help="INPUTs are the N folders of --part runs: combine them into --out")
+    parser.add_argument("--tokenizer", metavar="PATH",
                         help="tokenizer.json (or a folder holding one) from `ember tokenizer train`")
     parser.add_argument("--out", required=True, metavar="DIR", help="output folder")
     parser.add_argument("--format", dest="fmt", default="auto",
@@ -98,6 +110,12 @@ def run(args) -> int:
     from ember.data.prepare_pool import default_workers
     from ember.errors import EmberError
 
+    if args.merge:
+        return run_merge(args)
+    if not args.tokenizer:
+        raise EmberError("--tokenizer is required (tokenizer.json from `ember tokenizer train`)")
+    if args.part:
+        return run_part(args)
     if args.lang or args.parallel:
         if args.inputs:
             raise EmberError("give either INPUT paths or --lang/--parallel (a multilingual corpus), not both")
@@ -142,4 +160,31 @@ def run_multilingual(args) -> int:
         print(f"  {s['name']:>8} {s['kind']:<8} train {tr['docs'][1] - tr['docs'][0]:,} {unit} / "
               f"{tr['num_tokens']:,} tokens, valid {va['docs'][1] - va['docs'][0]:,} {unit} / "
               f"{va['num_tokens']:,} tokens")
+    return 0
+
+
+def run_part(args) -> int:
+    """`ember prepare INPUT... --part i/N`: one share of the inputs (ember.data.parts)."""
+    from ember.data.parts import prepare_part
+    from ember.data.prepare import format_summary
+    from ember.errors import EmberError
+
+    if args.lang or args.parallel or not args.inputs:
+        raise EmberError("--part splits INPUT files (not --lang/--parallel); give the same INPUTs on every part")
+    stats = prepare_part(
+        args.inputs, args.tokenizer, args.out, args.part, valid_fraction=args.valid_fraction, seed=args.seed,
+        shard_tokens=args.shard_tokens, max_docs=args.max_docs, phrases=args.phrases, fmt=args.fmt,
+        text_field=args.text_field, progress=not args.no_progress, overwrite=args.overwrite)
+    print(format_summary(stats) + f" (part {args.part}; combine the parts with `ember prepare --merge`)")
+    return 0
+
+
+def run_merge(args) -> int:
+    """`ember prepare --merge PART_DIR... --out DIR`."""
+    from ember.data.parts import merge_parts
+
+    meta = merge_parts(args.inputs, args.out, overwrite=args.overwrite)
+    tr, va = meta["splits"]["train"], meta["splits"]["valid"]
+    print(f"merged {len(meta['merged_from'])} parts: train {tr['num_docs']:,} docs / {tr['num_tokens']:,} tokens, "
+          f"valid {va['num_docs']:,} docs / {va['num_tokens']:,} tokens -> {args.out}")
     return 0

@@ -315,6 +315,7 @@ def prepare_corpus(
     phrase_threshold: float = 0.5,
     phrase_sample_docs: int = 5000,
     workers: int = 1,
+    extra_meta: dict | None = None,
 ) -> dict:
     """Tokenize ``inputs`` into a prepared directory ``out_dir``; return its stats.
 
@@ -323,7 +324,8 @@ def prepare_corpus(
     ``phrases`` ("none", "spans" or "detect") also stores phrase/entity flags for ERNIE-style
     masking; the ``phrase_*`` options tune the detector (``ember.data.phrases``).
     ``workers`` > 1 splits and tokenizes on that many processes (``ember.data.prepare_pool``),
-    with the same output byte for byte.
+    with the same output byte for byte. ``extra_meta``: more meta.json entries (a part of a
+    corpus prepared across machines, ``ember.data.parts``).
     """
     from tqdm import tqdm
 
@@ -437,6 +439,7 @@ def prepare_corpus(
             "seconds": round(seconds, 3),
             "phrases": phrase_meta,
             "splits": splits,
+            **(extra_meta or {}),
         }
         (tmp / "meta.json").write_text(json.dumps(meta, indent=2, ensure_ascii=False) + "\n",
                                        encoding="utf-8")

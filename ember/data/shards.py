@@ -312,6 +312,14 @@ class TokenCorpus:
             self._lengths = lengths
         return self._lengths
 
+    def shard_arrays(self):
+        """Per shard, in order: (tokens (N_k,), sentence ends (S_k,), document ends (D_k,) in
+        sentences, phrase flags (N_k,) or None), memmapped, offsets local to the shard."""
+        directory = self.prepared_dir / self.split
+        for k, shard in enumerate(self.meta["splits"][self.split]["shards"]):
+            docs = _memmap(directory / shard["files"]["docs"], np.dtype("<i8"), shard["num_docs"])
+            yield self._tokens[k], self._sent_ends[k], docs, self._joins[k] if self._joins else None
+
     def _locate(self, s: int) -> tuple[int, int]:
         if not 0 <= s < self.num_sentences:
             raise IndexError(f"sentence {s} out of range [0, {self.num_sentences})")

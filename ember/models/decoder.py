@@ -86,6 +86,10 @@ class Decoder(nn.Module):
         """(..., H) -> (..., V) next-token logits through the tied embedding matrix."""
         return F.linear(hidden, self.word_embeddings)
 
+    def shard_units(self) -> list[nn.Module]:
+        """Blocks FSDP may gather one at a time (see ``Encoder.shard_units``): every layer."""
+        return list(self.layers)
+
     def new_cache(self) -> KVCache:
         return KVCache(len(self.layers))
 

@@ -136,6 +136,12 @@ class Encoder(nn.Module):
             return [(first, None)] * self.config.num_layers
         return [(layer, first) for layer in self.layers]
 
+    def shard_units(self) -> list[nn.Module]:
+        """The blocks a sharded data-parallel wrapper (FSDP, ember.train.fsdp) may gather one at
+        a time: modules whose parameters only their own forward uses. With ALBERT's sharing a
+        layer borrows layer 0's sub-layer at call time, so the encoder is then one unit."""
+        return list(self.layers) if self.config.share_layers == "none" else []
+
     def forward(
         self,
         input_ids: torch.Tensor,

@@ -86,6 +86,11 @@ class Stack(nn.Module):
         self.final_norm = RMSNorm(cfg.hidden_size, cfg.layer_norm_eps)
         self.dropout = Dropout(cfg.dropout)
 
+    def shard_units(self) -> list[nn.Module]:
+        """Blocks FSDP may gather one at a time (see ``Encoder.shard_units``): every layer (the
+        relative position bias is shared by the stack's layers, so it stays in the outer unit)."""
+        return list(self.layers)
+
     def self_attention_mask(self, attention_mask: torch.Tensor | None, t: int, past: int,
                             device: torch.device) -> torch.Tensor:
         """Float (B|1, heads, T, past + T): the position bias, -inf-like where a query may not

@@ -97,6 +97,10 @@ class XLNet(nn.Module):
                              f"keep only their last {cfg.mem_len} positions")
         return mlen
 
+    def shard_units(self) -> list[nn.Module]:
+        """Blocks FSDP may gather one at a time (see ``Encoder.shard_units``): every layer."""
+        return list(self.layers)
+
     def _start(self, input_ids, attention_mask, token_type_ids, mems, perm_mask, target_mapping):
         """Everything the layers need: (h, g, masks, segment difference, position table,
         placement), from the inputs of ``forward``."""

@@ -6,6 +6,10 @@ SHA-256. It is written under a temporary name, flushed to disk, and renamed into
 process killed at any moment leaves either the previous checkpoints or a complete new one;
 a leftover temporary folder or a file that no longer matches its manifest is reported and
 skipped, and the newest good checkpoint is used.
+
+Under ``train.parallel: fsdp`` a checkpoint folder holds each rank's shard instead of
+``model.safetensors``/``optimizer.pt`` (``ember.runs.sharded``); the same manifest, listing
+and verification apply to both layouts.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import shutil
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any, Callable
 
 import torch
 from safetensors.torch import load_file, save_file
@@ -24,7 +29,8 @@ from ember.errors import EmberError
 from ember.fileio import atomic_write_bytes, atomic_write_text, fsync_dir, sha256_file
 
 __all__ = ["atomic_write_bytes", "atomic_write_text", "save_weights", "load_weights", "save_checkpoint",
-           "load_latest_checkpoint", "list_checkpoints", "verify_checkpoint"]
+           "load_latest_checkpoint", "newest_checkpoint", "read_checkpoint", "list_checkpoints",
+           "verify_checkpoint"]
 
 CHECKPOINT_DIR = "checkpoints"
 
@@ -102,6 +108,8 @@ def verify_checkpoint(path: Path) -> str | None:
     for name, expected in manifest.items():
         file = path / name
         if not file.is_file():
+            if name.endswith(".distcp"):  # DCP names a shard __<rank>_<n>.distcp (ember.runs.sharded)
+                return f"the shard {name} of rank {name[2:].split('_')[0]} is missing"
             return f"{name} is missing"
         if file.stat().st_size != expected["bytes"]:
             return f"{name} has {file.stat().st_size} bytes, the manifest says {expected['bytes']}"
@@ -110,10 +118,11 @@ def verify_checkpoint(path: Path) -> str | None:
     return None
 
 
-def load_latest_checkpoint(run_dir: Path) -> tuple[Path, dict, dict, dict] | None:
-    """The newest intact checkpoint as (path, model_state, optimizer_state, trainer_state).
+def newest_checkpoint(run_dir: Path, read: Callable[[Path], Any] = lambda path: None) -> tuple[Path, Any] | None:
+    """The newest checkpoint that matches its manifest and that ``read(path)`` reads without an
+    error, as (path, what ``read`` returned); None when there is no checkpoint at all.
 
-    Damaged or partial checkpoints are reported and skipped; None when there is none at all.
+    Damaged or partial checkpoints are reported and skipped; an EmberError when none is intact.
     """
     candidates = list_checkpoints(run_dir)
     problems = []
@@ -121,10 +130,7 @@ def load_latest_checkpoint(run_dir: Path) -> tuple[Path, dict, dict, dict] | Non
         problem = verify_checkpoint(path)
         if problem is None:
             try:
-                model_state = load_weights(path / "model.safetensors")
-                optimizer_state = torch.load(path / "optimizer.pt", weights_only=True)
-                trainer_state = json.loads((path / "trainer_state.json").read_text())
-                return path, model_state, optimizer_state, trainer_state
+                return path, read(path)
             except Exception as exc:  # verified but still unreadable: treat as damaged
                 problem = f"cannot be read ({exc})"
         message = f"checkpoint {path} is damaged: {problem}; trying the previous one"
@@ -136,3 +142,20 @@ def load_latest_checkpoint(run_dir: Path) -> tuple[Path, dict, dict, dict] | Non
             + "\nstart again without --resume (the run folder's other files are kept)"
         )
     return None
+
+
+def read_checkpoint(path: Path) -> tuple[dict, dict, dict]:
+    """(model_state, optimizer_state, trainer_state) of a checkpoint written by ``save_checkpoint``."""
+    model_state = load_weights(path / "model.safetensors")
+    optimizer_state = torch.load(path / "optimizer.pt", weights_only=True)
+    trainer_state = json.loads((path / "trainer_state.json").read_text())
+    return model_state, optimizer_state, trainer_state
+
+
+def load_latest_checkpoint(run_dir: Path) -> tuple[Path, dict, dict, dict] | None:
+    """The newest intact checkpoint as (path, model_state, optimizer_state, trainer_state).
+
+    Damaged or partial checkpoints are reported and skipped; None when there is none at all.
+    """
+    found = newest_checkpoint(run_dir, read_checkpoint)
+    return None if found is None else (found[0], *found[1])

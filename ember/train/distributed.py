@@ -37,7 +37,11 @@ def init_distributed(device: str) -> DistInfo:
         backend = "nccl" if device.startswith("cuda") else "gloo"
         if device.startswith("cuda"):
             torch.cuda.set_device(local_rank)
-        dist.init_process_group(backend=backend)
+        store = attempt_store(world)
+        if store is None:
+            dist.init_process_group(backend=backend)
+        else:
+            dist.init_process_group(backend=backend, store=store, rank=rank, world_size=world)
     return DistInfo(rank=rank, world_size=world, local_rank=local_rank)
 
 
@@ -72,3 +76,72 @@ def barrier(info: DistInfo) -> None:
 def shutdown(info: DistInfo) -> None:
     if info.enabled and dist.is_initialized():
         dist.destroy_process_group()
+
+
+# -- beyond one machine (docs/distributed.md) ---------------------------------------------
+
+def restart_count() -> int:
+    """How many times ``torchrun --max-restarts`` has restarted this job's workers (0 on the
+    first attempt, and outside torchrun). A restarted worker must continue the run, not
+    start it again: its run folder already holds the first attempt's files."""
+    return int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0)
+
+
+def attempt_store(world: int):
+    """The store the workers of this torchrun attempt meet in, or None for torch's default.
+
+    With torchrun's agent store (TORCHELASTIC_USE_AGENT_STORE, e.g. ``--standalone`` and
+    c10d rendezvous) every attempt's workers connect to the same TCPStore without a prefix,
+    so after ``--max-restarts`` the new workers can read the killed attempt's gloo addresses
+    and fail with "Connection refused". Keys are kept apart per attempt here."""
+    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True" or restart_count() == 0:
+        return None
+    from datetime import timedelta
+
+    store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world, is_master=False,
+                          timeout=timedelta(minutes=10))
+    return dist.PrefixStore(f"ember/attempt_{restart_count()}", store)
+
+
+def broadcast_object(value, info: DistInfo):
+    """Rank 0's ``value`` on every rank (any picklable object). Decisions that read files
+    (which checkpoint is intact) are taken once, by rank 0, so ranks cannot disagree."""
+    if not info.enabled:
+        return value
+    box = [value if info.is_main else None]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
+
+
+def gather_objects(value, info: DistInfo) -> list:
+    """Every rank's ``value``, in rank order, on every rank."""
+    if not info.enabled:
+        return [value]
+    out = [None] * info.world_size
+    dist.all_gather_object(out, value)
+    return out
+
+
+def gradient_sync(model, sync: bool):
+    """A context for one micro-batch's backward: gradients are reduced across ranks only when
+    ``sync`` (the last micro-batch of a step); the others accumulate locally. DDP says so
+    with ``no_sync()``, FSDP with ``set_requires_gradient_sync``; one process has nothing
+    to skip."""
+    from contextlib import contextmanager, nullcontext
+
+    if sync:
+        return nullcontext()
+    if hasattr(model, "no_sync"):  # DistributedDataParallel
+        return model.no_sync()
+    if not hasattr(model, "set_requires_gradient_sync"):  # a plain module (or a compiled one)
+        return nullcontext()
+
+    @contextmanager
+    def unsynced():
+        model.set_requires_gradient_sync(False)
+        try:
+            yield
+        finally:
+            model.set_requires_gradient_sync(True)
+
+    return unsynced()

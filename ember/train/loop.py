@@ -27,7 +27,10 @@ from torch import nn
 from ember.config import TrainConfig
 from ember.errors import EmberError
 from ember.runs import checkpoint as ckpt
-from ember.train.distributed import DistInfo, agree, all_reduce_sums, barrier
+from ember.train.distributed import DistInfo, agree, all_reduce_sums, barrier, gradient_sync
+from ember.train.fsdp import full_model_state, shard
+from ember.train.scaling import effective_config
+from ember.train.sharded_checkpoint import resume_checkpoint, save_sharded_checkpoint
 from ember.train.logging import MetricsLogger
 from ember.train.optim import build_optimizer, lr_factor, set_lr
 
@@ -99,20 +102,18 @@ class Trainer:
         pure function of the step (e.g. gradual unfreezing) so resumed runs stay exact.
         ``patience``: stop after that many evaluations without a better ``best_metric``.
         """
+        # grad_accum for this world size (train.micro_batch_size), lr for the batch (train.lr_scaling)
+        cfg = effective_config(cfg, dist_info.world_size)
         self.cfg, self.dist = cfg, dist_info
         use_threads(cfg.num_threads)
         self.run_dir = Path(run_dir)
         self.module = module.to(cfg.device)
+        # train.parallel=fsdp: parameters sharded in place, before the optimizer sees them
+        self.sharded = shard(self.module, cfg, dist_info)
         self.data = data
         self.evaluate, self.best_metric, self.on_best = evaluate, best_metric, on_best
         self.progress = progress and dist_info.is_main
-        per_step = cfg.grad_accum * dist_info.world_size
-        if cfg.batch_size % per_step:
-            raise EmberError(
-                f"train.batch_size={cfg.batch_size} must be divisible by grad_accum x world size "
-                f"= {cfg.grad_accum} x {dist_info.world_size}"
-            )
-        self.micro_batch = cfg.batch_size // per_step
+        self.micro_batch = cfg.batch_size // (cfg.grad_accum * dist_info.world_size)  # checked by world_layout
         self.before_step, self.patience = before_step, patience
         lr_factor(0, cfg, 0.0)  # an unknown schedule, or "time" without max_time, fails here
         self.optimizer = build_optimizer(self.module, cfg, lr_scale)
@@ -129,9 +130,14 @@ class Trainer:
     def trainer_state(self) -> dict:
         return {"step": self.step, "elapsed": self.elapsed, "tokens": self.tokens, "best": self.best,
                 "world_size": self.dist.world_size, "seed": self.cfg.seed,
+                "micro_batches": self.cfg.grad_accum * self.dist.world_size,
                 "bad_evals": self.bad_evals, "stopped_early": self.stopped_early}
 
     def save(self) -> None:
+        if self.cfg.parallel == "fsdp":  # every rank writes its shard (ember.train.sharded_checkpoint)
+            save_sharded_checkpoint(self.run_dir, self.step, self.module, self.optimizer, self.trainer_state(),
+                                    self.cfg.keep_checkpoints, self.dist)
+            return
         if self.dist.is_main:
             ckpt.save_checkpoint(self.run_dir, self.step, self.module.state_dict(),
                                  self.optimizer.state_dict(), self.trainer_state(),
@@ -139,22 +145,36 @@ class Trainer:
         barrier(self.dist)
 
     def resume(self) -> bool:
-        found = ckpt.load_latest_checkpoint(self.run_dir)
-        if found is None:
+        # either layout, into a whole or a sharded model; rank 0 picks the checkpoint
+        found = resume_checkpoint(self.run_dir, self.module, self.optimizer, self.dist)
+        if found is None:  # nothing saved yet (e.g. a restarted job): steps logged so far are redone
+            if self.dist.is_main:
+                MetricsLogger.truncate(self.run_dir / "metrics.jsonl", 0)
             return False
-        path, model_state, optimizer_state, state = found
-        missing, unexpected = self.module.load_state_dict(model_state, strict=False)
-        if missing or unexpected:
-            raise EmberError(f"{path}: checkpoint does not fit this model "
-                             f"(missing {missing[:3]}, unexpected {unexpected[:3]})")
-        self.optimizer.load_state_dict(optimizer_state)
+        path, state = found
+        self.note_layout_change(state)
         self.step, self.elapsed, self.best = state["step"], state["elapsed"], state["best"]
         self.tokens = state.get("tokens", 0)  # absent in checkpoints written before it was counted
         self.bad_evals, self.stopped_early = state.get("bad_evals", 0), state.get("stopped_early", False)
-        MetricsLogger.truncate(self.run_dir / "metrics.jsonl", self.step)
-        if self.dist.is_main:
+        if self.dist.is_main:  # rank 0 alone writes the log, so it alone cuts it
+            MetricsLogger.truncate(self.run_dir / "metrics.jsonl", self.step)
             print(f"resumed from {path} (step {self.step})")
         return True
+
+    def note_layout_change(self, state: dict) -> None:
+        """Say so when a run resumes with another micro-batch layout: same examples per step,
+        but masks and dropout are keyed by micro-batch, so the losses differ from an
+        uninterrupted run (train.micro_batch_size keeps the layout across world sizes)."""
+        was = state.get("micro_batches")
+        now = self.cfg.grad_accum * self.dist.world_size
+        if was is not None and was != now and self.dist.is_main:
+            print(f"note: the checkpoint was written with {was} micro-batches per step, this run uses {now} "
+                  f"({self.dist.world_size} rank(s) x grad_accum {self.cfg.grad_accum}); the data order is the "
+                  "same, the random masks are not. Set train.micro_batch_size to keep the layout.")
+
+    def model_state(self) -> dict:
+        """The whole model's weights on rank 0 (a collective when sharded: every rank calls it)."""
+        return full_model_state(self.module)
 
     # -- one optimizer step ---------------------------------------------------------------
     def _micro_batches(self, step: int) -> list[list]:
@@ -185,7 +205,7 @@ class Trainer:
             torch.manual_seed(int(np.random.SeedSequence([cfg.seed, step, micro_index]).generate_state(1)[0]))
             batch = {n: t.to(cfg.device) for n, t in self.module.make_batch(examples, rng).items()}
             tokens += int(batch["attention_mask"].sum()) if "attention_mask" in batch else 0
-            sync = nullcontext() if (k == len(micro) - 1 or not self.dist.enabled) else model.no_sync()
+            sync = gradient_sync(model, k == len(micro) - 1 or not self.dist.enabled)
             with sync, autocast_context(cfg.device, cfg.dtype):
                 loss, metrics = model(batch)
                 (loss / cfg.grad_accum).backward()
@@ -217,7 +237,7 @@ class Trainer:
         if resume:
             self.resume()
         model = self.module
-        if self.dist.enabled:
+        if self.dist.enabled and not self.sharded:
             model = nn.parallel.DistributedDataParallel(self.module)
         if cfg.compile:
             # A compiled wrapper for the training steps only: self.module keeps its parameter
@@ -289,12 +309,12 @@ class Trainer:
 
     def run_evaluation(self, logger: MetricsLogger) -> dict:
         metrics = {}
-        if self.dist.is_main:
+        if self.dist.is_main or self.sharded:  # a sharded model's forward needs every rank
             self.module.eval()
             with torch.no_grad(), autocast_context(self.cfg.device, self.cfg.dtype):
                 metrics = self.evaluate(self.module)
             self.module.train()
-            logger.log(self.step, "eval", metrics, self.elapsed)
+            logger.log(self.step, "eval", metrics, self.elapsed)  # a no-op off rank 0
             if self.best_metric is not None:
                 value = metrics[self.best_metric]
                 if self.best["value"] is None or value > self.best["value"]:

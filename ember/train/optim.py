@@ -13,8 +13,9 @@ decay. Schedules (a pure function of the step keeps resume exact):
   step n with k = 10^4 warm-up steps: constant for k steps, then decaying as 1/sqrt(n). Here
   the peak ``lr`` times sqrt(k / max(n, k)), so T5's is lr 0.01 with ``warmup_steps`` 10000.
 
-``train.optimizer`` picks AdamW or Adafactor (``ember.train.adafactor``; T5's optimizer). Both
-take the same parameter groups (weight decay off for biases and norms).
+``train.optimizer`` picks AdamW, Adafactor (``ember.train.adafactor``; T5's optimizer) or LAMB
+(``ember.train.lamb``; large batches, You et al. 2019). All take the same parameter groups
+(weight decay off for biases and norms; for LAMB, the trust ratio off for them too).
 
 Per-group learning-rate scales (discriminative fine-tuning, ULMFiT §3.2): a group may carry
 ``lr_scale``; ``set_lr`` gives it ``lr * lr_scale``. Groups are split by (weight decay, scale),
@@ -39,7 +40,17 @@ from ember.config import TrainConfig
 from ember.errors import EmberError
 
 SCHEDULES = ("linear", "constant", "stlr", "time", "inverse_sqrt")
-OPTIMIZERS = ("adamw", "adafactor")
+OPTIMIZERS = ("adamw", "adafactor", "lamb")
+
+
+def _norm_parameters(module: nn.Module) -> set[int]:
+    return {id(p) for m in module.modules() if isinstance(m, nn.LayerNorm) for p in m.parameters(recurse=False)}
+
+
+def without_trust_ratio(module: nn.Module, groups: list[dict]) -> list[dict]:
+    """LAMB's groups: the no-decay ones (biases and norms, You et al. 2019 §3) take no trust ratio."""
+    exempt = _norm_parameters(module) | {id(p) for n, p in module.named_parameters() if n.endswith("bias")}
+    return [{**g, "trust_ratio": not any(id(p) in exempt for p in g["params"])} for g in groups]
 
 
 def parameter_groups(module: nn.Module, weight_decay: float,
@@ -50,9 +61,7 @@ def parameter_groups(module: nn.Module, weight_decay: float,
     The order only depends on the module and the scales, so a resumed run rebuilds the same
     groups and the saved optimizer state fits them.
     """
-    norm_params = {
-        id(p) for m in module.modules() if isinstance(m, nn.LayerNorm) for p in m.parameters(recurse=False)
-    }
+    norm_params = _norm_parameters(module)
     groups: dict[tuple[bool, float], list] = {}
     for name, param in module.named_parameters():
         if not param.requires_grad:
@@ -77,6 +86,11 @@ def build_optimizer(module: nn.Module, cfg: TrainConfig,
         return Adafactor(groups, lr=cfg.lr, decay_rate=cfg.adafactor_decay_rate,
                          clip_threshold=cfg.adafactor_clip_threshold,
                          scale_parameter=cfg.adafactor_scale_parameter, beta1=cfg.adafactor_beta1)
+    if cfg.optimizer == "lamb":
+        from ember.train.lamb import Lamb
+
+        return Lamb(without_trust_ratio(module, groups), lr=cfg.lr, betas=(cfg.adam_beta1, cfg.adam_beta2),
+                    eps=cfg.adam_eps)
     if cfg.optimizer != "adamw":
         raise EmberError(f"train.optimizer={cfg.optimizer!r}; choose one of {', '.join(OPTIMIZERS)}")
     kwargs = dict(lr=cfg.lr, betas=(cfg.adam_beta1, cfg.adam_beta2), eps=cfg.adam_eps)

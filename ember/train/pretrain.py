@@ -16,15 +16,19 @@ from ember.config import RunConfig
 from ember.objectives.setup import setup_pretraining
 from ember.runs.checkpoint import save_weights
 from ember.runs.folder import prepare_run_dir
-from ember.train.distributed import init_distributed, shutdown
+from ember.train.distributed import init_distributed, restart_count, shutdown
 from ember.train.loop import Trainer
+from ember.train.scaling import effective_config
 
 
 def run_pretraining(cfg: RunConfig, run_dir: Path, resume: bool = False, overwrite: bool = False,
                     progress: bool = True) -> dict:
     run_dir = Path(run_dir)
     dist_info = init_distributed(cfg.train.device)
+    # A worker restarted by `torchrun --max-restarts` continues the run from its last checkpoint.
+    resume = resume or restart_count() > 0
     try:
+        effective_config(cfg.train, dist_info.world_size)  # a batch the ranks cannot split: refused before any file
         torch.manual_seed(cfg.train.seed)  # same initial weights on every rank
         setup = setup_pretraining(cfg, run_dir, resume, progress and dist_info.is_main)
         if dist_info.is_main:
@@ -35,16 +39,17 @@ def run_pretraining(cfg: RunConfig, run_dir: Path, resume: bool = False, overwri
                           progress=progress)
         if dist_info.is_main:
             print(f"{setup.description}, run folder {run_dir}")
-        return train_and_save(trainer, setup.module, run_dir, dist_info, resume)
+        return train_and_save(trainer, run_dir, dist_info, resume)
     finally:
         shutdown(dist_info)
 
 
-def train_and_save(trainer, module, run_dir: Path, dist_info, resume: bool) -> dict:
+def train_and_save(trainer, run_dir: Path, dist_info, resume: bool) -> dict:
     """Train (or resume), then on the main rank save the final weights and plot the curves."""
     result = trainer.train(resume=resume)
+    state = trainer.model_state()  # gathered from every rank's shard under FSDP
     if dist_info.is_main:
-        save_weights(module.state_dict(), run_dir / "model.safetensors", {"step": trainer.step, "kind": "pretrain"})
+        save_weights(state, run_dir / "model.safetensors", {"step": trainer.step, "kind": "pretrain"})
         from ember.train.plots import plot_metrics
 
         plot_metrics(run_dir)

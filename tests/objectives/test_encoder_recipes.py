@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import TINY_MODEL, real_data
+from conftest import TINY_MODEL, bpe_corpus, real_data
 from ember.cli import main
 from ember.recipes import RECIPES_DIR, recipe_path
 from ember.config import apply_overrides, load_yaml, run_config_from_dict
@@ -129,17 +129,7 @@ def test_distilbert_recipe_is_six_bert_base_layers_without_token_types_or_pooler
 @pytest.fixture(scope="module")
 def bpe_prepared(tmp_path_factory):
     """Byte-level BPE (RoBERTa's tokenizer kind, 2k vocab) and shards of real Wikipedia."""
-    from ember.data.prepare import prepare_corpus
-    from ember.tokenizers import train_tokenizer
-
-    source = real_data("wiki-en", "AA", "wiki_00.gz")
-    root = tmp_path_factory.mktemp("bpe")
-    tok = train_tokenizer([source], kind="bpe", vocab_size=2000, lowercase=False, max_documents=150,
-                          progress=False)
-    tok.save(str(root / "tokenizer.json"))
-    prepare_corpus([source], root / "tokenizer.json", root / "prepared", max_docs=150,
-                   valid_fraction=0.05, progress=False)
-    return root / "prepared"
+    return bpe_corpus(tmp_path_factory.mktemp("bpe"), 2000, 150, 0.05)
 
 
 def test_roberta_mini_pretraining_loss_goes_down_on_real_text_with_byte_level_bpe(bpe_prepared, tmp_path):

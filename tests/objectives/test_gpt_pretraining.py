@@ -9,25 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import real_data
 from ember.recipes import RECIPES_DIR, recipe_path
 from ember.config import apply_overrides, load_yaml, run_config_from_dict
-
-
-@pytest.fixture(scope="module")
-def wiki_bpe(tmp_path_factory):
-    """A byte-level BPE (1k vocab, with <|endoftext|>) and token shards of 60 real articles."""
-    from ember.data.prepare import prepare_corpus
-    from ember.tokenizers import train_tokenizer
-
-    source = real_data("wiki-en", "AA", "wiki_00.gz")
-    root = tmp_path_factory.mktemp("wiki-bpe")
-    tok = train_tokenizer([source], kind="bpe", vocab_size=1000, lowercase=False, max_documents=60,
-                          progress=False)
-    tok.save(str(root / "tokenizer.json"))
-    prepare_corpus([source], root / "tokenizer.json", root / "prepared", max_docs=60,
-                   valid_fraction=0.1, progress=False)
-    return root / "prepared"
 
 
 def test_bpe_tokenizer_has_end_of_text_token(wiki_bpe):

@@ -1,0 +1,159 @@
+"""FSDP under torchrun (2 gloo ranks on CPU): the losses of 1 process, sharded checkpoints that
+resume exactly on 2, 1 or 2 ranks again, and final weights gathered from the shards."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+
+import pytest
+import torch
+from dist_helpers import (
+    ONE_PROCESS,
+    assert_same_losses,
+    kill_one_rank_after_checkpoint,
+    pretrain,
+    pretrain_command,
+    run_ok,
+    torchrun,
+)
+from run_helpers import env, kill_after_checkpoint, train_losses
+
+from ember.runs.checkpoint import list_checkpoints, load_weights
+from ember.runs.sharded import is_sharded
+from ember.train.logging import MetricsLogger
+
+FSDP = "train.parallel=fsdp"
+STEPS = 15
+
+
+@pytest.fixture(scope="module")
+def one_process(wiki_prepared, tmp_path_factory):
+    """The reference: 1 process, plain (unsharded) model, 2 micro-batches of 4 per step."""
+    run = tmp_path_factory.mktemp("one") / "run"
+    return run, pretrain(ONE_PROCESS, wiki_prepared, run, STEPS)
+
+
+def assert_same_weights(run_a, run_b, atol=1e-5):
+    a, b = load_weights(run_a / "model.safetensors"), load_weights(run_b / "model.safetensors")
+    assert set(a) == set(b)
+    for name in a:
+        assert torch.allclose(a[name], b[name], atol=atol, rtol=0), name
+
+
+@pytest.fixture(scope="module")
+def fsdp_run(wiki_prepared, tmp_path_factory):
+    """bert on 2 ranks under FSDP, same settings as ``one_process``."""
+    run = tmp_path_factory.mktemp("fsdp") / "run"
+    return run, pretrain(torchrun(2), wiki_prepared, run, STEPS, FSDP)
+
+
+def test_fsdp_bert_two_ranks_match_one_process(one_process, fsdp_run):
+    (reference, losses), (run, fsdp) = one_process, fsdp_run
+    assert_same_losses(fsdp, losses)
+    assert losses[STEPS] < losses[1] - 0.1  # it trains
+    checkpoints = list_checkpoints(run)
+    assert [c.name for c in checkpoints] == ["step-00000012", "step-00000015"]  # keep_checkpoints=2
+    for c in checkpoints:  # each rank wrote its own shard
+        assert is_sharded(c) and (c / "__0_0.distcp").is_file() and (c / "__1_0.distcp").is_file()
+    assert_same_weights(run, reference)  # gathered from the shards, on rank 0
+
+
+@pytest.mark.slow
+def test_convert_and_export_read_a_sharded_checkpoint_directly(fsdp_run, tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(fsdp_run[0], run)
+    last = list_checkpoints(run)[-1]
+    # `ember convert --to-hf` of the sharded checkpoint: the final step's weights
+    run_ok(ONE_PROCESS + ["convert", "--to-hf", str(last), "--out", str(tmp_path / "hf-ckpt")])
+    run_ok(ONE_PROCESS + ["convert", "--to-hf", str(run), "--out", str(tmp_path / "hf-final")])
+    assert_same_weights(tmp_path / "hf-ckpt", tmp_path / "hf-final", atol=0)
+    # `ember export` of a run that has only (sharded) checkpoints: its newest one, verified
+    (run / "model.safetensors").unlink()
+    sentences = tmp_path / "sentences.txt"
+    sentences.write_text("The river flows north.\nA city was founded in 1850.\n")
+    done = run_ok(ONE_PROCESS + ["export", str(run), "--format", "hf", "--out", str(tmp_path / "export"),
+                                 "--verify-file", str(sentences)])
+    assert last.name in done.stderr
+    assert_same_weights(tmp_path / "export", tmp_path / "hf-final", atol=0)
+    # a checkpoint with a missing shard is refused by name, nothing written
+    (last / "__1_0.distcp").unlink()
+    done = subprocess.run(ONE_PROCESS + ["convert", "--to-hf", str(last), "--out", str(tmp_path / "hf-bad")],
+                          env=env(), capture_output=True, text=True, check=False)
+    assert done.returncode == 1 and "the shard __1_0.distcp of rank 1 is missing" in done.stderr
+    assert not (tmp_path / "hf-bad").exists()
+
+
+@pytest.mark.slow
+def test_fsdp_electra_two_ranks_match_one_process(wiki_prepared, tmp_path):
+    # two backbones sharing their embeddings: the shared tables stay in the outer FSDP unit
+    sets = ["electra.generator_size=0.5", "train.max_steps=6"]
+    one = pretrain(ONE_PROCESS, wiki_prepared, tmp_path / "one", 6, *sets, recipe="electra-mini")
+    fsdp = pretrain(torchrun(2), wiki_prepared, tmp_path / "fsdp", 6, FSDP, *sets, recipe="electra-mini")
+    assert_same_losses(fsdp, one)
+    assert_same_weights(tmp_path / "fsdp", tmp_path / "one")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("recipe", ["albert-mini", "xlnet-mini"])
+def test_fsdp_albert_and_xlnet_two_ranks_match_one_process(recipe, wiki_prepared, tmp_path):
+    # ALBERT: the shared layer makes the encoder one unit; XLNet: one unit per two-stream layer
+    one = pretrain(ONE_PROCESS, wiki_prepared, tmp_path / "one", 6, recipe=recipe)
+    assert_same_losses(pretrain(torchrun(2), wiki_prepared, tmp_path / "fsdp", 6, FSDP, recipe=recipe), one)
+    assert_same_weights(tmp_path / "fsdp", tmp_path / "one")
+
+
+@pytest.mark.slow
+def test_fsdp_gpt2_two_ranks_match_one_process(wiki_bpe, tmp_path):
+    # a decoder: one FSDP unit per pre-LN block, tied input/output embedding in the outer unit
+    one = pretrain(ONE_PROCESS, wiki_bpe, tmp_path / "one", 6, recipe="gpt2-tiny")
+    assert_same_losses(pretrain(torchrun(2), wiki_bpe, tmp_path / "fsdp", 6, FSDP, recipe="gpt2-tiny"), one)
+    assert_same_weights(tmp_path / "fsdp", tmp_path / "one")
+
+
+@pytest.mark.slow
+def test_fsdp_t5_two_ranks_match_one_process(wiki_t5_prepared, tmp_path):
+    # encoder and decoder stacks: one unit per block, each stack's shared position bias outside
+    one = pretrain(ONE_PROCESS, wiki_t5_prepared, tmp_path / "one", 6, recipe="t5-tiny")
+    assert_same_losses(pretrain(torchrun(2), wiki_t5_prepared, tmp_path / "fsdp", 6, FSDP, recipe="t5-tiny"), one)
+    assert_same_weights(tmp_path / "fsdp", tmp_path / "one")
+
+
+@pytest.mark.slow
+def test_fsdp_lamb_trust_ratio_uses_whole_layer_norms(wiki_prepared, tmp_path):
+    # each rank holds half of every tensor: a ratio from the local shard would differ
+    sets = ["train.optimizer=lamb", "train.lr=2e-2", "train.weight_decay=0.01"]
+    one = pretrain(ONE_PROCESS, wiki_prepared, tmp_path / "one", 6, *sets)
+    assert_same_losses(pretrain(torchrun(2), wiki_prepared, tmp_path / "fsdp", 6, FSDP, *sets), one)
+    assert_same_weights(tmp_path / "fsdp", tmp_path / "one")
+
+
+@pytest.mark.slow
+def test_sharded_checkpoint_killed_rank_resumes_on_one_process_then_on_two_ranks(one_process, wiki_prepared, tmp_path):
+    """The state is addressed by parameter name, not by rank: a run whose rank 1 is SIGKILLed
+    after the checkpoint of step 3 continues on 1 process, which is killed after step 9 and
+    continued on 2 ranks; every logged loss is the uninterrupted run's (micro-batches of 4)."""
+    _, losses = one_process
+    run = tmp_path / "run"
+    killed = kill_one_rank_after_checkpoint(pretrain_command(torchrun(2), wiki_prepared, run, STEPS, FSDP), run, 3)
+    assert killed.returncode != 0 and not (run / "model.safetensors").exists()  # killed mid-run
+    kill_after_checkpoint(pretrain_command(ONE_PROCESS, wiki_prepared, run, STEPS, FSDP, resume=True), run, 9)  # 2 -> 1
+    assert is_sharded(run / "checkpoints" / "step-00000009")  # the single process writes the same layout
+    assert_same_losses(pretrain(torchrun(2), wiki_prepared, run, STEPS, FSDP, resume=True), losses)  # 1 -> 2
+
+
+@pytest.mark.slow
+def test_torchrun_max_restarts_resumes_a_killed_rank_with_no_lost_or_repeated_step(one_process, wiki_prepared,
+                                                                                   tmp_path):
+    """torchrun restarts both workers after rank 1 is SIGKILLed past step 3; they resume from
+    the newest checkpoint (TORCHELASTIC_RESTART_COUNT > 0) and the log holds each step once,
+    with the uninterrupted run's loss."""
+    _, losses = one_process
+    run = tmp_path / "run"
+    cmd = pretrain_command(torchrun(2, "--max-restarts=1"), wiki_prepared, run, STEPS, FSDP)
+    job = kill_one_rank_after_checkpoint(cmd, run, 3)
+    assert job.returncode == 0, job.output[-3000:]
+    assert "resumed from" in job.output
+    steps = [r["step"] for r in MetricsLogger.read(run / "metrics.jsonl") if r["split"] == "train"]
+    assert steps == list(range(1, STEPS + 1))  # none lost, none repeated
+    assert_same_losses(train_losses(run), losses)
