@@ -7,7 +7,9 @@ and other forms are left out so that every occurrence is the same word piece(s) 
 has 6-60 words, and contains none of the word's excluded phrases (fixed expressions of a third
 sense, e.g. "West Bank", "blood bank"). It is labelled sense A if its other words include at
 least one cue of A and no cue of B; sentences with cues of both senses or of neither are
-dropped. Cues are whole lower-cased words, so "riverside" is not "river". The rule is
+dropped. Cues are whole lower-cased words, so "riverside" is not "river". The word capitalised
+mid-sentence is part of a name (World Bank, Dogger Bank, Robert Plant, Lance Bass): dropped, as
+names mix the senses (a sandbank and a lender are both "... Bank"). The rule is
 deliberately simple so a reader can judge it: it labels the *context*, not the word, and will
 mislabel a sentence whose cue belongs to another clause ("the bank financed a bridge over the
 river" counts as both and is dropped; "a bank on the river front" with no cue is dropped too).
@@ -84,8 +86,11 @@ def rule(word: str) -> dict:
             "exclude": list(spec["exclude"])}
 
 
-def label(sentence: str, word: str, rules: dict) -> tuple[str | None, str]:
-    """(sense or None, why): the context rule of the module docstring applied to one sentence."""
+def label(sentence: str, word: str, rules: dict, named: bool = False) -> tuple[str | None, str]:
+    """(sense or None, why): the context rule of the module docstring applied to one sentence;
+    ``named``: the word is capitalised mid-sentence, a name, dropped."""
+    if named:
+        return None, "capitalised name"
     lower = sentence.lower()
     # an excluded phrase with a capital is a proper name, matched as written; others in any case
     if any(p in (sentence if p != p.lower() else lower) for p in rules["exclude"]):
@@ -112,7 +117,7 @@ def collect(word: str, files: list[Path]) -> tuple[list[Occurrence], dict]:
 
     rules = rule(word)
     pattern = re.compile(rf"\b{re.escape(word)}\b", re.IGNORECASE)
-    counts = {"sentences with the word": 0, "not once, or in capitals": 0, "length": 0, "excluded phrase": 0,
+    counts = {"sentences with the word": 0, "not once, or in capitals": 0, "length": 0, "excluded phrase": 0, "capitalised name": 0,
               "both senses": 0, "no cue": 0, "duplicate": 0, "labelled": 0}
     seen: set[str] = set()
     found: list[Occurrence] = []
@@ -131,7 +136,8 @@ def collect(word: str, files: list[Path]) -> tuple[list[Occurrence], dict]:
             if not MIN_WORDS <= len(sentence.split()) <= MAX_WORDS:
                 counts["length"] += 1
                 continue
-            sense, why = label(sentence, word, rules)
+            named = matches[0].start() > 0 and matches[0].group(0).istitle()
+            sense, why = label(sentence, word, rules, named)
             if sense is None:
                 counts[why] += 1
                 continue

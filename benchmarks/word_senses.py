@@ -16,7 +16,9 @@ all-MiniLM-L6-v2 (any encoder run or HF folder with --model):
    transformer layers); the word's vector is the mean of its word pieces' vectors.
 3. Baselines: the word's static input embedding (the word-piece embedding row: the same vector
    for every occurrence, so 1-NN is at chance by construction) and a bag-of-words context vector
-   (the mean of the static input embeddings of the sentence's other word pieces).
+   (the mean of the static input embeddings of the sentence's other word pieces). The rule labels
+   by context words, so the bag holds the very cue that set the label; a second bag without the
+   rule's cue words shows how much of its score is that.
 4. Per layer and seed: leave-one-out 1-NN sense accuracy (cosine; a tie among nearest neighbours
    counts as the expected accuracy of picking one of them at random, so identical vectors score
    the leave-one-out chance (m - 1) / (2m - 1) with m per sense, just under 50%), k-means (k = 2) purity,
@@ -30,6 +32,7 @@ reads twelve Wikipedia files: a check that the script works, not a measurement.
 from __future__ import annotations
 
 import argparse
+import re
 import statistics
 import sys
 import time
@@ -62,13 +65,20 @@ def parse_args(argv: list[str] | None):
 
 
 # -- vectors -------------------------------------------------------------------------------------
-def word_pieces(tokenizer, occ: data.Occurrence) -> tuple[list[int], list[int]]:
-    """(positions of the word's pieces, token ids) in the model's encoding of the sentence."""
+def word_pieces(tokenizer, occ: data.Occurrence, cues: set[str]) -> tuple[list[int], list[int], set[int]]:
+    """(positions of the word's pieces, token ids, positions of pieces of the rule's cue words) in the
+    model's encoding of the sentence."""
     enc = tokenizer.encode(occ.text)
     inside = [i for i, (a, b) in enumerate(enc.offsets) if b > a >= occ.start and b <= occ.end]
     if not inside:
         raise EmberError(f"the tokenizer gives no piece for {occ.text[occ.start:occ.end]!r} in {occ.text!r}")
-    return inside, list(enc.ids)
+    cue_spans = [m.span() for m in re.finditer(r"[A-Za-z]+", occ.text) if m.group().lower() in cues]
+    in_cue = {i for i, (a, b) in enumerate(enc.offsets) if b > a and any(s <= a < e for s, e in cue_spans)}
+    return inside, list(enc.ids), in_cue
+
+
+def mean_rows(table: np.ndarray, ids: list[int]) -> np.ndarray:
+    return table[ids].mean(0) if ids else np.zeros(table.shape[1], dtype=table.dtype)
 
 
 def static_table(model) -> np.ndarray:
@@ -83,24 +93,30 @@ def static_table(model) -> np.ndarray:
         return f.get_tensor(keys[0]).astype(np.float32)
 
 
-def vectors(model, occurrences: list[data.Occurrence]) -> dict[str, np.ndarray]:
-    """name -> (N, H): "static", "bag of words", and "layer k" for the embedding layer and every layer."""
+def vectors(model, occurrences: list[data.Occurrence], cues: set[str]) -> dict[str, np.ndarray]:
+    """name -> (N, H): "static", the two bag-of-words baselines, and "layer k" for the embedding
+    layer (0) and every transformer layer."""
     tokenizer, table = model.tokenizer, static_table(model)
     special = {tokenizer.token_to_id(t) for t in ("[CLS]", "[SEP]", "[PAD]", "<s>", "</s>", "<pad>")} - {None}
-    pieces = [word_pieces(tokenizer, occ) for occ in occurrences]
+    pieces = [word_pieces(tokenizer, occ, cues) for occ in occurrences]
     if table.shape[1] != model.info["hidden_size"]:
         raise EmberError(f"{model.path}: factorised embeddings ({table.shape[1]} wide); the static baseline "
                          "needs the word-piece vectors in the hidden size")
-    out = {"static": np.stack([table[[ids[i] for i in at]].mean(0) for at, ids in pieces]),
-           "bag of words": np.stack([table[[t for i, t in enumerate(ids) if i not in at and t not in special]].mean(0)
-                                     for at, ids in pieces])}
+
+    def context(at, ids, skip):
+        return [t for i, t in enumerate(ids) if i not in at and i not in skip and t not in special]
+
+    out = {"static": np.stack([mean_rows(table, [ids[i] for i in at]) for at, ids, _ in pieces]),
+           "bag of words": np.stack([mean_rows(table, context(at, ids, ())) for at, ids, _ in pieces]),
+           # without the words the labelling rule looked at: how much of the bag is the label itself
+           "bag of words, cues removed": np.stack([mean_rows(table, context(at, ids, cue)) for at, ids, cue in pieces])}
     texts = [occ.text for occ in occurrences]
     for k in range(model.info["num_layers"] + 1):
         states = model.embed(texts, pooling="none", layer=k, normalize=False)
-        for s, (at, ids) in zip(states, pieces):
+        for s, (_, ids, _) in zip(states, pieces):
             if len(s) != len(ids):
                 raise EmberError(f"the model embedded {len(s)} tokens where its tokenizer gives {len(ids)}")
-        out[f"layer {k}"] = np.stack([s[at].mean(0) for s, (at, _) in zip(states, pieces)])
+        out[f"layer {k}"] = np.stack([s[at].mean(0) for s, (at, _, _) in zip(states, pieces)])
     return out
 
 
@@ -219,7 +235,8 @@ def main(argv: list[str] | None = None) -> dict:
     union = sorted({occ for sample in samples.values() for occ in sample}, key=lambda o: (o.text, o.start))
     row = {occ: i for i, occ in enumerate(union)}
     t1 = time.time()
-    all_vecs = vectors(model, union)
+    cues = {cue for words in data.rule(args.word)["senses"].values() for cue in words}
+    all_vecs = vectors(model, union, cues)
     embed_s = time.time() - t1
     senses = sorted(groups)
     per_seed = []

@@ -334,6 +334,9 @@ def test_sense_rule_labels_by_context_cues_and_drops_both_neither_and_proper_nam
         "excluded phrase"
     # capitalised exclusions are proper names: the west bank of a river is still a river bank
     assert data.label("Luxor lies on the west bank of the Nile river.", "bank", rules)[0] == "river"
+    # mid-sentence "Bank" is part of a name (a lender or a sandbank alike): dropped whatever the cues
+    assert data.label("Loans of the World Bank paid for water pipes.", "bank", rules, named=True) == \
+        (None, "capitalised name")
     groups = {"a": [data.Occurrence(f"a{i}", 0, 1, "a", "") for i in range(9)],
               "b": [data.Occurrence(f"b{i}", 0, 1, "b", "") for i in range(4)]}
     sample = data.balanced_sample(groups, 6, seed=3)
@@ -360,7 +363,8 @@ def test_word_senses_smoke_labels_real_wikipedia_and_measures_every_layer(tmp_pa
     result = bench.main(["--smoke", "--seeds", "1,2,3", "--out", str(tmp_path)])
     assert set(result["labelled"]) == {"river", "finance"} and all(n > 0 for n in result["labelled"].values())
     m = result["per_sense"]
-    assert list(result["summary"]) == ["static", "bag of words", "layer 0", "layer 1", "layer 2"]
+    assert list(result["summary"]) == ["static", "bag of words", "bag of words, cues removed", "layer 0", "layer 1",
+                                      "layer 2"]
     assert result["summary"]["static"]["nn_accuracy"]["values"] == [pytest.approx((m - 1) / (2 * m - 1))] * 3
     for stats in result["summary"].values():
         assert 0.5 <= stats["kmeans_purity"]["mean"] <= 1.0 and -1.0 <= stats["silhouette"]["mean"] <= 1.0
@@ -370,6 +374,7 @@ def test_word_senses_smoke_labels_real_wikipedia_and_measures_every_layer(tmp_pa
     assert (tmp_path / "senses.png").read_bytes()[:4] == b"\x89PNG"
 
 
+@pytest.mark.slow
 def test_word_senses_minilm_layers_tell_bank_senses_apart_on_real_wikipedia(tmp_path, monkeypatch):
     real_data("checkpoints", "all-MiniLM-L6-v2", "model.safetensors")
     real_data("wiki-en", "AB")
