@@ -46,8 +46,8 @@ SENSES: dict[str, dict] = {
                          roots stem stems botanical garden gardens herb herbs shrub shrubs tree trees fruit fruits
                          cultivated perennial annual petals foliage soil bloom blooms""",
             "industry": """power factory factories nuclear manufacturing industrial electricity workers employees
-                           steel chemical chemicals coal gas facility assembly reactor reactors megawatts mw
-                           refinery plants company automobile cars""",
+                           steel coal gas facility assembly reactor reactors megawatts mw
+                           refinery company automobile cars""",
         },
         # "to plant (trees)" is the verb, not either noun sense
         "exclude": ["to plant", "plant trees", "plant a tree"],

@@ -73,6 +73,11 @@ def reading(result: dict) -> list[str]:
                  f"{100 * nocue['std']:.1f}% ({100 * (bow['mean'] - nocue['mean']):.1f} points of it were the cues "
                  "themselves). The contextual vectors see the cues too; what they add over the full bag is the "
                  "comparison that counts.")
+    inner = [acc[f"layer {k}"]["mean"] for k in range(1, result["num_layers"] + 1)]
+    lines.append(f"- Layers 1-{result['num_layers']} span {100 * min(inner):.1f}-{100 * max(inner):.1f}% 1-NN accuracy.")
+    lines.append(f"- Spread: each seed redraws {result['per_sense']} per sense from the same pool "
+                 f"({', '.join(f'{k} {v}' for k, v in result['labelled'].items())} labelled sentences), so samples "
+                 "overlap and the std is the sampling spread within this pool, not that of independent replications.")
     drop = acc[best]["mean"] - acc[last]["mean"]
     if drop > 0:
         lines.append(f"- The last layer ({100 * acc[last]['mean']:.1f}%) is {100 * drop:.1f} points below the best: "
