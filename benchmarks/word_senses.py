@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import re
+import shutil
 import statistics
 import sys
 import time
@@ -196,8 +197,8 @@ def smoke_model(folder: Path, occurrences: list[data.Occurrence]):
     transformers.BertModel(config).save_pretrained(hf)
     tok.save(str(hf / "tokenizer.json"))
     run = folder / "run"
-    if not (run / "model.safetensors").is_file():
-        import_hf(hf, run)
+    shutil.rmtree(run, ignore_errors=True)  # a run left by another --word has another vocabulary
+    import_hf(hf, run)
     return ember.load(run)
 
 
