@@ -336,3 +336,67 @@ def test_distributed_scaling_smoke_reports_rates_memory_and_projection(wiki_prep
     assert row["fsdp_bytes"] == 1.5 * row["ddp_bytes"] == 3 * 7 / 8 * 4 * ddp["num_parameters"]
     state = result["state_per_rank"]["bert-tiny"]
     assert state["DDP (any W)"] == 16 * ddp["num_parameters"] == 8 * state["FSDP W=8"]
+def test_sense_rule_labels_by_context_cues_and_drops_both_neither_and_proper_names():
+    data = load_benchmark("_sense_data")
+    rules = data.rule("bank")
+    assert data.label("They walked along the bank of the river at dawn.", "bank", rules) == ("river", "labelled")
+    assert data.label("The bank raised its interest rate on loans.", "bank", rules) == ("finance", "labelled")
+    assert data.label("The bank lent money to build a bridge over the river.", "bank", rules)[1] == "both senses"
+    assert data.label("She sat on the bank and read.", "bank", rules) == (None, "no cue")
+    assert data.label("Settlements in the West Bank draw water from the aquifer.", "bank", rules)[1] == \
+        "excluded phrase"
+    # capitalised exclusions are proper names: the west bank of a river is still a river bank
+    assert data.label("Luxor lies on the west bank of the Nile river.", "bank", rules)[0] == "river"
+    # mid-sentence "Bank" is part of a name (a lender or a sandbank alike): dropped whatever the cues
+    assert data.label("Loans of the World Bank paid for water pipes.", "bank", rules, named=True) == \
+        (None, "capitalised name")
+    groups = {"a": [data.Occurrence(f"a{i}", 0, 1, "a", "") for i in range(9)],
+              "b": [data.Occurrence(f"b{i}", 0, 1, "b", "") for i in range(4)]}
+    sample = data.balanced_sample(groups, 6, seed=3)
+    assert sorted(o.sense for o in sample) == ["a"] * 4 + ["b"] * 4  # balanced at the smaller sense's size
+    assert sample == data.balanced_sample(groups, 6, seed=3) != data.balanced_sample(groups, 6, seed=4)
+
+
+def test_word_senses_nearest_neighbour_counts_ties_as_a_random_pick():
+    import numpy as np
+
+    bench = load_benchmark("word_senses")
+    y = np.array([0, 0, 0, 1, 1, 1])
+    same = np.ones((6, 4))  # one vector for every occurrence: leave-one-out chance (m - 1) / (2m - 1)
+    assert bench.nn_accuracy(same, y) == pytest.approx(2 / 5)
+    apart = np.array([[1, 0.1 * i, 0, 0] for i in range(3)] + [[0, 0, 1, 0.1 * i] for i in range(3)])
+    assert bench.nn_accuracy(apart, y) == 1.0 and bench.kmeans_purity(apart, y, 0) == 1.0
+    assert bench.silhouette(apart, y) > 0.5 and bench.silhouette(same, y) == 0.0
+
+
+def test_word_senses_smoke_labels_real_wikipedia_and_measures_every_layer(tmp_path):
+    pytest.importorskip("transformers")
+    real_data("wiki-en", "AA", "wiki_00.gz")
+    bench = load_benchmark("word_senses")
+    result = bench.main(["--smoke", "--seeds", "1,2,3", "--out", str(tmp_path)])
+    assert set(result["labelled"]) == {"river", "finance"} and all(n > 0 for n in result["labelled"].values())
+    m = result["per_sense"]
+    assert list(result["summary"]) == ["static", "bag of words", "bag of words, cues removed", "layer 0", "layer 1",
+                                      "layer 2"]
+    assert result["summary"]["static"]["nn_accuracy"]["values"] == [pytest.approx((m - 1) / (2 * m - 1))] * 3
+    for stats in result["summary"].values():
+        assert 0.5 <= stats["kmeans_purity"]["mean"] <= 1.0 and -1.0 <= stats["silhouette"]["mean"] <= 1.0
+    markdown = (tmp_path / "results.md").read_text()
+    assert "## Labelling rule" in markdown and "**river** cues:" in markdown and "## Reading" in markdown
+    assert json.loads((tmp_path / "results.json").read_text())["summary"] == result["summary"]
+    assert (tmp_path / "senses.png").read_bytes()[:4] == b"\x89PNG"
+
+
+@pytest.mark.slow
+def test_word_senses_minilm_layers_tell_bank_senses_apart_on_real_wikipedia(tmp_path, monkeypatch):
+    real_data("checkpoints", "all-MiniLM-L6-v2", "model.safetensors")
+    real_data("wiki-en", "AB")
+    monkeypatch.setenv("EMBER_CACHE", str(tmp_path / "cache"))
+    bench = load_benchmark("word_senses")
+    result = bench.main(["--max-files", "60", "--per-sense", "40", "--seeds", "1,2,3", "--out", str(tmp_path / "out")])
+    assert result["labelled"]["river"] >= 40 and result["labelled"]["finance"] >= 40  # the rule finds both senses
+    s = result["summary"]
+    chance = s["static"]["nn_accuracy"]
+    assert chance["std"] == 0.0 and chance["mean"] == pytest.approx(39 / 79)  # one vector: at chance
+    best = s[result["best_layer"]]["nn_accuracy"]
+    assert result["best_layer"] != "layer 0" and best["mean"] - 2 * best["std"] > chance["mean"]
