@@ -111,7 +111,12 @@ class _OneDnnLinear(torch.autograd.Function):
             gx = _gemm(grad, weight.t(), None)  # (..., N) @ (N, K) -> (..., K); oneDNN reads the view
         if ctx.needs_input_grad[1]:
             x2 = x.reshape(-1, x.shape[-1])  # (M, K)
-            gw = _gemm(g2.t(), x2.t(), None)  # (N, M) @ (M, K) -> (N, K)
+            if g2.shape[1] > x2.shape[1]:
+                # N > K (e.g. the tied MLM decoder, N = vocabulary): oneDNN runs this ~1.7x faster
+                # with the wide operand as its "weight": (K, M) @ (M, N), transposed back
+                gw = _gemm(x2.t(), g2.t(), None).t().contiguous()
+            else:
+                gw = _gemm(g2.t(), x2.t(), None)  # (N, M) @ (M, K) -> (N, K)
         if ctx.has_bias and ctx.needs_input_grad[2]:
             gb = g2.sum(0)
         return gx, gw, gb

@@ -48,12 +48,13 @@ def _grads(fn, x, w, b, g):
 
 @pytest.mark.parametrize("shape", [(37, 24), (3, 11, 24)])  # 2-D and 3-D inputs
 @pytest.mark.parametrize("with_bias", [True, False])
-def test_onednn_linear_forward_and_backward_match_f_linear(gemm_calls, shape, with_bias):
+@pytest.mark.parametrize("out", [40, 16])  # wider and narrower than the input: both grad-W layouts
+def test_onednn_linear_forward_and_backward_match_f_linear(gemm_calls, shape, with_bias, out):
     torch.manual_seed(0)
     x = torch.randn(*shape, requires_grad=True)
-    w = torch.randn(40, 24, requires_grad=True)
-    b = torch.randn(40, requires_grad=True) if with_bias else None
-    g = torch.randn(*shape[:-1], 40)
+    w = torch.randn(out, 24, requires_grad=True)
+    b = torch.randn(out, requires_grad=True) if with_bias else None
+    g = torch.randn(*shape[:-1], out)
     y1, grads1 = _grads(onednn.linear, x, w, b, g)
     assert len(gemm_calls) == 3  # forward, grad x, grad W: all through oneDNN
     y0, grads0 = _grads(F.linear, x, w, b, g)
@@ -61,6 +62,7 @@ def test_onednn_linear_forward_and_backward_match_f_linear(gemm_calls, shape, wi
     for got, want in zip(grads1, grads0):
         if want is not None:
             torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    assert grads1[1].is_contiguous()  # what AccumulateGrad keeps as .grad
 
 
 def test_onednn_linear_backward_takes_non_contiguous_inputs_and_expanded_gradients(gemm_calls):
