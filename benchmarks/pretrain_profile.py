@@ -4,8 +4,10 @@ step and for transformers with logits only at the masked rows (see pretrain_thro
     PYTHONPATH=. OMP_NUM_THREADS=1 .venv/bin/python benchmarks/pretrain_profile.py \
         --preset bert-mini [--steps 3] [--json out.json]
 
-Each operator's self CPU time (one thread) is put in one bucket by its name: matmuls (Linear
-layers, forward and backward, any kernel), attention (SDPA and its backward), norms
+Each operator's self time (one thread; the profiler's clock is wall time, so on a loaded
+machine the shares mean more than the milliseconds) is put in one bucket by its name: matmuls
+(Linear layers, forward and backward, any kernel), attention (SDPA, or the batched products
+and softmax of attention with dropout, and their backward), norms
 (LayerNorm), dropout (mask drawing and applying), activation (GELU), embedding gradient,
 head and loss (log-softmax, NLL), optimizer (AdamW's foreach ops, gradient clipping) and the
 rest (element-wise adds, copies, views). The batch is built before timing (data: 0 here; what
@@ -31,11 +33,12 @@ from ember.config import TrainConfig, model_preset  # noqa: E402
 BUCKETS = (
     ("optimizer", ("_foreach", "adam", "clip_grad", "linalg_vector_norm", "zero_")),
     ("head and loss", ("log_softmax", "nll_loss", "cross_entropy")),
-    ("attention", ("scaled_dot_product", "flash_attention", "_efficient_attention", "softmax")),
-    ("matmuls", ("linear", "addmm", "::mm", "bmm", "matmul", "mkldnn", "onednnlinear")),
+    # batched products only come from attention (scores and context, with dropout in training)
+    ("attention", ("scaled_dot_product", "flash_attention", "_efficient_attention", "softmax", "bmm")),
+    ("matmuls", ("linear", "addmm", "::mm", "matmul", "mkldnn", "onednnlinear")),
     ("norms", ("layer_norm",)),
+    ("activation", ("gelu",)),  # before dropout: "aten::gelu" contains "::ge"
     ("dropout", ("dropout", "bernoulli", "random_", "bitwise_and", "::ge")),
-    ("activation", ("gelu",)),
     ("embedding gradient", ("embedding", "index_add", "index_put", "scatter_add")),
 )
 

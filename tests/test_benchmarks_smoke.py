@@ -66,6 +66,7 @@ def test_pretrain_profile_buckets_a_step_and_names_the_matmuls():
     assert bench.bucket("mkldnn::_linear_pointwise") == bench.bucket("aten::addmm") == "matmuls"
     assert bench.bucket("aten::_log_softmax_backward_data") == "head and loss"
     assert bench.bucket("aten::native_layer_norm_backward") == "norms"
+    assert bench.bucket("aten::gelu_backward") == "activation" and bench.bucket("aten::ge") == "dropout"
     table = bench.main(["--preset", "bert-tiny", "--batch", "2", "--length", "16", "--steps", "1"])
     assert set(table) == {"ember", "transformers (masked rows)"}
     assert all(side["matmuls"] > 0 for side in table.values())
