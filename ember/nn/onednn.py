@@ -15,15 +15,17 @@ Anything else - a quantized Linear (int8 serving), CUDA, bf16, ONNX export, trac
 ``torch.compile`` - goes the ordinary way, so modules keep plain ``nn.Linear`` children
 (state dicts, quantization and export are unchanged).
 
-Whether the path is on: ``EMBER_ONEDNN=1`` / ``0`` forces it; otherwise it is decided once per
-process by timing both kernels on a BERT-sized product (a few milliseconds), and kept only
-where oneDNN is at least 15% faster. ``set_enabled`` overrides it (tests, benchmarks).
+Whether the path is on: ``EMBER_ONEDNN=1`` / ``0`` forces it; otherwise it is on for AMD (and
+Hygon) CPUs, where MKL's sgemm dispatches to its generic code, and off elsewhere. The rule is
+a pure function of the machine, not a timing: two processes on one machine must round alike,
+or a resumed run would not reproduce the uninterrupted one bit for bit (an earlier version
+timed both kernels at start-up and, on a loaded machine, two processes chose differently).
+``set_enabled`` overrides it (tests, benchmarks).
 """
 
 from __future__ import annotations
 
 import os
-import time
 
 import torch
 import torch.nn.functional as F
@@ -31,6 +33,8 @@ from torch import nn
 from torch.autograd.function import once_differentiable
 
 MIN_ROWS = 8  # below this many rows MKL's GEMV-like path wins (measured: 1 row 34 vs 25 GFLOP/s)
+# CPUs on which MKL's sgemm takes its generic code path (it dispatches on the vendor string)
+SLOW_MKL_VENDORS = ("AuthenticAMD", "HygonGenuine")
 _STATE: dict[str, bool | None] = {"enabled": None}
 
 
@@ -38,36 +42,23 @@ def _op():
     return getattr(getattr(torch.ops, "mkldnn", None), "_linear_pointwise", None)
 
 
-def _measure() -> bool:
-    """True when oneDNN runs a (256 x 384) @ (384 x 1536) product >= 15% faster than F.linear."""
-    op = _op()
-    if op is None or not torch.backends.mkldnn.is_available():
-        return False
+def _cpu_vendor() -> str:
     try:
-        x, w, b = torch.randn(256, 384), torch.randn(1536, 384), torch.randn(1536)
-        with torch.no_grad():
-            timings = []
-            for fn in (lambda: F.linear(x, w, b), lambda: op(x, w, b, "none", [], "")):
-                fn()
-                best = float("inf")
-                for _ in range(5):
-                    start = time.perf_counter()
-                    fn()
-                    best = min(best, time.perf_counter() - start)
-                timings.append(best)
-        return timings[1] * 1.15 < timings[0]
-    except RuntimeError:  # a build whose oneDNN cannot run this op
-        return False
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("vendor_id"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return ""
 
 
 def enabled() -> bool:
     """Whether CPU fp32 Linear layers go through oneDNN (decided once; see the module docstring)."""
     if _STATE["enabled"] is None:
         forced = os.environ.get("EMBER_ONEDNN", "").strip()
-        if forced in ("0", "1"):
-            _STATE["enabled"] = forced == "1" and _op() is not None
-        else:
-            _STATE["enabled"] = _measure()
+        wanted = forced == "1" if forced in ("0", "1") else _cpu_vendor() in SLOW_MKL_VENDORS
+        _STATE["enabled"] = wanted and _op() is not None and torch.backends.mkldnn.is_available()
     return bool(_STATE["enabled"])
 
 

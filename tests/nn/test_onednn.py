@@ -164,12 +164,17 @@ def test_onednn_torch_compile_graph_holds_no_onednn_call(forced_on):
     assert graphs and "linear" in targets and "_linear_pointwise" not in targets
 
 
-def test_onednn_switch_follows_ember_onednn_and_set_enabled(monkeypatch):
+def test_onednn_switch_follows_ember_onednn_then_the_cpu_vendor_never_a_timing(monkeypatch):
     saved = onednn._STATE["enabled"]
     try:
         for value, want in (("0", False), ("1", True)):
             monkeypatch.setenv("EMBER_ONEDNN", value)
             onednn.set_enabled(None)  # decide again
+            assert onednn.enabled() is want
+        monkeypatch.delenv("EMBER_ONEDNN")
+        for vendor, want in (("AuthenticAMD", True), ("GenuineIntel", False), ("", False)):
+            monkeypatch.setattr(onednn, "_cpu_vendor", lambda v=vendor: v)
+            onednn.set_enabled(None)
             assert onednn.enabled() is want
         onednn.set_enabled(False)
         assert onednn.enabled() is False
