@@ -119,8 +119,8 @@ def main(argv: list[str] | None = None) -> dict:
         for task in args.tasks:
             rows = {"ember": [], "transformers": []}
             for k, seed in enumerate(args.seeds):
-                sides = [("ember", lambda s=seed: ember_run(task, args.run, args.train_limit, s, Path(tmp) / task)),
-                         ("transformers", lambda s=seed: transformers_run(task, args.hf, args.train_limit, s))]
+                sides = [("ember", lambda s=seed, t=task: ember_run(t, args.run, args.train_limit, s, Path(tmp) / t)),
+                         ("transformers", lambda s=seed, t=task: transformers_run(t, args.hf, args.train_limit, s))]
                 for name, fn in (sides if k % 2 == 0 else sides[::-1]):  # alternate who goes first
                     start = clock()
                     accuracy = fn()
