@@ -11,7 +11,7 @@ TF32 inside), so the results agree to float rounding (~1e-6 relative).
 ``F.linear``. Both take the oneDNN path when it is on and applies (CPU, fp32, at least
 ``MIN_ROWS`` rows: a single row is faster through MKL's GEMV), with an autograd function whose
 backward runs its two products (grad x = grad y W, grad W = grad y^T x) through oneDNN as well.
-Anything else - a quantized Linear (int8 serving), CUDA, bf16, ONNX export, tracing,
+Anything else - a quantized Linear (int8 serving), CUDA, bf16, autocast, ONNX export, tracing,
 ``torch.compile`` - goes the ordinary way, so modules keep plain ``nn.Linear`` children
 (state dicts, quantization and export are unchanged).
 
