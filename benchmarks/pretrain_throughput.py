@@ -9,7 +9,10 @@ tokens with 15% of each row masked (19 positions, the same positions for both si
              dropout, foreach AdamW with BERT's decay groups) - what `ember pretrain` runs
   reference  transformers.BertForMaskedLM, attn_implementation="sdpa", full-vocabulary head,
              torch.optim.AdamW with its defaults (what the HF Trainer behind run_mlm.py uses)
-Both have dropout 0.1 and the same shapes; the two sides run in turn in one process.
+  reference-masked  the same model and optimizer, but the head and loss run only at the masked
+             rows (bert -> gather labelled rows -> cls -> cross-entropy): what an informed user,
+             MosaicBERT or cramming (Geiping & Goldstein, 2022, sec. 4.2) does
+All have dropout 0.1 and the same shapes; the contenders run in turn in one process.
 
 Extra ember variants (--variants) measure one lever each:
   ember-torch-dropout  torch's dropout (F.dropout, SDPA dropout_p) instead of ember.nn.dropout
@@ -18,9 +21,10 @@ Extra ember variants (--variants) measure one lever each:
   ember-loop-adam   AdamW without foreach (one tensor at a time)
   ember-fused-adam  AdamW(fused=True)
   ember-compile     torch.compile(module) (slow to start: compiles forward and backward)
+  ember-mkl         Linear layers through torch's default F.linear (MKL) instead of oneDNN
 
-Utilisation = useful FLOP/s / measured fp32 matmul peak (an n=1024 matmul timed in every
-repetition). Useful FLOPs are counted exactly per layer (all matmuls: QKV, attention scores
+Utilisation = useful FLOP/s / measured fp32 matmul peak (an n=1024 matmul, the faster of
+MKL's and oneDNN's, timed in every repetition). Useful FLOPs are counted exactly per layer (all matmuls: QKV, attention scores
 and context, output, feed-forward; the MLM head at masked positions only, as those are the
 only rows the loss needs), with backward = 2 x forward. Embedding lookups, LayerNorm, GELU,
 softmax and the optimizer are not counted. Both sides get the same useful count.
@@ -43,12 +47,13 @@ from _bench import add_common_args, alternate, apply_common_args, clock, clock_n
 
 from ember.config import DataConfig, ModelConfig, TrainConfig, model_preset  # noqa: E402
 from ember.models import build_backbone  # noqa: E402
+from ember.nn import onednn  # noqa: E402
 from ember.objectives.bert import BertPretraining  # noqa: E402
 from ember.train.optim import parameter_groups  # noqa: E402
 
 SPECIAL = {"pad": 0, "unk": 100, "cls": 101, "sep": 102, "mask": 103}
 VARIANTS = ("ember", "ember-torch-dropout", "ember-full-head", "ember-split-qkv", "ember-loop-adam", "ember-fused-adam",
-            "ember-compile")
+            "ember-compile", "ember-mkl")
 
 
 def make_batch(cfg: ModelConfig, batch: int, length: int, mask_prob: float, seed: int = 0) -> dict:
@@ -135,10 +140,29 @@ def ember_step(cfg: ModelConfig, variant: str, train: TrainConfig):
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         return loss
-    return step
+
+    if variant != "ember-mkl":
+        return step
+
+    def mkl_step(batch):  # the process-wide switch, off for this contender's steps only
+        saved = onednn.enabled()
+        onednn.set_enabled(False)
+        try:
+            return step(batch)
+        finally:
+            onednn.set_enabled(saved)
+    return mkl_step
 
 
-def reference_step(cfg: ModelConfig):
+def _masked_rows_loss(model, batch: dict) -> torch.Tensor:
+    """BertForMaskedLM's loss with the head at the labelled rows only: (N, H) -> (N, V)."""
+    hidden = model.bert(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                        token_type_ids=batch["token_type_ids"]).last_hidden_state  # (B, T, H)
+    rows = batch["labels"] != -100  # (B, T)
+    return F.cross_entropy(model.cls(hidden[rows]), batch["labels"][rows])
+
+
+def reference_step(cfg: ModelConfig, masked_rows: bool = False):
     import transformers
 
     hf_cfg = transformers.BertConfig(
@@ -159,7 +183,7 @@ def reference_step(cfg: ModelConfig):
                                    {"params": rest, "weight_decay": 0.0}], lr=5e-5)
 
     def step(batch):
-        loss = model(**batch).loss
+        loss = _masked_rows_loss(model, batch) if masked_rows else model(**batch).loss
         loss.backward()
         nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
@@ -191,6 +215,10 @@ def run_preset(name: str, cfg: ModelConfig, args) -> dict:
     for _ in range(args.warmup):
         ref(batch)
     contenders["reference"] = lambda: timed_rate(ref, batch, args.steps)
+    ref_masked = reference_step(cfg, masked_rows=True)
+    for _ in range(args.warmup):
+        ref_masked(batch)
+    contenders["reference-masked"] = lambda: timed_rate(ref_masked, batch, args.steps)
     peaks: list[float] = []
     print(f"{name}: {sum(p.numel() for p in BertPretraining(build_backbone(cfg), SPECIAL, DataConfig(nsp=False), 'none').parameters()) / 1e6:.1f}M "
           f"parameters, batch {args.batch}x{args.length}, {n_masked} masked; {load()}", flush=True)
@@ -205,17 +233,23 @@ def run_preset(name: str, cfg: ModelConfig, args) -> dict:
         result["tokens_per_s"][variant] = rate
         result["utilisation"][variant] = rate * flops_per_token / peak
     result["ratio"] = {v: median(rates[v]) / ref_rate for v in rates if v != "reference"}
+    masked_rate = median(rates["reference-masked"])
+    result["ratio_vs_masked"] = {v: median(rates[v]) / masked_rate for v in rates if v.startswith("ember")}
+    # the spread: each repetition's ratio (both contenders ran in the same repetition)
+    result["ratio_vs_masked_each"] = {v: [a / b for a, b in zip(rates[v], rates["reference-masked"])]
+                                      for v in rates if v.startswith("ember")}
     return result
 
 
 def print_result(r: dict) -> None:
     print(f"\n{r['preset']}  (matmul peak {r['peak_gflops']:.0f} GFLOP/s, "
           f"{r['useful_flops_per_token'] / 1e6:.1f} useful MFLOP/token, {r['load_after']})")
-    print(f"{'':18s} {'tokens/s':>10s} {'vs ref':>7s} {'util':>6s}")
+    print(f"{'':18s} {'tokens/s':>10s} {'vs ref':>7s} {'vs masked':>10s} {'util':>6s}  per-repetition vs masked")
     for v, rate in r["tokens_per_s"].items():
-        ratio = r["ratio"].get(v)
+        ratio, masked = r["ratio"].get(v), r["ratio_vs_masked"].get(v)
+        each = " ".join(f"{x:.2f}" for x in r["ratio_vs_masked_each"].get(v, []))
         print(f"{v:18s} {rate:10,.0f} {(f'{ratio:.2f}x' if ratio else ''):>7s} "
-              f"{100 * r['utilisation'][v]:5.1f}%")
+              f"{(f'{masked:.2f}x' if masked else ''):>10s} {100 * r['utilisation'][v]:5.1f}%  {each}")
 
 
 def main(argv: list[str] | None = None) -> list[dict]:

@@ -36,11 +36,40 @@ def test_pretrain_throughput_smoke_reports_rates_ratio_and_utilisation(tmp_path)
     bench = load_benchmark("pretrain_throughput")
     out = tmp_path / "r.json"
     (result,) = bench.main(["--smoke", "--cpu-time", "--variants", "ember", "ember-torch-dropout", "--json", str(out)])
-    assert set(result["tokens_per_s"]) == {"ember", "ember-torch-dropout", "reference"}
+    assert set(result["tokens_per_s"]) == {"ember", "ember-torch-dropout", "reference", "reference-masked"}
     assert all(v > 0 for v in result["tokens_per_s"].values())
     assert 0 < result["utilisation"]["ember"] < 1.5
-    assert result["ratio"]["ember"] > 0
+    assert result["ratio"]["ember"] > 0 and result["ratio_vs_masked"]["ember"] > 0
+    assert len(result["ratio_vs_masked_each"]["ember"]) == 2  # one ratio per repetition
     assert json.loads(out.read_text())[0]["masked"] == result["masked"]
+
+
+def test_pretrain_masked_rows_reference_has_run_mlms_loss():
+    """The informed-user contender computes the same loss as BertForMaskedLM's full head."""
+    bench = load_benchmark("pretrain_throughput")
+    import dataclasses
+
+    import transformers
+
+    from ember.config import model_preset
+
+    cfg = dataclasses.replace(model_preset("bert-tiny"), vocab_size=1500, num_layers=1)
+    batch = bench.make_batch(cfg, 2, 16, 0.15)
+    hf = transformers.BertForMaskedLM(transformers.BertConfig(
+        vocab_size=1500, hidden_size=cfg.hidden_size, num_hidden_layers=1, num_attention_heads=cfg.num_heads,
+        intermediate_size=cfg.intermediate_size)).eval()
+    torch.testing.assert_close(bench._masked_rows_loss(hf, batch), hf(**batch).loss, rtol=1e-5, atol=1e-5)
+
+
+def test_pretrain_profile_buckets_a_step_and_names_the_matmuls():
+    bench = load_benchmark("pretrain_profile")
+    assert bench.bucket("mkldnn::_linear_pointwise") == bench.bucket("aten::addmm") == "matmuls"
+    assert bench.bucket("aten::_log_softmax_backward_data") == "head and loss"
+    assert bench.bucket("aten::native_layer_norm_backward") == "norms"
+    assert bench.bucket("aten::gelu_backward") == "activation" and bench.bucket("aten::ge") == "dropout"
+    table = bench.main(["--preset", "bert-tiny", "--batch", "2", "--length", "16", "--steps", "1"])
+    assert set(table) == {"ember", "transformers (masked rows)"}
+    assert all(side["matmuls"] > 0 for side in table.values())
 
 
 def test_useful_flops_count_matches_a_hand_count_for_one_layer():

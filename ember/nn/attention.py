@@ -24,6 +24,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ember.nn.dropout import attend, attention_scores
+from ember.nn.onednn import dense
 
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,
@@ -58,12 +59,12 @@ class SelfAttention(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         b, t, h = x.shape
         # (B, T, 3, heads, d) -> 3 x (B, heads, T, d)
-        q, k, v = self.qkv(x).view(b, t, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
+        q, k, v = dense(self.qkv, x).view(b, t, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
         if kv_cache is not None:
             k, v = kv_cache.update(k, v)  # (B, heads, L, d) with L = earlier + T positions
         dropout = self.dropout_p if self.training else 0.0
         context, probs = attention(q, k, v, mask, dropout, need_weights, is_causal)
-        return self.out(context.transpose(1, 2).reshape(b, t, h)), probs
+        return dense(self.out, context.transpose(1, 2).reshape(b, t, h)), probs
 
 
 class MultiHeadAttention(nn.Module):
@@ -94,17 +95,17 @@ class MultiHeadAttention(nn.Module):
         kv_cache=None,  # LayerKV: self-attention appends to it; cross-attention fills it once
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         b, t, _ = x.shape
-        q = self._heads(self.q(x))
+        q = self._heads(dense(self.q, x))
         if memory is None:
-            k, v = self._heads(self.k(x)), self._heads(self.v(x))
+            k, v = self._heads(dense(self.k, x)), self._heads(dense(self.v, x))
             if kv_cache is not None:
                 k, v = kv_cache.update(k, v)  # (B, heads, past + T, d)
         elif kv_cache is not None and kv_cache.k is not None:
             k, v = kv_cache.k, kv_cache.v  # the encoder's keys/values, from the first step
         else:
-            k, v = self._heads(self.k(memory)), self._heads(self.v(memory))  # (B, heads, S, d)
+            k, v = self._heads(dense(self.k, memory)), self._heads(dense(self.v, memory))  # (B, heads, S, d)
             if kv_cache is not None:
                 kv_cache.update(k, v)
         dropout = self.dropout_p if self.training else 0.0
         context, probs = attention(q, k, v, mask, dropout, need_weights, scale=self.scale)
-        return self.out(context.transpose(1, 2).reshape(b, t, -1)), probs
+        return dense(self.out, context.transpose(1, 2).reshape(b, t, -1)), probs

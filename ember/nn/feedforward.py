@@ -13,6 +13,7 @@ from torch import nn
 
 from ember.nn.activations import activation
 from ember.nn.dropout import Dropout
+from ember.nn.onednn import dense
 
 GATED = "gated-"
 
@@ -29,7 +30,7 @@ class FeedForward(nn.Module):
         self.down = nn.Linear(intermediate_size, hidden_size, bias=bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # (B, T, H) -> (B, T, H)
-        h = self.act(self.gate(x)) * self.up(x) if self.gated else self.act(self.up(x))  # (B, T, I)
+        h = self.act(dense(self.gate, x)) * dense(self.up, x) if self.gated else self.act(dense(self.up, x))  # (B, T, I)
         if self.dropout is not None:
             h = self.dropout(h)
-        return self.down(h)
+        return dense(self.down, h)

@@ -11,10 +11,10 @@ so the tied decoder (V, E) applies.
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from ember.nn.activations import activation
+from ember.nn.onednn import dense, linear
 
 
 class MaskedLMHead(nn.Module):
@@ -29,7 +29,7 @@ class MaskedLMHead(nn.Module):
 
     def forward(self, hidden: torch.Tensor, word_embeddings: torch.Tensor) -> torch.Tensor:
         """hidden (N, H), word_embeddings (V, E) -> logits (N, V)."""
-        return F.linear(self.norm(self.act(self.dense(hidden))), word_embeddings, self.bias)
+        return linear(self.norm(self.act(dense(self.dense, hidden))), word_embeddings, self.bias)
 
 
 class Pooler(nn.Module):
@@ -40,7 +40,7 @@ class Pooler(nn.Module):
         self.dense = nn.Linear(hidden_size, hidden_size)
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:  # (B, T, H) -> (B, H)
-        return torch.tanh(self.dense(hidden[:, 0]))
+        return torch.tanh(dense(self.dense, hidden[:, 0]))
 
 
 class TiedLMHead(nn.Module):
@@ -54,4 +54,4 @@ class TiedLMHead(nn.Module):
 
     def forward(self, hidden: torch.Tensor, word_embeddings: torch.Tensor) -> torch.Tensor:
         """hidden (..., H), word_embeddings (V, H) -> logits (..., V)."""
-        return F.linear(hidden, word_embeddings, self.bias)
+        return linear(hidden, word_embeddings, self.bias)

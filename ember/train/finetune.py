@@ -99,8 +99,11 @@ def run_finetuning(cfg: RunConfig, run_dir: Path, state: dict | None, tokenizer_
     def evaluate(m, examples=dev_examples, features=dev_features):
         return adapter.score(m, examples, features, batch, device)
 
+    best_seen: dict = {}  # the metrics of the weights on disk, when this process evaluated them
+
     def save_best(m, metrics):
         save_weights(m.state_dict(), run_dir / "model.safetensors", {"task": adapter.name})
+        best_seen["metrics"] = dict(metrics)
 
     # ULMFiT options: per-layer lr scales and the unfreezing hook, both functions of the step only.
     lr_scale = lr_scale_fn(module, cfg.task.layer_lr_decay) if cfg.task.layer_lr_decay != 1.0 else None
@@ -117,7 +120,11 @@ def run_finetuning(cfg: RunConfig, run_dir: Path, state: dict | None, tokenizer_
             tuned, final, untuned = adapter.tune(module, dev_examples, dev_features, batch, device)
         if tuned:
             adapter.apply_tuned(tuned)
-    else:
+    elif "metrics" in best_seen and cfg.train.dtype in ("float32", "fp32"):
+        # The trainer scored exactly these weights (fp32, eval mode, same data): a second pass
+        # over the dev set would give the same numbers (test_evaluate_reloads_best_checkpoint_...).
+        final = best_seen["metrics"]
+    else:  # resumed after the best was saved, or trained under autocast: score the best weights now
         final = evaluate(module)
     results = {"task": adapter.display_name, "split": cfg.task.eval_split, "metrics": final,
                "best_step": trainer.best["step"], "steps": trainer.step, "max_steps": train_cfg.max_steps,

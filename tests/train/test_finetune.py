@@ -53,6 +53,27 @@ def test_evaluate_reloads_best_checkpoint_with_same_metrics(sst2_run):
     assert again["metrics"] == pytest.approx(result["metrics"])
 
 
+def test_finetune_scores_the_dev_set_once_when_its_last_evaluation_is_the_best(wiki_prepared, tmp_path,
+                                                                             monkeypatch):
+    """One epoch, one evaluation: the reported metrics are that evaluation's (the weights on disk),
+    not a second pass over the dev set; the reloaded run scores the same."""
+    from ember.tasks.glue_adapter import GlueAdapter
+
+    real_data("glue", "SST-2")
+    calls = []
+    score = GlueAdapter.score
+
+    def counted(self, *args, **kwargs):
+        calls.append(1)
+        return score(self, *args, **kwargs)
+
+    monkeypatch.setattr(GlueAdapter, "score", counted)
+    result = run_finetuning(finetune_cfg("sst2", epochs=1.0), tmp_path / "run", None,
+                            wiki_prepared / "tokenizer.json", train_limit=200, progress=False)
+    assert len(calls) == 1
+    assert evaluate_run(tmp_path / "run")["metrics"] == pytest.approx(result["metrics"])
+
+
 def test_predict_writes_one_prediction_per_row(sst2_run, tmp_path):
     run, _ = sst2_run
     source = tmp_path / "in.tsv"

@@ -1,0 +1,182 @@
+"""ember.nn.onednn: Linear layers through oneDNN's GEMM agree with F.linear forward and backward,
+and every caller that must see an ordinary linear (int8, ONNX export, tracing, torch.compile,
+autocast, tiny inputs) gets one."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ember.nn import onednn
+from ember.nn.feedforward import FeedForward
+
+pytestmark = pytest.mark.skipif(onednn._op() is None, reason="this torch build has no oneDNN linear op")
+
+
+@pytest.fixture
+def forced_on():
+    saved = onednn._STATE["enabled"]
+    onednn.set_enabled(True)
+    yield
+    onednn._STATE["enabled"] = saved
+
+
+@pytest.fixture
+def gemm_calls(monkeypatch, forced_on):
+    """Counts the oneDNN kernel calls (forward and backward)."""
+    calls = []
+    real = onednn._gemm
+
+    def counted(x, w, b):
+        calls.append(tuple(x.shape))
+        return real(x, w, b)
+
+    monkeypatch.setattr(onednn, "_gemm", counted)
+    return calls
+
+
+def _grads(fn, x, w, b, g):
+    for t in (x, w, b):
+        if t is not None:
+            t.grad = None
+    y = fn(x, w, b)
+    y.backward(g)
+    return y.detach(), [None if t is None else t.grad.clone() for t in (x, w, b)]
+
+
+@pytest.mark.parametrize("shape", [(37, 24), (3, 11, 24)])  # 2-D and 3-D inputs
+@pytest.mark.parametrize("with_bias", [True, False])
+@pytest.mark.parametrize("out", [40, 16])  # wider and narrower than the input: both grad-W layouts
+def test_onednn_linear_forward_and_backward_match_f_linear(gemm_calls, shape, with_bias, out):
+    torch.manual_seed(0)
+    x = torch.randn(*shape, requires_grad=True)
+    w = torch.randn(out, 24, requires_grad=True)
+    b = torch.randn(out, requires_grad=True) if with_bias else None
+    g = torch.randn(*shape[:-1], out)
+    y1, grads1 = _grads(onednn.linear, x, w, b, g)
+    assert len(gemm_calls) == 3  # forward, grad x, grad W: all through oneDNN
+    y0, grads0 = _grads(F.linear, x, w, b, g)
+    torch.testing.assert_close(y1, y0, rtol=1e-5, atol=1e-5)
+    for got, want in zip(grads1, grads0):
+        if want is not None:
+            torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    assert grads1[1].is_contiguous()  # what AccumulateGrad keeps as .grad
+
+
+def test_onednn_linear_backward_takes_non_contiguous_inputs_and_expanded_gradients(gemm_calls):
+    torch.manual_seed(1)
+    base = torch.randn(24, 16, requires_grad=True)
+    x = base.t()  # (16, 24), a transposed view, as Pooler's hidden[:, 0] or a permuted context
+    w = torch.randn(8, 24, requires_grad=True)
+    onednn.linear(x, w, None).sum().backward()  # .sum() sends back a zero-stride gradient
+    got = base.grad.clone(), w.grad.clone()
+    base.grad = w.grad = None
+    F.linear(x, w, None).sum().backward()
+    torch.testing.assert_close(got[0], base.grad, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(got[1], w.grad, rtol=1e-5, atol=1e-5)
+
+
+def test_onednn_linear_only_needed_gradients_are_computed(gemm_calls):
+    """A frozen weight costs no grad-W product; an input without grad costs no grad-x product."""
+    x = torch.randn(16, 24, requires_grad=True)
+    w = torch.randn(8, 24)  # frozen
+    onednn.linear(x, w, None).sum().backward()
+    assert len(gemm_calls) == 2 and x.grad is not None
+    gemm_calls.clear()
+    w.requires_grad_(True)
+    onednn.linear(torch.randn(16, 24), w, None).sum().backward()
+    assert len(gemm_calls) == 2 and w.grad is not None
+
+
+def test_onednn_linear_without_grad_has_no_graph_and_matches(gemm_calls):
+    layer = nn.Linear(24, 40)
+    x = torch.randn(2, 9, 24)
+    with torch.no_grad():
+        y = onednn.dense(layer, x)
+        want = layer(x)
+    assert y.grad_fn is None and len(gemm_calls) == 1
+    torch.testing.assert_close(y, want, rtol=1e-5, atol=1e-5)
+
+
+def test_onednn_linear_double_backward_is_an_error_not_silent_zeros(forced_on):
+    x = torch.randn(16, 24, requires_grad=True)
+    w = torch.randn(8, 24, requires_grad=True)
+    (gx,) = torch.autograd.grad(onednn.linear(x, w, None).pow(2).sum(), x, create_graph=True)
+    with pytest.raises(RuntimeError):
+        gx.sum().backward()
+
+
+def test_onednn_linear_few_rows_bf16_and_autocast_take_f_linear(gemm_calls):
+    layer = nn.Linear(24, 40)
+    onednn.dense(layer, torch.randn(onednn.MIN_ROWS - 1, 24))  # batch-1-like: MKL's GEMV wins
+    onednn.linear(torch.randn(16, 24, dtype=torch.bfloat16), layer.weight.bfloat16(), None)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        y = onednn.dense(layer, torch.randn(16, 24))
+    assert y.dtype == torch.bfloat16  # autocast saw the linear and cast it
+    assert gemm_calls == []
+    onednn.dense(layer, torch.randn(onednn.MIN_ROWS, 24))
+    assert len(gemm_calls) == 1
+
+
+def test_onednn_int8_quantized_feedforward_runs_the_quantized_kernels(gemm_calls):
+    from ember.serve.quantize import quantize_int8
+
+    torch.manual_seed(0)
+    ff = FeedForward(32, 64, "gelu").eval()
+    x = torch.randn(2, 10, 32)
+    q = quantize_int8(ff)
+    assert type(q.up) is not nn.Linear  # the quantized Linear replaced it
+    gemm_calls.clear()
+    with torch.no_grad():
+        got = q(x)
+    assert gemm_calls == []  # dense() left the int8 layers to themselves
+    torch.testing.assert_close(got, ff(x).detach(), rtol=0.1, atol=0.05)  # int8 rounding
+
+
+def test_onednn_tracing_and_onnx_export_record_an_ordinary_linear(gemm_calls, tmp_path):
+    ff = FeedForward(32, 64, "gelu").eval()
+    x = torch.randn(2, 10, 32)
+    traced = torch.jit.trace(ff, x, check_trace=False)  # (check_trace re-runs it eagerly)
+    graph = str(traced.graph)
+    assert "aten::linear" in graph and "mkldnn" not in graph and gemm_calls == []
+    torch.testing.assert_close(traced(x), ff(x), rtol=1e-5, atol=1e-5)
+    onnx = pytest.importorskip("onnx")
+    path = tmp_path / "ff.onnx"
+    torch.onnx.export(ff, (x,), str(path), dynamo=False)
+    nodes = onnx.load(str(path)).graph.node  # (the exporter also runs the module eagerly once)
+    assert {n.op_type for n in nodes} & {"MatMul", "Gemm"} and all(n.domain in ("", "ai.onnx") for n in nodes)
+
+
+def test_onednn_torch_compile_graph_holds_no_onednn_call(forced_on):
+    ff = FeedForward(32, 64, "gelu")
+    graphs = []
+
+    def record(gm, example_inputs):  # a backend that keeps the captured FX graph and runs it eagerly
+        graphs.append(gm)
+        return gm.forward
+
+    torch._dynamo.reset()
+    compiled = torch.compile(ff, backend=record)
+    compiled(torch.randn(2, 10, 32))
+    targets = " ".join(str(node.target) for gm in graphs for node in gm.graph.nodes)
+    assert graphs and "linear" in targets and "_linear_pointwise" not in targets
+
+
+def test_onednn_switch_follows_ember_onednn_then_the_cpu_vendor_never_a_timing(monkeypatch):
+    saved = onednn._STATE["enabled"]
+    try:
+        for value, want in (("0", False), ("1", True)):
+            monkeypatch.setenv("EMBER_ONEDNN", value)
+            onednn.set_enabled(None)  # decide again
+            assert onednn.enabled() is want
+        monkeypatch.delenv("EMBER_ONEDNN")
+        for vendor, want in (("AuthenticAMD", True), ("GenuineIntel", False), ("", False)):
+            monkeypatch.setattr(onednn, "_cpu_vendor", lambda v=vendor: v)
+            onednn.set_enabled(None)
+            assert onednn.enabled() is want
+        onednn.set_enabled(False)
+        assert onednn.enabled() is False
+    finally:
+        onednn._STATE["enabled"] = saved
