@@ -26,6 +26,7 @@ projection  per-step communication volume of data parallelism for each preset, f
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import resource
@@ -140,6 +141,10 @@ def memory_worker(preset: str, parallel: str, extra: list[str]) -> None:
 
         rows = [None] * info.world_size
         dist.all_gather_object(rows, row)
+        # DDP's reducer must go before its process group: destroyed after it (at interpreter exit)
+        # it aborted a rank now and then ("terminate called without an active exception")
+        del model, optimizer
+        gc.collect()
         dist.destroy_process_group()
     else:
         rows = [row]
