@@ -203,32 +203,24 @@ def _write_inputs(task: str, out: Path, train, dev, settings: dict, resume: bool
 
 
 def _custom_file(kind: str, data, out: Path, name: str, resume: bool, column, pair_column, label_column):
-    """A custom task's ``name`` split as a file: a path as given; data from Python written to
-    out/inputs/NAME.jsonl (text / text_pair / label) for the table kinds."""
+    """A custom task's ``name`` split as a file: a path as given; rows from Python written to
+    out/inputs/NAME.jsonl (table kinds only) under the column names the task then reads: those
+    given, else text / text_pair / label (the custom tasks' first defaults)."""
     if data is None or _is_file(data):
         return data
     from ember.api.data import rows
+    from ember.api.task_data import write_input
     from ember.runs.folder import RUN_INPUTS
 
     if kind not in ("classify", "pair", "regression"):
         raise EmberError(f"{name}= data from Python works for classify, pair and regression; a {kind} task reads "
                          f"its own file format ({'CoNLL columns or JSONL' if kind == 'tag' else 'SQuAD JSON'})")
-    roles = {"text": (column, ("text", "sentence", "sentence1"), True)}
+    roles = {column or "text": (column, ("text", "sentence", "sentence1"), True)}
     if kind != "classify" or pair_column is not None:
-        roles["text_pair"] = (pair_column, ("text_pair", "sentence2", "hypothesis"), kind == "pair")
-    roles["label"] = (label_column, ("label", "score", "target"), True)
+        roles[pair_column or "text_pair"] = (pair_column, ("text_pair", "sentence2", "hypothesis"), kind == "pair")
+    roles[label_column or "label"] = (label_column, ("label", "score", "target"), True)
     lines = "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows(data, roles, f"{name}= data"))
-    path = out / RUN_INPUTS / f"{name}.jsonl"
-    if resume and path.is_file():
-        if path.read_text(encoding="utf-8") != lines:
-            raise EmberError(f"{name}= data differs from the data the run was started with ({path}); resume with "
-                             "the same data, or start a new run (overwrite=True or another folder)")
-        return path
-    from ember.fileio import atomic_write_text
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(path, lines)
-    return path
+    return write_input(out / RUN_INPUTS / f"{name}.jsonl", lines, f"{name}= data", resume)
 
 
 def task_adapter(task, out: Path, train=None, dev=None, test=None, column=None, pair_column=None,
@@ -256,9 +248,6 @@ def task_adapter(task, out: Path, train=None, dev=None, test=None, column=None, 
 
     files = [_custom_file(kind, data, out, name, resume, column, pair_column, label_column)
              for data, name in ((train, "train"), (dev, "dev"), (test, "test"))]
-    given = [not _is_file(d) and d is not None for d in (train, dev, test)]
-    if any(given):  # written as JSONL with these keys
-        column, pair_column, label_column = "text", ("text_pair" if pair_column or kind == "pair" else None), "label"
     return custom_task(kind, *files, column, pair_column, label_column)
 
 

@@ -53,12 +53,23 @@ def write_split(spec, data: Any, path: Path, where: str, column: str | None = No
                 pair_column: str | None = None, label_column: str | None = None,
                 resume: bool = False) -> Path:
     """Write ``data`` as ``path`` in ``spec``'s layout; a resumed run must get the same data."""
-    from ember.tasks.task_files import render_tsv, write_task_file
+    from ember.tasks.task_files import render_tsv
 
-    examples = task_rows(spec, data, column, pair_column, label_column, where)
+    content, changed = render_tsv(spec, task_rows(spec, data, column, pair_column, label_column, where), where)
+    if changed and not (resume and path.is_file()):
+        print(f"{where}: {changed} text(s) held tabs or line breaks; written with spaces in their place")
+    return write_input(path, content, where, resume)
+
+
+def write_input(path: Path, content: str, where: str, resume: bool = False) -> Path:
+    """``content`` as ``path`` (atomically); resuming, the file already there must hold it."""
+    from ember.fileio import atomic_write_text
+
     if resume and path.is_file():
-        if path.read_text(encoding="utf-8") != render_tsv(spec, examples, where)[0]:
+        if path.read_text(encoding="utf-8") != content:
             raise EmberError(f"{where} differs from the data the run was started with ({path}); resume with "
                              "the same data, or start a new run (overwrite=True or another folder)")
         return path
-    return write_task_file(spec, examples, path, where)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(path, content)
+    return path

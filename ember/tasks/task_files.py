@@ -18,7 +18,6 @@ from __future__ import annotations
 import csv
 import io
 import math
-from pathlib import Path
 
 from ember.errors import EmberError
 from ember.tasks.glue import TaskSpec
@@ -84,15 +83,3 @@ def render_tsv(spec: TaskSpec, examples: list[dict], where: str) -> tuple[str, i
         fields[spec.label_column] = _label(ex["label"], spec, i, where)
         writer.writerow([fields[c] for c in spec.columns])
     return out.getvalue(), changed
-
-
-def write_task_file(spec: TaskSpec, examples: list[dict], path: Path, where: str) -> Path:
-    """Write ``examples`` as a TSV in ``spec``'s layout at ``path`` (atomically)."""
-    from ember.fileio import atomic_write_text
-
-    content, changed = render_tsv(spec, examples, where)
-    if changed:
-        print(f"{where}: {changed} text(s) held tabs or line breaks; written with spaces in their place")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(path, content)
-    return path

@@ -79,6 +79,11 @@ def test_custom_classify_from_a_dataframe_matches_the_csv_run(sst2_custom, wiki_
     assert json.loads((tmp_path / "frame" / "task.json").read_text())["labels"] == ["neg", "pos"]
     assert (tmp_path / "frame" / "inputs" / "train.jsonl").is_file()
     assert ember.evaluate(tmp_path / "frame")["metrics"]["accuracy"] == pytest.approx(custom.metrics["accuracy"])
+    # rows from Python beside a file: both read under the same column names
+    mixed = ember.finetune("classify", tmp_path / "mixed", model="bert-tiny", tokenizer=str(wiki_prepared / "tokenizer.json"),
+                           overrides=TINY, epochs=1, train=train, dev=root / "reviews-dev.csv", column="review",
+                           label_column="sentiment", **QUICK)
+    assert mixed.metrics["accuracy"] == custom.metrics["accuracy"]
 
 
 def test_custom_classify_run_evaluates_predicts_and_serves_from_its_folder(sst2_custom, tmp_path):
