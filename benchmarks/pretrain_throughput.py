@@ -43,13 +43,15 @@ import torch.nn.functional as F
 from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _bench import add_common_args, alternate, apply_common_args, clock, clock_name, load, matmul_peak, median  # noqa: E402
+from _bench import (add_common_args, alternate, apply_common_args, clock, clock_name, load, matmul_peak,  # noqa: E402
+                    median, run_cli)
 
+from ember.errors import EmberError  # noqa: E402
 from ember.config import DataConfig, ModelConfig, TrainConfig, model_preset  # noqa: E402
 from ember.models import build_backbone  # noqa: E402
 from ember.nn import onednn  # noqa: E402
 from ember.objectives.bert import BertPretraining  # noqa: E402
-from ember.train.optim import parameter_groups  # noqa: E402
+from ember.train.optim import build_optimizer, parameter_groups  # noqa: E402
 
 SPECIAL = {"pad": 0, "unk": 100, "cls": 101, "sep": 102, "mask": 103}
 VARIANTS = ("ember", "ember-torch-dropout", "ember-full-head", "ember-split-qkv", "ember-loop-adam", "ember-fused-adam",
@@ -109,7 +111,7 @@ class _FullHead(nn.Module):
 
 def ember_step(cfg: ModelConfig, variant: str, train: TrainConfig):
     torch.manual_seed(0)
-    module = BertPretraining(build_backbone(cfg), SPECIAL, DataConfig(nsp=False), "none")
+    module = BertPretraining(build_backbone(cfg), SPECIAL, DataConfig(nsp=False), "none").to(train.device)
     module.train()
     model: nn.Module = module
     if variant == "ember-full-head":
@@ -130,8 +132,8 @@ def ember_step(cfg: ModelConfig, variant: str, train: TrainConfig):
         optimizer = torch.optim.AdamW(groups, foreach=False, **adam)
     elif variant == "ember-fused-adam":
         optimizer = torch.optim.AdamW(groups, fused=True, **adam)
-    else:  # what ember.train.optim.build_optimizer does
-        optimizer = torch.optim.AdamW(groups, foreach=True, **adam)
+    else:  # what the trainer runs: foreach on CPU, fused on CUDA
+        optimizer = build_optimizer(module, train)
 
     def step(batch):
         loss, _ = model(batch)
@@ -162,7 +164,7 @@ def _masked_rows_loss(model, batch: dict) -> torch.Tensor:
     return F.cross_entropy(model.cls(hidden[rows]), batch["labels"][rows])
 
 
-def reference_step(cfg: ModelConfig, masked_rows: bool = False):
+def reference_step(cfg: ModelConfig, masked_rows: bool = False, device: str = "cpu"):
     import transformers
 
     hf_cfg = transformers.BertConfig(
@@ -174,13 +176,15 @@ def reference_step(cfg: ModelConfig, masked_rows: bool = False):
         attn_implementation="sdpa",
     )
     torch.manual_seed(0)
-    model = transformers.BertForMaskedLM(hf_cfg)
+    model = transformers.BertForMaskedLM(hf_cfg).to(device)
     model.train()
-    # The HF Trainer's default optimizer: torch AdamW, decay on all but biases and LayerNorm.
+    # The HF Trainer's default optimizer: torch AdamW, decay on all but biases and LayerNorm
+    # (on CUDA the informed user's fused AdamW).
     decay = [p for n, p in model.named_parameters() if "bias" not in n and "LayerNorm" not in n]
     rest = [p for n, p in model.named_parameters() if "bias" in n or "LayerNorm" in n]
     optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": 0.01},
-                                   {"params": rest, "weight_decay": 0.0}], lr=5e-5)
+                                   {"params": rest, "weight_decay": 0.0}], lr=5e-5,
+                                  fused=device.startswith("cuda"))
 
     def step(batch):
         loss = _masked_rows_loss(model, batch) if masked_rows else model(**batch).loss
@@ -241,6 +245,32 @@ def run_preset(name: str, cfg: ModelConfig, args) -> dict:
     return result
 
 
+def run_preset_cuda(name: str, cfg: ModelConfig, args) -> dict:
+    """The same step on the GPU in bf16: ember as the trainer runs it there (autocast, flash
+    SDPA when the mask is all ones, fused AdamW), with and without torch.compile, against the
+    masked-rows transformers loop in bf16 with fused AdamW. MFU over the measured bf16 peak."""
+    import _gpu
+
+    batch = _gpu.to_cuda(make_batch(cfg, args.batch, args.length, args.mask_prob))
+    n_masked = int((batch["labels"] != -100).sum())
+    flops_per_token = useful_flops(cfg, args.batch, args.length, n_masked) / batch["input_ids"].numel()
+    train = TrainConfig(device="cuda", dtype="bfloat16")
+    steps = {"ember-cuda": _gpu.bf16_step(ember_step(cfg, "ember", train)),
+             "reference-masked-cuda": _gpu.bf16_step(reference_step(cfg, masked_rows=True, device="cuda"))}
+    if not args.no_compile:
+        steps["ember-cuda-compile"] = _gpu.bf16_step(ember_step(cfg, "ember-compile", train))
+    for step in steps.values():
+        for _ in range(args.warmup + 2):  # compile and cuBLAS autotuning happen here
+            step(batch)
+    kernel = _gpu.attention_kernel((args.batch, cfg.num_heads, args.length, cfg.hidden_size // cfg.num_heads))
+    contenders = {n: (lambda s=s: _gpu.cuda_rate(s, batch, args.cuda_steps)) for n, s in steps.items()}
+    rates = alternate(contenders, args.repeats)
+    result = _gpu.report(name, rates, flops_per_token, _gpu.bf16_matmul_peak())
+    result["attention_kernel"] = kernel
+    print(f"  attention kernel: {kernel}")
+    return result
+
+
 def print_result(r: dict) -> None:
     print(f"\n{r['preset']}  (matmul peak {r['peak_gflops']:.0f} GFLOP/s, "
           f"{r['useful_flops_per_token'] / 1e6:.1f} useful MFLOP/token, {r['load_after']})")
@@ -262,13 +292,23 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--repeats", type=int, default=5, help="alternating repetitions (medians)")
     parser.add_argument("--steps", type=int, default=0, help="steps per repetition (default: 3, 1 for base)")
     parser.add_argument("--warmup", type=int, default=1, help="untimed steps per contender")
+    parser.add_argument("--cuda", choices=["auto", "on", "off"], default="auto",
+                        help="the bf16 GPU section: auto runs it when a GPU is present and prints why not otherwise")
+    parser.add_argument("--cuda-steps", type=int, default=20, help="steps per repetition on the GPU")
+    parser.add_argument("--no-compile", action="store_true", help="GPU section without the torch.compile contender")
     add_common_args(parser, "a tiny model and batch, seconds (CI)")
     args = parser.parse_args(argv)
     apply_common_args(args)
+    if args.cuda == "on":  # fail before the CPU section, not after it
+        import _gpu
+
+        if (reason := _gpu.cuda_skip_reason()) is not None:
+            raise EmberError(f"--cuda on: {reason}")
     configs = {name: model_preset(name) for name in args.presets}
     if args.smoke:
         configs = {"smoke": dataclasses.replace(model_preset("bert-tiny"), vocab_size=2000, num_layers=1)}
         args.batch, args.length, args.repeats, args.steps, args.warmup = 4, 32, 2, 1, 1
+        args.cuda_steps, args.no_compile = 2, True
     results = []
     for name, cfg in configs.items():
         steps = args.steps
@@ -277,10 +317,24 @@ def main(argv: list[str] | None = None) -> list[dict]:
         results.append(run_preset(name, cfg, args))
         args.steps = steps
         print_result(results[-1])
+    results.extend(cuda_results(configs, args))
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2))
     return results
 
 
+def cuda_results(configs: dict, args) -> list[dict]:
+    """The GPU section's results, or one record saying why it was skipped."""
+    if args.cuda == "off":
+        return []
+    import _gpu
+
+    reason = _gpu.cuda_skip_reason()
+    if reason is not None:
+        print(f"\nCUDA section skipped: {reason}")
+        return [{"section": "cuda", "skipped": reason}]
+    return [{"section": "cuda", **run_preset_cuda(name, cfg, args)} for name, cfg in configs.items()]
+
+
 if __name__ == "__main__":
-    main()
+    run_cli(main)

@@ -35,13 +35,36 @@ def keep_torch_threads():
 def test_pretrain_throughput_smoke_reports_rates_ratio_and_utilisation(tmp_path):
     bench = load_benchmark("pretrain_throughput")
     out = tmp_path / "r.json"
-    (result,) = bench.main(["--smoke", "--cpu-time", "--variants", "ember", "ember-torch-dropout", "--json", str(out)])
+    (result,) = bench.main(["--smoke", "--cpu-time", "--variants", "ember", "ember-torch-dropout", "--json", str(out),
+                            "--cuda", "off"])
     assert set(result["tokens_per_s"]) == {"ember", "ember-torch-dropout", "reference", "reference-masked"}
     assert all(v > 0 for v in result["tokens_per_s"].values())
     assert 0 < result["utilisation"]["ember"] < 1.5
     assert result["ratio"]["ember"] > 0 and result["ratio_vs_masked"]["ember"] > 0
     assert len(result["ratio_vs_masked_each"]["ember"]) == 2  # one ratio per repetition
     assert json.loads(out.read_text())[0]["masked"] == result["masked"]
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU: the CUDA section runs instead")
+def test_pretrain_throughput_without_a_gpu_records_why_the_cuda_section_was_skipped(capsys):
+    bench = load_benchmark("pretrain_throughput")
+    results = bench.main(["--smoke", "--cpu-time", "--cuda", "auto"])
+    assert results[-1]["section"] == "cuda" and "no CUDA device" in results[-1]["skipped"]
+    assert "CUDA section skipped: no CUDA device" in capsys.readouterr().out
+    from ember.errors import EmberError
+
+    with pytest.raises(EmberError, match="--cuda on: no CUDA device"):
+        bench.main(["--smoke", "--cpu-time", "--cuda", "on"])
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (the bf16 MFU section)")
+def test_pretrain_throughput_on_a_gpu_reports_bf16_mfu_for_ember_and_the_reference():
+    bench = load_benchmark("pretrain_throughput")
+    cuda = [r for r in bench.main(["--smoke", "--cuda", "on"]) if r.get("section") == "cuda"]
+    (result,) = cuda
+    assert set(result["tokens_per_s"]) == {"ember-cuda", "reference-masked-cuda"}
+    assert all(0 < m < 1 for m in result["mfu"].values())
+    assert result["bf16_peak_tflops"] > 1 and result["attention_kernel"] in ("flash", "memory-efficient", "math")
 
 
 def test_pretrain_masked_rows_reference_has_run_mlms_loss():

@@ -147,7 +147,9 @@ def newest_checkpoint(run_dir: Path, read: Callable[[Path], Any] = lambda path: 
 def read_checkpoint(path: Path) -> tuple[dict, dict, dict]:
     """(model_state, optimizer_state, trainer_state) of a checkpoint written by ``save_checkpoint``."""
     model_state = load_weights(path / "model.safetensors")
-    optimizer_state = torch.load(path / "optimizer.pt", weights_only=True)
+    # map to CPU: a checkpoint written on a GPU must resume on a machine without one;
+    # Optimizer.load_state_dict then moves each state tensor to its parameter's device
+    optimizer_state = torch.load(path / "optimizer.pt", weights_only=True, map_location="cpu")
     trainer_state = json.loads((path / "trainer_state.json").read_text())
     return model_state, optimizer_state, trainer_state
 

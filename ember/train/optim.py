@@ -94,7 +94,10 @@ def build_optimizer(module: nn.Module, cfg: TrainConfig,
     if cfg.optimizer != "adamw":
         raise EmberError(f"train.optimizer={cfg.optimizer!r}; choose one of {', '.join(OPTIMIZERS)}")
     kwargs = dict(lr=cfg.lr, betas=(cfg.adam_beta1, cfg.adam_beta2), eps=cfg.adam_eps)
-    # foreach kernels update all tensors of a group in a few fused ops (fewer passes over memory)
+    # foreach kernels update all tensors of a group in a few fused ops (fewer passes over memory);
+    # on CUDA the fused kernel does the whole update in one launch per group (torch's fastest)
+    if cfg.device.startswith("cuda"):
+        return torch.optim.AdamW(groups, fused=True, **kwargs)
     return torch.optim.AdamW(groups, foreach=True, **kwargs)
 
 
