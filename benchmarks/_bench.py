@@ -127,6 +127,28 @@ def median(values: list[float]) -> float:
     return statistics.median(values) if values else float("nan")
 
 
+def sst2_dev_halves(out, limit: int = 0) -> tuple:
+    """SST-2's labelled dev set split in two by a hash of each sentence: a selection half (best
+    epoch, early stopping) and a held-out half scored once at the end. SST-2's test labels are
+    not public, and picking the best epoch on the set that is reported would flatter it.
+    Written to OUT/data/sst2-dev-select.tsv and sst2-dev-test.tsv (first ``limit`` rows of each)."""
+    import hashlib
+    from pathlib import Path
+
+    from ember.fileio import atomic_write_text
+    from ember.paths import data_root
+
+    source = data_root() / "glue" / "SST-2" / "dev.tsv"
+    header, *rows = source.read_text(encoding="utf-8").splitlines()
+    halves: tuple[list, list] = ([], [])
+    for row in rows:
+        halves[hashlib.sha1(row.split("\t")[0].encode()).digest()[0] % 2].append(row)
+    paths = (Path(out) / "data" / "sst2-dev-select.tsv", Path(out) / "data" / "sst2-dev-test.tsv")
+    for path, half in zip(paths, halves):
+        atomic_write_text(path, "\n".join([header] + (half[:limit] if limit else half)) + "\n")
+    return paths
+
+
 def run_cli(main: Callable[[], object]) -> None:
     """A benchmark's ``__main__``: run ``main``; ember's own errors end it with one line, not a traceback."""
     import sys

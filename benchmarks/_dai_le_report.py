@@ -14,6 +14,9 @@ import statistics
 from pathlib import Path
 
 NAMES = {"random": "LSTM, random init", "lm": "LM-LSTM", "sa": "SA-LSTM", "bow": "bag of words (LR)"}
+# what each task's "test" is: (task name, the scored set, the training rows)
+TASKS = {"nsmc": ("NSMC", "NSMC test reviews", "labelled training reviews"),
+         "sst2": ("SST-2", "sentences of SST-2 dev's held-out half", "labelled training sentences")}
 
 
 def perplexity_curves(runs: dict, curves: dict) -> dict:
@@ -72,8 +75,9 @@ def _cell(s: dict) -> str:
 
 def markdown(report: dict, rows: dict, decided: list[dict]) -> str:
     order = [k for k in ("bow", "random", "lm", "sa") if k in next(iter(rows.values()))]
-    lines = ["# Dai & Le 2015 on NSMC: pre-trained LSTM vs random init vs bag of words", "",
-             f"Test accuracy (%) on the {report['bag_of_words']['test_examples']:,} NSMC test reviews, mean ± std "
+    name, scored, _ = TASKS[report.get("task", "nsmc")]
+    lines = [f"# Dai & Le 2015 on {name}: pre-trained LSTM vs random init vs bag of words", "",
+             f"Test accuracy (%) on the {report['bag_of_words']['test_examples']:,} {scored}, mean ± std "
              f"over seeds {report['seeds']} (bag of words: deterministic, l2 picked on dev); pre-training "
              f"{report['pretrain_budget_cpu_s'] / 60:.1f} CPU-min each on one thread. "
              f"Machine: {report['machine']}.", "",
@@ -131,7 +135,8 @@ def plots(report: dict, rows: dict, out: Path) -> None:
             ax.plot([s / 60 for s in curve["cpu_s"]], curve["ppl"], "o-", markersize=3,
                     label=f"{NAMES[name]} ({curve['metric']})")
 
-    _chart(out / "accuracy_vs_labels.png", "labelled training reviews", "NSMC test accuracy (%)", "x", accuracy)
+    name, _, rows_name = TASKS[report.get("task", "nsmc")]
+    _chart(out / "accuracy_vs_labels.png", rows_name, f"{name} test accuracy (%)", "x", accuracy)
     _chart(out / "perplexity.png", "pre-training CPU minutes (one thread)", "held-out perplexity", "y", perplexity)
 
 

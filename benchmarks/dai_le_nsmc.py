@@ -19,6 +19,13 @@ a pre-training run interrupted mid-way resumes from its checkpoint):
   4. logistic regression on the same tokens' counts (benchmarks/_bow.py; l2 picked on dev);
   5. OUT/results.md (table), OUT/results.json, OUT/accuracy_vs_labels.png, OUT/perplexity.png.
 --smoke runs every stage on a few thousand real reviews with a tiny LSTM in about a minute (CI).
+
+--task sst2 asks the same question in English: the only movie-review text in the data folder
+is SST-2's own training set (67,349 Rotten Tomatoes sentences and phrases), so its sentences,
+without their labels, are the unlabeled text (Dai & Le 2015, §4.3, also pre-trained on the
+task's own reviews before adding unlabeled ones). Labels: the first N training sentences
+(67349 = all); SST-2's dev set is split in two by a hash of each sentence, one half for the best
+epoch, the other scored once (SST-2's test labels are not public).
 """
 
 from __future__ import annotations
@@ -34,7 +41,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _bench import load, machine  # noqa: E402
+from _bench import load, machine, sst2_dev_halves  # noqa: E402
 
 import ember  # noqa: E402
 from ember.durations import parse_duration  # noqa: E402
@@ -83,21 +90,32 @@ def smoke_data(source: Path, out: Path) -> Path:
     return out
 
 
-def prepare(nsmc: Path, out: Path, vocab_size: int, max_docs: int | None) -> Path:
-    """Stage 1: tokenizer and token shards of the unlabeled reviews (kept in OUT)."""
+def sst2_unlabeled(out: Path) -> Path:
+    """SST-2's training sentences, one per line, labels dropped (the English unlabeled text)."""
+    from ember.fileio import atomic_write_text
+    from ember.tasks.glue import read_examples
+
+    path = out / "data" / "sst2-train-sentences.txt"
+    if not path.is_file():
+        atomic_write_text(path, "".join(e.text_a + "\n" for e in read_examples("sst2", "train")))
+    return path
+
+
+def prepare(text: Path, out: Path, vocab_size: int, max_docs: int | None) -> Path:
+    """Stage 1: tokenizer and token shards of the unlabeled text, one review per line (kept in OUT)."""
     from ember.data.prepare import prepare_corpus
     from ember.tokenizers import train_tokenizer
 
     tok = out / "tokenizer" / "tokenizer.json"
     if not tok.is_file():
         tok.parent.mkdir(parents=True, exist_ok=True)
-        tokenizer = train_tokenizer([nsmc / "unlabeled.txt.gz"], vocab_size=vocab_size, fmt="lines",
+        tokenizer = train_tokenizer([text], vocab_size=vocab_size, fmt="lines",
                                     max_documents=max_docs, progress=False)
         tokenizer.save(str(tok.with_suffix(".tmp")))
         tok.with_suffix(".tmp").replace(tok)
     prepared = out / "prepared"
     if not (prepared / "meta.json").is_file():
-        prepare_corpus([nsmc / "unlabeled.txt.gz"], tok, prepared, fmt="lines", max_docs=max_docs,
+        prepare_corpus([text], tok, prepared, fmt="lines", max_docs=max_docs,
                        valid_fraction=0.01, progress=False, overwrite=True)
     return prepared
 
@@ -115,25 +133,44 @@ def pretrain(name: str, prepared: Path, out: Path, budget: float, overrides: lis
     return run
 
 
-def finetune(init, label: str, n_labels: int, seed: int, out: Path, args) -> dict:
-    """Stage 3: one seed of one fine-tuning (reused when its results.json exists)."""
+def finetune(init, label: str, n_labels: int, seed: int, out: Path, args, halves=None) -> dict:
+    """Stage 3: one seed of one fine-tuning (reused when its record.json exists). NSMC scores its
+    test file itself; for SST-2 the selection half of dev picks the epoch and the held-out half is
+    scored once with those weights (``halves``), recorded as the run's test split."""
     run = out / "finetune" / f"{label}-{n_labels}" / f"seed-{seed}"
-    if (run / "results.json").is_file():
-        return json.loads((run / "results.json").read_text())
+    done = run / ("record.json" if halves else "results.json")
+    if done.is_file():
+        return json.loads(done.read_text())
     sets = ["train.clock=cpu", "train.num_threads=1"] + args.finetune_set
     resume = (run / "checkpoints").is_dir()
-    ember.finetune("nsmc", run, init, seeds=[seed], train_limit=n_labels, overrides=sets, resume=resume,
+    extra = {"eval_split": str(halves[0])} if halves else {}
+    ember.finetune(args.task, run, init, seeds=[seed], train_limit=n_labels, overrides=sets, resume=resume,
                    overwrite=not resume, progress=False, epochs=args.epochs or default_epochs(n_labels),
                    lr=args.lr, batch_size=args.batch_size, max_length=args.max_length,
-                   max_time=args.finetune_budget or None)
-    return json.loads((run / "results.json").read_text())
+                   max_time=args.finetune_budget or None, **extra)
+    record = json.loads((run / "results.json").read_text())
+    if halves:
+        record.setdefault("other_splits", {})["test"] = ember.evaluate(run, file=halves[1])["metrics"]
+        done.write_text(json.dumps(record, indent=2))
+    return record
 
 
-def bag_of_words(tokenizer_path: Path, labels: list[int], out: Path) -> dict:
+def labelled_split(task: str, split: str, halves=None) -> list:
+    """The labelled examples of a split: NSMC's train/carved dev/test; SST-2's train and dev halves."""
+    from ember.tasks.glue import read_examples
+    from ember.tasks.sentiment import read_split
+
+    if task == "nsmc":
+        return read_split("nsmc", split)
+    if split == "train":
+        return read_examples("sst2", "train")
+    return read_examples("sst2", "dev", path=halves[0 if split == "dev" else 1])
+
+
+def bag_of_words(tokenizer_path: Path, labels: list[int], out: Path, task: str = "nsmc", halves=None) -> dict:
     """Stage 4: logistic regression on token counts for each N (deterministic; cached)."""
     from _bow import fit_on_dev, token_counts
 
-    from ember.tasks.sentiment import read_split
     from ember.tokenizers import load_tokenizer
 
     path = out / "bow.json"
@@ -143,7 +180,7 @@ def bag_of_words(tokenizer_path: Path, labels: list[int], out: Path) -> dict:
     tok = load_tokenizer(tokenizer_path)
 
     def encode(split):
-        examples = read_split("nsmc", split)
+        examples = labelled_split(task, split, halves)
         ids = [e.ids for e in tok.encode_batch([x.text_a for x in examples], add_special_tokens=False)]
         return ids, np.array([x.label for x in examples])
 
@@ -166,7 +203,9 @@ def main(argv: list[str] | None = None) -> dict:
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", required=True, help="folder for every stage and the report")
-    parser.add_argument("--data-root", default=None, help="folder holding nsmc/ (default: $EMBER_DATA)")
+    parser.add_argument("--task", choices=["nsmc", "sst2"], default="nsmc",
+                        help="nsmc (Korean, 512k unlabeled reviews) or sst2 (English, its own sentences as unlabeled text)")
+    parser.add_argument("--data-root", default=None, help="folder holding nsmc/ or glue/SST-2 (default: $EMBER_DATA)")
     parser.add_argument("--pretrain-budget", type=parse_duration, default="1h",
                         help="CPU time of each pre-training run, one thread (default 1h)")
     parser.add_argument("--objectives", default="lm,sa", help="pre-trainings to compare: lm, sa or both")
@@ -194,15 +233,18 @@ def main(argv: list[str] | None = None) -> dict:
     objectives = [o.strip() for o in args.objectives.split(",") if o.strip()]
     budget, max_docs = float(args.pretrain_budget), args.max_unlabeled or None
     overrides = ["train.eval_every=500", "train.save_every=500"] + list(args.pretrain_set)  # the user's win
-    if args.smoke:
+    if args.smoke and args.task == "nsmc":
         root = smoke_data(root / "nsmc", out / "smoke-data")
+    if args.smoke:
         labels, seeds, budget, args.vocab_size, max_docs = [200, 400], [1], 4.0, 3000, None
         args.epochs = args.epochs or 2
         overrides = SMOKE_MODEL + ["train.eval_every=10", "train.save_every=10", "train.batch_size=16",
                                    "train.warmup_steps=2", "train.lr=5e-3"] + list(args.pretrain_set)
     print(f"{machine()}; {load()}", flush=True)
     with data_root_at(root):
-        prepared = prepare(root / "nsmc", out, args.vocab_size, max_docs)
+        halves = sst2_dev_halves(out) if args.task == "sst2" else None
+        text = sst2_unlabeled(out) if args.task == "sst2" else root / "nsmc" / "unlabeled.txt.gz"
+        prepared = prepare(text, out, args.vocab_size, max_docs)
         runs = {name: pretrain(name, prepared, out, budget, overrides) for name in objectives}
         from ember.runs.init import Init, load_init
 
@@ -210,10 +252,10 @@ def main(argv: list[str] | None = None) -> dict:
         any_run = next(iter(start.values()))
         # The same LSTM (shape, vocabulary, dropout) with nothing pre-trained.
         inits = {"random": Init(any_run.model, None, any_run.tokenizer), **start}
-        results = {label: {n: [finetune(init, label, n, s, out, args) for s in seeds] for n in labels}
+        results = {label: {n: [finetune(init, label, n, s, out, args, halves) for s in seeds] for n in labels}
                    for label, init in inits.items()}
-        bow = bag_of_words(any_run.tokenizer, labels, out)
-    report = {"machine": machine(), "load_after": load(), "labels": labels, "seeds": seeds,
+        bow = bag_of_words(any_run.tokenizer, labels, out, args.task, halves)
+    report = {"task": args.task, "machine": machine(), "load_after": load(), "labels": labels, "seeds": seeds,
               "pretrain_budget_cpu_s": budget, "pretraining": perplexity_curves(runs, CURVES),
               "finetune": {label: {str(n): rs for n, rs in by_n.items()} for label, by_n in results.items()},
               "bag_of_words": bow, "smoke": args.smoke}

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import hashlib
 import io
 import json
 import os
@@ -39,7 +38,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _bench import machine  # noqa: E402
+from _bench import machine, sst2_dev_halves  # noqa: E402
 from _knowledge_report import render_markdown, summarize, write_chart  # noqa: E402
 
 import ember  # noqa: E402
@@ -130,19 +129,6 @@ def clock(args) -> list[str]:
     return ["train.clock=cpu", "train.num_threads=1"] if args.cpu_time else []
 
 
-def sst2_halves(out: Path, limit: int) -> tuple[Path, Path]:
-    """SST-2 dev split by a hash of each sentence: the selection half and the held-out "test" half."""
-    source = data_root() / "glue" / "SST-2" / "dev.tsv"
-    header, *rows = source.read_text(encoding="utf-8").splitlines()
-    halves: tuple[list, list] = ([], [])
-    for row in rows:
-        halves[hashlib.sha1(row.split("\t")[0].encode()).digest()[0] % 2].append(row)
-    paths = (out / "data" / "sst2-dev-select.tsv", out / "data" / "sst2-dev-test.tsv")
-    for path, half in zip(paths, halves):
-        atomic_write_text(path, "\n".join([header] + (half[:limit] if limit else half)) + "\n")
-    return paths
-
-
 def conll_root(out: Path, limit: int) -> Path | None:
     """A data root whose CoNLL-2003 dev/test hold their first ``limit`` sentences (None: all)."""
     if not limit:
@@ -221,7 +207,7 @@ def main(argv=None) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     print(machine())
     paths = prepare_inputs(args, out)
-    halves = sst2_halves(out, args.eval_limit) if "sst2" in args.tasks else None
+    halves = sst2_dev_halves(out, args.eval_limit) if "sst2" in args.tasks else None
     root = conll_root(out, args.eval_limit) if "conll2003" in args.tasks else None
     records = []
     for task in args.tasks:

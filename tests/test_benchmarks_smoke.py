@@ -357,6 +357,26 @@ def test_dai_le_nsmc_smoke_pretrains_both_lstms_fine_tunes_three_ways_and_resume
     assert (out / "pretrain-lm" / "metrics.jsonl").read_text() == curve
 
 
+@pytest.mark.slow
+def test_dai_le_sst2_smoke_pretrains_on_sst2_sentences_and_scores_the_held_out_dev_half(tmp_path):
+    real_data("glue", "SST-2", "train.tsv")
+    bench = load_benchmark("dai_le_nsmc")
+    out = tmp_path / "dai-le-sst2"
+    result = bench.main(["--smoke", "--task", "sst2", "--objectives", "lm", "--out", str(out)])
+    select, held_out = (out / "data" / "sst2-dev-select.tsv", out / "data" / "sst2-dev-test.tsv")
+    n_select, n_held = (len(p.read_text().splitlines()) - 1 for p in (select, held_out))
+    assert n_select + n_held == 872 and min(n_select, n_held) > 380  # dev split in two halves
+    assert len((out / "data" / "sst2-train-sentences.txt").read_text().splitlines()) == 67349
+    assert set(result["finetune"]) == {"random", "lm"}
+    for by_n in result["finetune"].values():  # every run scored once on the held-out half
+        assert all(0.0 <= runs[0]["other_splits"]["test"]["accuracy"] <= 1.0 for runs in by_n.values())
+    assert result["bag_of_words"]["test_examples"] == n_held
+    assert result["bag_of_words"]["by_labels"]["400"]["test_accuracy"] > 0.55  # SST-2 words carry sentiment
+    assert result["pretraining"]["lm"]["ppl"][-1] < result["pretraining"]["lm"]["ppl"][0]
+    assert "# Dai & Le 2015 on SST-2" in (out / "results.md").read_text()
+    assert bench.main(["--smoke", "--task", "sst2", "--objectives", "lm", "--out", str(out)])["finetune"] == result["finetune"]
+
+
 def test_bag_of_words_logistic_regression_matches_scikit_learn():
     """Two-class softmax with l2 on both columns == binary logistic regression with C = 2 / (l2 n)."""
     sklearn = pytest.importorskip("sklearn.linear_model")
