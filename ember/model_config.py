@@ -1,0 +1,124 @@
+"""The backbone's shape: ``ModelConfig`` and the family names it is checked against.
+
+Kept apart from ``ember.config`` (runs: data, training, tasks, YAML) so that the named presets
+(``ember.presets``) can build ModelConfigs while ``ember.config`` resolves ``model.preset``
+through them, without a circular import.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ember.errors import EmberError
+
+SHARE_MODES = ("none", "all", "attention", "ffn")
+# Every family below is the same Encoder with different options; the family name decides
+# how checkpoints are named when exchanged with Hugging Face (ember.interop).
+ENCODER_FAMILIES = ("bert", "roberta", "albert", "electra", "distilbert", "xlm")
+# Causal decoders (ember.models.decoder): GPT-1 ("gpt") and GPT-2 ("gpt2").
+DECODER_FAMILIES = ("gpt", "gpt2")
+# Encoder-decoders (ember.models.encoder_decoder): T5 v1.0 and v1.1 ("t5").
+SEQ2SEQ_FAMILIES = ("t5",)
+ATTN_TYPES = ("bi", "uni")  # XLNet's attention: bidirectional (XLNet) or causal (Transformer-XL)
+LSTM_POOLINGS = ("last", "linear_gain")  # the LSTM classifier's read-out (Dai & Le 2015, §2-3)
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Shape of a Transformer encoder (BERT, Devlin et al. 2019, Table/§3 and App. A)."""
+
+    family: str = "bert"
+    vocab_size: int = 30522
+    hidden_size: int = 256
+    num_layers: int = 4
+    num_heads: int = 4
+    intermediate_size: int = 1024
+    max_position: int = 512
+    type_vocab_size: int = 2  # 0: no segment embeddings (RoBERTa/DistilBERT style)
+    hidden_act: str = "gelu"  # exact erf GELU, as the original TF BERT
+    dropout: float = 0.1
+    attention_dropout: float = 0.1
+    layer_norm_eps: float = 1e-12
+    initializer_range: float = 0.02
+    pad_token_id: int = 0
+    pre_layer_norm: bool = False  # BERT is post-LN; GPT-2 style pre-LN is an option
+    pooler: bool = True  # [CLS] dense+tanh pooler used by NSP and classification
+    embedding_size: int = 0  # E; 0 = hidden_size. E < H factorizes embeddings (ALBERT, ELECTRA)
+    share_layers: str = "none"  # ALBERT cross-layer sharing: none | all | attention | ffn
+    # T5 (Raffel et al. 2020; family "t5"). num_layers is the encoder's depth, hidden_act
+    # "relu" (v1.0) or "gated-gelu_new" (v1.1's gated-GELU), layer_norm_eps T5's 1e-6;
+    # max_position is the length trained on (relative positions set no hard limit).
+    num_decoder_layers: int = 0  # 0 = as many as the encoder
+    head_dim: int = 0  # d_kv, per-head size; 0 = hidden_size / num_heads
+    relative_attention_num_buckets: int = 32  # §2.1: 32 log-spaced buckets ...
+    relative_attention_max_distance: int = 128  # ... up to an offset of 128
+    # v1.0: the LM head is the input embedding matrix, applied to h * d_model^-0.5; False: an
+    # own lm_head (v1.1, "no parameter sharing between embedding and classifier layer")
+    tie_word_embeddings: bool = True
+    # XLNet / Transformer-XL (family "xlnet", ember.models.xlnet; Yang et al. 2019, Dai et al.
+    # 2019 §3.2-3.3). Other families ignore these. max_position is the segment length trained on.
+    mem_len: int = 0  # hidden states per layer kept as memory for the next segment; 0 = none
+    reuse_len: int = 0  # only a segment's first reuse_len positions enter the memory; 0 = all
+    clamp_len: int = -1  # relative distances clipped to +-clamp_len; -1 = never
+    bi_data: bool = False  # 2nd half of each batch reads with mirrored relative positions
+    attn_type: str = "bi"  # "bi" (XLNet) or "uni" (causal, Transformer-XL)
+    # XLM (Lample & Conneau 2019, §3.4 and Fig. 2): a learned language embedding added to
+    # the token and position embeddings, a table of num_languages rows (0 = none);
+    # ``languages`` names them in id order ("en,ru": en = 0, ru = 1), as HF's id2lang.
+    num_languages: int = 0
+    languages: str = ""
+    sinusoidal_positions: bool = False  # fixed sin/cos position table (XLM's option) instead of learned
+    causal: bool = False  # every position attends only to itself and the left (XLM's CLM, §3.1)
+    # LSTM (family "lstm", ember.models.lstm; Dai & Le 2015 "Semi-supervised Sequence Learning"):
+    # embedding_size is the word-embedding width (0 = hidden_size), hidden_size the LSTM cells per
+    # layer, dropout the dropout between LSTM layers and on the top layer's outputs; max_position
+    # only bounds the input length (an LSTM has no position table). Other families ignore these.
+    embedding_dropout: float = 0.0  # dropout on the word embeddings (Dai & Le §4: embedding dropout)
+    # How the LSTM classifier reads the label off the states (ember.tasks.lstm_classifier): "last"
+    # (the final state, §2) or "linear_gain" (a prediction at every step, weighted t/T, §3)
+    lstm_pooling: str = "last"
+
+    def __post_init__(self) -> None:
+        if self.share_layers not in SHARE_MODES:
+            raise EmberError(f"model.share_layers={self.share_layers!r}; choose one of {', '.join(SHARE_MODES)}")
+        if self.head_dim < 0 or self.num_decoder_layers < 0:
+            raise EmberError(f"model.head_dim={self.head_dim} and model.num_decoder_layers="
+                             f"{self.num_decoder_layers} must be >= 0 (0 = derived from the encoder)")
+        if self.attn_type not in ATTN_TYPES:
+            raise EmberError(f"model.attn_type={self.attn_type!r}; choose one of {', '.join(ATTN_TYPES)}")
+        if self.mem_len < 0 or self.reuse_len < 0:
+            raise EmberError(f"model.mem_len={self.mem_len} and model.reuse_len={self.reuse_len} must be "
+                             ">= 0 (0: no memory / every position reused)")
+        if self.hidden_size % self.num_heads and not self.head_dim:
+            raise EmberError(
+                f"model.hidden_size={self.hidden_size} is not divisible by "
+                f"model.num_heads={self.num_heads}; pick sizes where hidden_size/num_heads is whole "
+                "(or set model.head_dim, T5's d_kv)"
+            )
+        if self.num_languages == 1 or self.num_languages < 0:
+            raise EmberError(f"model.num_languages={self.num_languages}: use 0 (no language embeddings) "
+                             "or the number of languages (at least 2); one language needs no embedding")
+        codes = self.language_codes
+        if codes and len(codes) != self.num_languages:
+            raise EmberError(f"model.languages={self.languages!r} names {len(codes)} languages but "
+                             f"model.num_languages={self.num_languages}; give one code per language id")
+        if len(set(codes)) != len(codes):
+            raise EmberError(f"model.languages={self.languages!r} repeats a language code")
+        if self.lstm_pooling not in LSTM_POOLINGS:
+            raise EmberError(f"model.lstm_pooling={self.lstm_pooling!r}; choose one of {', '.join(LSTM_POOLINGS)}")
+        if not 0.0 <= self.embedding_dropout < 1.0:
+            raise EmberError(f"model.embedding_dropout={self.embedding_dropout} must be in [0, 1)")
+
+    @property
+    def language_codes(self) -> list[str]:
+        """``languages`` as a list, index = language id ([] when unnamed)."""
+        return [c.strip() for c in self.languages.split(",") if c.strip()]
+
+    def language_id(self, code: str) -> int:
+        """The language id of ``code`` for this model (XLM): its index in ``languages``."""
+        codes = self.language_codes
+        if code not in codes:
+            raise EmberError(f"language {code!r} is not one of this model's languages "
+                             f"({', '.join(codes) or 'none: model.languages is empty'}); "
+                             "give one of those codes")
+        return codes.index(code)
