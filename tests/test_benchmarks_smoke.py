@@ -324,11 +324,27 @@ def test_knowledge_effect_smoke_fine_tunes_every_variant_on_both_tasks_and_resum
         for row in splits.values():
             assert set(row) == {"baseline", "kbert", "ernie"}
             assert all(0.0 <= r["mean"] <= 1.0 for r in row.values())
-            assert "vs_baseline" in row["kbert"] and "vs_baseline" in row["ernie"]
+            assert "vs_reference" in row["kbert"] and "vs_reference" in row["ernie"]
     assert "sentences with knowledge" in result["knowledge"]["sst2/kbert"]
     assert "aligned entities" in result["knowledge"]["conll2003/ernie"]
     assert (tmp_path / "table.md").read_text().count("| sst2 |") == 2 and (tmp_path / "knowledge_effect.png").is_file()
     assert bench.main(argv)["records"] == result["records"]  # a second call resumes: nothing is trained again
+
+
+def test_features_vs_finetune_smoke_runs_every_layer_choice_on_conll_and_resumes(tmp_path):
+    real_data("conll2003", "train.txt")
+    bench = load_benchmark("features_vs_finetune")
+    argv = ["--out", str(tmp_path), "--smoke", "--variants", "finetune,embeddings,concat-last-4,mix"]
+    result = bench.main(argv)
+    for split in ("dev", "test"):
+        row = result["table"]["conll2003"][split]
+        assert set(row) == {"finetune", "embeddings", "concat-last-4", "mix"}
+        assert "vs_reference" in row["mix"] and "vs_reference" not in row["finetune"]
+    mix = next(r for r in result["records"] if r["variant"] == "mix")
+    assert len(mix["layer_weights"]) == 5 and abs(sum(mix["layer_weights"]) - 1) < 1e-6  # 4 layers + embeddings
+    assert "| conll2003 | test |" in (tmp_path / "table.md").read_text()
+    assert (tmp_path / "features_vs_finetune.png").read_bytes()[:4] == b"\x89PNG"
+    assert bench.main(argv)["records"] == result["records"]  # a second call trains nothing again
 
 
 @pytest.mark.slow

@@ -24,6 +24,7 @@ SETTINGS = {
     "max_time": "train.max_time", "num_threads": "train.num_threads",
     "epochs": "task.epochs", "max_length": "task.max_length", "train_split": "task.train_split",
     "eval_split": "task.eval_split", "features": "task.features", "feature_layers": "task.feature_layers",
+    "feature_combine": "task.feature_combine",
     "layer_lr_decay": "task.layer_lr_decay", "gradual_unfreeze": "task.gradual_unfreeze",
     "patience": "task.patience",
     # knowledge graphs (ember.tasks.knowledge): K-BERT's triples, ERNIE's entity embeddings
@@ -258,7 +259,7 @@ def _report(result: dict, cfg: RunConfig, run_dir: Path) -> None:
     if result.get("stopped_early"):
         print(f"stopped early at step {result['steps']} of {result['max_steps']} (patience "
               f"{cfg.task.patience}); best step {result['best_step']}")
-    if "scalar_mix" in result:
+    if result.get("scalar_mix", {}).get("weights"):
         weights = " ".join(f"{w:.3f}" for w in result["scalar_mix"]["weights"])
         print(f"learned layer weights (embeddings first): {weights}  gamma={result['scalar_mix']['gamma']:.3f}")
     if result.get("tuned"):

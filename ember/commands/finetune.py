@@ -67,6 +67,10 @@ def register(sub) -> None:
     g.add_argument("--feature-layers", type=int,
                    help="with --features: per-token GELU layers between the mix and the head (default 1; 0 = "
                    "linear probe)")
+    g.add_argument("--feature-combine", choices=["mix", "embeddings", "second-to-last", "last", "sum-last-4",
+                                                  "concat-last-4"],
+                   help="with --features: which hidden states (default mix, the learned weighted sum of all; the "
+                   "others are the fixed choices of the BERT paper's Table 7)")
     g.add_argument("--layer-lr-decay", type=float,
                    help="discriminative fine-tuning: the head gets --lr, the top layer lr*X, the next lr*X^2, "
                    "..., the embeddings lr*X^(L+1) (e.g. 0.8; ULMFiT's 'divide by 2.6' is 0.385)")
@@ -99,7 +103,7 @@ def register(sub) -> None:
 def settings_from_args(args) -> dict:
     """The keyword settings of ``ember.finetune`` given on the command line (None = not given)."""
     names = ("lr", "batch_size", "epochs", "max_length", "warmup_ratio", "train_split", "eval_split",
-             "feature_layers", "layer_lr_decay", "schedule", "patience", "knowledge", "relations", "max_triples",
+             "feature_layers", "feature_combine", "layer_lr_decay", "schedule", "patience", "knowledge", "relations", "max_triples",
              "entities", "fusion_layers")
     settings = {name: getattr(args, name) for name in names}
     settings.update(features=args.features or None, gradual_unfreeze=args.gradual_unfreeze or None)

@@ -180,7 +180,7 @@ def build_module(info: ServeInfo) -> nn.Module:
     if info.cfg.task.features:
         from ember.tasks.feature_transfer import FeatureBackbone
 
-        backbone = FeatureBackbone(backbone, info.cfg.task.feature_layers)
+        backbone = FeatureBackbone.for_task(backbone, info.cfg.task)
     return info.provider.build_module(backbone, info.pad_id)
 
 

@@ -36,7 +36,7 @@ def _backbone(cfg: RunConfig) -> nn.Module:
     if cfg.task.features:
         from ember.tasks.feature_transfer import FeatureBackbone
 
-        backbone = FeatureBackbone(backbone, cfg.task.feature_layers)
+        backbone = FeatureBackbone.for_task(backbone, cfg.task)
     return backbone
 
 
@@ -74,7 +74,7 @@ def build_task_module(cfg: RunConfig, adapter: TaskAdapter, state: dict | None, 
     if cfg.task.features:
         from ember.tasks.feature_transfer import FeatureBackbone
 
-        backbone = FeatureBackbone(backbone, cfg.task.feature_layers)
+        backbone = FeatureBackbone.for_task(backbone, cfg.task)
     return adapter.build_module(backbone, pad_id)
 
 

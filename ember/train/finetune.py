@@ -45,6 +45,9 @@ def check_options(cfg: RunConfig) -> None:
     if task.features and (task.layer_lr_decay != 1.0 or task.gradual_unfreeze):
         raise EmberError("--features freezes the whole encoder, so --layer-lr-decay and --gradual-unfreeze "
                          "have nothing to act on; drop them or drop --features")
+    if task.feature_combine != "mix" and not task.features:
+        raise EmberError(f"--feature-combine {task.feature_combine} chooses the frozen features of --features; "
+                         "add --features")
     if task.feature_layers < 0 or task.patience < 0:
         raise EmberError(f"task.feature_layers ({task.feature_layers}) and task.patience ({task.patience}) "
                          "must be >= 0")
@@ -132,8 +135,9 @@ def run_finetuning(cfg: RunConfig, run_dir: Path, state: dict | None, tokenizer_
                "train_examples": len(train_features), "init": cfg.task.init or "random"}
     if cfg.task.features:
         # ELMo's s_j (embedding output first, then layers 1..L) and gamma, as learned.
-        results["scalar_mix"] = {"weights": module.backbone.layer_weights(),
-                                 "gamma": float(module.backbone.mix.gamma.detach())}
+        backbone = module.backbone
+        results["scalar_mix"] = {"combine": backbone.combine, "weights": backbone.layer_weights(),
+                                 "gamma": float(backbone.mix.gamma.detach()) if backbone.combine == "mix" else None}
     if tuned:
         # Kept with the weights and used by `ember evaluate`/`predict` (load_run_adapter); the
         # reported metrics use the tuned settings, the untuned ones are kept beside them.
