@@ -45,6 +45,7 @@ from _bench import load, machine, sst2_dev_halves  # noqa: E402
 
 import ember  # noqa: E402
 from ember.durations import parse_duration  # noqa: E402
+from ember.fileio import atomic_write_text  # noqa: E402
 from ember.paths import data_root  # noqa: E402
 
 OBJECTIVES = {"lm": "lm-lstm", "sa": "sa-lstm"}
@@ -92,7 +93,6 @@ def smoke_data(source: Path, out: Path) -> Path:
 
 def sst2_unlabeled(out: Path) -> Path:
     """SST-2's training sentences, one per line, labels dropped (the English unlabeled text)."""
-    from ember.fileio import atomic_write_text
     from ember.tasks.glue import read_examples
 
     path = out / "data" / "sst2-train-sentences.txt"
@@ -151,7 +151,7 @@ def finetune(init, label: str, n_labels: int, seed: int, out: Path, args, halves
     record = json.loads((run / "results.json").read_text())
     if halves:
         record.setdefault("other_splits", {})["test"] = ember.evaluate(run, file=halves[1])["metrics"]
-        done.write_text(json.dumps(record, indent=2))
+        atomic_write_text(done, json.dumps(record, indent=2))  # a cut write must not look done
     return record
 
 
