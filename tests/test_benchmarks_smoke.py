@@ -3,33 +3,15 @@ benchmark scripts keep working as the library changes. These are not measurement
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import shutil
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
+from benchmark_helpers import BENCHMARKS, keep_torch_threads, load_benchmark  # noqa: F401 (an autouse fixture)
 from conftest import make_wordpiece, real_data
-
-BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
-
-
-def load_benchmark(name: str):
-    spec = importlib.util.spec_from_file_location(f"bench_{name}", BENCHMARKS / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # as an import would: dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
-
-
-@pytest.fixture(autouse=True)
-def keep_torch_threads():
-    threads = torch.get_num_threads()
-    yield
-    torch.set_num_threads(threads)
 
 
 def test_pretrain_throughput_smoke_reports_rates_ratio_and_utilisation(tmp_path):

@@ -1,0 +1,28 @@
+"""Shared by the benchmark smoke tests: load a script of benchmarks/ as a module, and keep the
+torch thread count the scripts change (they pin one thread per run)."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
+
+
+def load_benchmark(name: str):
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", BENCHMARKS / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # as an import would: dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(autouse=True)
+def keep_torch_threads():
+    threads = torch.get_num_threads()
+    yield
+    torch.set_num_threads(threads)
