@@ -60,6 +60,7 @@ def parse_args(argv):
     p.add_argument("--seeds", default="1,2,3,4,5")
     p.add_argument("--train-limit", type=int, default=1000, help="training examples per task (0 = all)")
     p.add_argument("--epochs", type=float, default=3.0)
+    p.add_argument("--lr", type=float, default=None, help="peak learning rate (default: the task's BERT value, 2e-5)")
     p.add_argument("--layer-lr-decay", type=float, default=0.8)
     p.add_argument("--collapse-share", type=float, default=0.99,
                    help="a run whose most frequent dev prediction has at least this share collapsed")
@@ -94,6 +95,8 @@ def run_one(task: str, method: str, seed: int, init: str, args, out: Path) -> di
     if record_path.is_file():
         return json.loads(record_path.read_text())
     settings = {"lld": {"layer_lr_decay": args.layer_lr_decay}, "unfreeze": {"gradual_unfreeze": True}}.get(method, {})
+    if args.lr is not None:
+        settings["lr"] = args.lr
     smoke = {"model": "bert-mini", "tokenizer": args.smoke_tokenizer,
              "overrides": ["model.hidden_size=32", "model.num_heads=2", "model.intermediate_size=64"]} if args.smoke else {}
     resume = (run / "checkpoints").is_dir()
@@ -145,8 +148,8 @@ def render(result: dict) -> str:
     meta = result["meta"]
     lines = [f"# Fine-tuning stability on small data: {meta['checkpoint']}", "",
              f"{meta['machine']}. Seeds {', '.join(map(str, meta['seeds']))}; first {meta['train_limit'] or 'all'} "
-             f"training examples per task, {meta['epochs']} epochs, BERT's recipe (the task's default lr, batch 32, "
-             f"10% warm-up, best epoch on dev); layer-wise decay {meta['layer_lr_decay']}. Dev score x 100 "
+             f"training examples per task, {meta['epochs']} epochs, BERT's recipe at peak lr {meta['lr']} (batch 32, "
+             f"10% warm-up, linear decay, best epoch on dev); layer-wise decay {meta['layer_lr_decay']}. Dev score x 100 "
              "(RTE accuracy, MRPC F1, CoLA Matthews corr.); a run *collapsed* when at least "
              f"{meta['collapse_share']:.0%} of its dev predictions are one class.", "",
              "| task | method | mean ± std | min | max | collapsed | majority class |", "|---|---|---|---|---|---|---|"]
@@ -179,6 +182,7 @@ def main(argv=None) -> dict:
     records = [run_one(t, m, s, init, args, out) for s in args.seeds for t in args.tasks for m in args.methods]
     meta = {"checkpoint": args.checkpoint_name, "machine": machine(), "load_after": load(), "seeds": args.seeds,
             "tasks": args.tasks, "methods": args.methods, "train_limit": args.train_limit, "epochs": args.epochs,
+            "lr": args.lr or "the task's default (2e-5)",
             "layer_lr_decay": args.layer_lr_decay, "collapse_share": args.collapse_share, "smoke": args.smoke}
     result = {"meta": meta, "records": records, "rows": stability_rows(records, args.tasks, args.methods),
               "majority": majority_scores(args.tasks), "table": _seed_table.summarize(records, reference="plain")}
