@@ -84,6 +84,9 @@ def parse_args(argv):
     p.add_argument("--lr-random", type=float, default=3e-4, help="learning rate of randomly initialised students")
     p.add_argument("--lr", type=float, default=5e-5, help="learning rate of teacher-initialised students")
     p.add_argument("--repeats", type=int, default=5, help="timed repetitions of the speed table")
+    p.add_argument("--train-only", action="store_true",
+                   help="train the runs and stop (several processes can share the seeds or variants; "
+                        "a last call without it makes the tables)")
     p.add_argument("--smoke", action="store_true", help="a random tiny teacher and a few sentences (CI)")
     args = p.parse_args(argv)
     args.seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
@@ -196,6 +199,8 @@ def main(argv=None) -> dict:
     # Twins first, so a method's comparison is available as soon as it finishes.
     order = sorted(args.variants, key=lambda v: VARIANTS[v][2] is not None)
     records = [run_one(v, s, teacher, args, out) for s in args.seeds for v in order]
+    if args.train_only:
+        return {"records": records}
     speed = speed_table(teacher, records, args, out)
     teacher_row = speed["rows"][0]
     labels = np.asarray(speed["labels"])
