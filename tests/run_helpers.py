@@ -58,10 +58,12 @@ def kill_after_checkpoint(cmd: list[str], run: Path, step: int, finished_file: s
 
 
 def wait_for_checkpoint(proc: subprocess.Popen, run: Path, step: int, timeout: float) -> None:
-    """Poll until the checkpoint of ``step`` exists in ``run``; fail if ``proc`` ends first."""
-    target = run / "checkpoints" / f"step-{step:08d}"
+    """Poll until a checkpoint of ``step`` or later exists in ``run``; fail if ``proc`` ends first.
+
+    "Or later": with ``train.keep_checkpoints`` the checkpoint of ``step`` is deleted once newer
+    ones are saved, so on a busy machine a poller that wakes late would never see it."""
     deadline = time.time() + timeout
-    while not target.exists():
+    while not saved_steps(run) or max(saved_steps(run)) < step:
         if proc.poll() is not None:
             output = proc.stderr if proc.stderr is not None else proc.stdout
             pytest.fail(f"training ended before step {step}: {str(output.read())[-2000:]}")
@@ -69,3 +71,8 @@ def wait_for_checkpoint(proc: subprocess.Popen, run: Path, step: int, timeout: f
             proc.kill()
             pytest.fail("training too slow to reach the checkpoint")
         time.sleep(0.005)
+
+
+def saved_steps(run: Path) -> list[int]:
+    """Steps of the finished checkpoints in ``run`` (folders are renamed into place when complete)."""
+    return [int(p.name.split("-")[1]) for p in (run / "checkpoints").glob("step-*") if p.name.split("-")[1].isdigit()]

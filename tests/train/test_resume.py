@@ -6,13 +6,12 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from conftest import TINY_MODEL
-from run_helpers import env, kill_after_checkpoint, train_losses
+from run_helpers import env, kill_after_checkpoint, train_losses, wait_for_checkpoint
 
 STEPS = 240
 
@@ -77,10 +76,7 @@ def test_sigterm_stops_with_a_checkpoint_and_no_final_weights_then_resume_matche
     run = tmp_path / "run"
     proc = subprocess.Popen(pretrain_cmd(wiki_prepared, run), env=env(), stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, text=True)
-    target = run / "checkpoints" / f"step-{40:08d}"
-    deadline = time.time() + 120
-    while not target.exists() and proc.poll() is None and time.time() < deadline:
-        time.sleep(0.005)
+    wait_for_checkpoint(proc, run, 40, timeout=120)  # fails with the process's stderr if it ended first
     os.kill(proc.pid, signal.SIGTERM)
     _, stderr = proc.communicate(timeout=120)
     assert proc.returncode == 1, stderr[-2000:]
