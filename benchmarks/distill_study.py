@@ -40,7 +40,6 @@ import time
 from pathlib import Path
 
 import numpy as np
-import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _seed_table  # noqa: E402
@@ -48,7 +47,7 @@ import distill_table  # noqa: E402
 from _bench import load, machine, run_cli  # noqa: E402
 from _distill_report import mcnemar_p  # noqa: E402
 from _distill_study_report import render, write_chart  # noqa: E402
-from features_vs_finetune import prepare_init  # noqa: E402
+from _checkpoint_study import choices, prepare_init, start_study  # noqa: E402
 
 import ember  # noqa: E402
 from ember.errors import EmberError  # noqa: E402
@@ -90,10 +89,7 @@ def parse_args(argv):
     p.add_argument("--smoke", action="store_true", help="a random tiny teacher and a few sentences (CI)")
     args = p.parse_args(argv)
     args.seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
-    args.variants = [v.strip() for v in args.variants.split(",") if v.strip()]
-    unknown = [v for v in args.variants if v not in VARIANTS]
-    if unknown:
-        raise EmberError(f"unknown variant(s) {unknown}; choose from {', '.join(VARIANTS)}")
+    args.variants = choices(args.variants, VARIANTS, "variant")
     missing = sorted({VARIANTS[v][2] for v in args.variants} - set(args.variants) - {None})
     if missing:
         raise EmberError(f"--variants needs the twins the methods are compared with: add {', '.join(missing)}")
@@ -185,16 +181,9 @@ def speed_table(teacher: Path, records: list[dict], args, out: Path) -> dict:
 
 def main(argv=None) -> dict:
     args = parse_args(argv)
-    torch.set_num_threads(1)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    print(f"{machine()}; {load()}", flush=True)
-    args.smoke_tokenizer = ""
     if args.smoke:
-        from features_vs_finetune import smoke_tokenizer
-
         args.seeds, args.train_limit, args.epochs, args.teacher_epochs = args.seeds[:2], 48, 1.0, 1.0
-        args.smoke_tokenizer = str(smoke_tokenizer(out))
+    out = start_study(args)
     teacher = ensure_teacher(args, out)
     # Twins first, so a method's comparison is available as soon as it finishes.
     order = sorted(args.variants, key=lambda v: VARIANTS[v][2] is not None)

@@ -32,11 +32,10 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _seed_table  # noqa: E402
 from _bench import load, machine, run_cli  # noqa: E402
+from _checkpoint_study import choices, prepare_init, start_study  # noqa: E402
 
 import ember  # noqa: E402
-from ember.errors import EmberError  # noqa: E402
 from ember.fileio import atomic_write_text  # noqa: E402
-from ember.paths import data_root  # noqa: E402
 from ember.tasks.feature_transfer import FEATURE_COMBINES  # noqa: E402
 
 VARIANTS = ("finetune",) + FEATURE_COMBINES
@@ -61,25 +60,8 @@ def parse_args(argv):
     p.add_argument("--smoke", action="store_true", help="a random small model and a few sentences (CI)")
     args = p.parse_args(argv)
     args.seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
-    args.variants = [v.strip() for v in args.variants.split(",") if v.strip()]
-    unknown = [v for v in args.variants if v not in VARIANTS]
-    if unknown:
-        raise EmberError(f"unknown variant(s) {unknown}; choose from {', '.join(VARIANTS)}")
+    args.variants = choices(args.variants, VARIANTS, "variant")
     return args
-
-
-def prepare_init(args, out: Path) -> str:
-    """The checkpoint as an ember run folder (imported once), or a small random model for --smoke."""
-    if args.smoke:
-        return "random"
-    checkpoint = Path(args.checkpoint) if args.checkpoint else data_root() / "checkpoints" / "all-MiniLM-L6-v2"
-    init = out / "init"
-    if not (init / "model.safetensors").is_file():
-        from ember.cli import main as ember_cli
-
-        if ember_cli(["convert", "--from-hf", str(checkpoint), "--out", str(init)]):
-            raise EmberError(f"could not import {checkpoint} (the message above says why)")
-    return str(init)
 
 
 def run_one(variant: str, seed: int, init: str, args, out: Path) -> dict:
@@ -131,14 +113,9 @@ def render(result: dict) -> str:
 
 def main(argv=None) -> dict:
     args = parse_args(argv)
-    torch.set_num_threads(1)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    print(f"{machine()}; {load()}", flush=True)
-    args.smoke_tokenizer = ""
     if args.smoke:
         args.seeds, args.train_limit, args.epochs, args.max_length = args.seeds[:1], 24, 1.0, 48
-        args.smoke_tokenizer = str(smoke_tokenizer(out))
+    out = start_study(args)
     init = prepare_init(args, out)
     records = [run_one(v, s, init, args, out) for v in args.variants for s in args.seeds]
     meta = {"checkpoint": "random (smoke)" if args.smoke else Path(args.checkpoint or "all-MiniLM-L6-v2").name,
@@ -153,20 +130,6 @@ def main(argv=None) -> dict:
                           f"CoNLL-2003 entity F1 from {meta['checkpoint']} ({len(args.seeds)} seeds)", "entity F1 (x100)")
     print(text)
     return result
-
-
-def smoke_tokenizer(out: Path) -> Path:
-    """A WordPiece tokenizer trained on the CoNLL-2003 training words (smoke runs only)."""
-    from ember.tokenizers import train_tokenizer
-
-    path = out / "smoke-tokenizer.json"
-    if not path.is_file():
-        words = [line.split()[0] for line in (data_root() / "conll2003" / "train.txt").read_text().splitlines()[:20000]
-                 if line.strip() and not line.startswith("-DOCSTART-")]
-        text = out / "smoke-words.txt"
-        text.write_text(" ".join(words) + "\n")
-        train_tokenizer([text], vocab_size=1000, fmt="lines", progress=False).save(str(path))
-    return path
 
 
 if __name__ == "__main__":

@@ -33,12 +33,11 @@ from collections import Counter
 from pathlib import Path
 
 import numpy as np
-import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _seed_table  # noqa: E402
 from _bench import load, machine, run_cli  # noqa: E402
-from features_vs_finetune import prepare_init  # noqa: E402
+from _checkpoint_study import choices, prepare_init, start_study  # noqa: E402
 
 import ember  # noqa: E402
 from ember.errors import EmberError  # noqa: E402
@@ -68,10 +67,7 @@ def parse_args(argv):
     args = p.parse_args(argv)
     args.seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
     args.tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
-    args.methods = [m.strip() for m in args.methods.split(",") if m.strip()]
-    unknown = [m for m in args.methods if m not in METHODS]
-    if unknown:
-        raise EmberError(f"unknown method(s) {unknown}; choose from {', '.join(METHODS)}")
+    args.methods = choices(args.methods, METHODS, "method")
     for task in args.tasks:
         if get_task(task).is_regression:
             raise EmberError(f"{task} is a regression task; the stability study counts collapses to one class")
@@ -167,16 +163,9 @@ def render(result: dict) -> str:
 
 def main(argv=None) -> dict:
     args = parse_args(argv)
-    torch.set_num_threads(1)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    print(f"{machine()}; {load()}", flush=True)
-    args.smoke_tokenizer = ""
     if args.smoke:
-        from features_vs_finetune import smoke_tokenizer
-
         args.seeds, args.train_limit, args.epochs = args.seeds[:2], 24, 1.0
-        args.smoke_tokenizer = str(smoke_tokenizer(out))
+    out = start_study(args)
     init = prepare_init(args, out)
     # Seed-major order: an interrupted study has every task and method at the same number of seeds.
     records = [run_one(t, m, s, init, args, out) for s in args.seeds for t in args.tasks for m in args.methods]
