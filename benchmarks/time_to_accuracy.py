@@ -26,18 +26,16 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import shutil
 import sys
 import time
 from pathlib import Path
 
 import numpy as np
 import torch
-from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _bench import load, machine  # noqa: E402
-from ember.train.loop import step_clock  # noqa: E402
+from _hf_reference import train_reference  # noqa: E402
 
 import ember  # noqa: E402
 from ember.durations import parse_duration  # noqa: E402
@@ -50,72 +48,6 @@ SMOKE_MODEL = ["model.hidden_size=32", "model.num_layers=1", "model.num_heads=2"
 
 def recipe_config(recipe: str, overrides: list[str]):
     return run_config_from_dict(apply_overrides(load_yaml(recipe_path(recipe)), overrides))
-
-
-def train_reference(data: Path, out: Path, cfg, budget: float, progress: bool) -> dict:
-    """Plain loop: BertForMaskedLM on ember's sequences and masks, ``budget`` seconds of steps."""
-    import transformers
-
-    from ember.data.packing import build_pretraining_dataset
-    from ember.data.shards import TokenCorpus
-    from ember.objectives.bert import BertPretraining
-    from ember.models import build_backbone
-    from ember.tokenizers import load_tokenizer, special_token_ids
-
-    corpus = TokenCorpus(data, "train")
-    special = special_token_ids(load_tokenizer(corpus.tokenizer_path))
-    m, t = dataclasses.replace(cfg.model, pad_token_id=special["pad"]), cfg.train
-    data_cfg = dataclasses.replace(cfg.data, nsp=False)
-    dataset = build_pretraining_dataset(corpus, data_cfg, "none", t.seed, special["sep"])
-    # ember's objective only makes the batches (same layout and masking as ember's MLM)
-    batcher = BertPretraining(build_backbone(dataclasses.replace(m, num_layers=1)), special, data_cfg, "none")
-    hf_cfg = transformers.BertConfig(
-        vocab_size=m.vocab_size, hidden_size=m.hidden_size, num_hidden_layers=m.num_layers,
-        num_attention_heads=m.num_heads, intermediate_size=m.intermediate_size,
-        max_position_embeddings=m.max_position, type_vocab_size=m.type_vocab_size, hidden_act=m.hidden_act,
-        layer_norm_eps=m.layer_norm_eps, pad_token_id=special["pad"], attn_implementation="sdpa")
-    torch.manual_seed(t.seed)
-    model = transformers.BertForMaskedLM(hf_cfg).train()
-    decay = [p for n, p in model.named_parameters() if "bias" not in n and "LayerNorm" not in n]
-    rest = [p for n, p in model.named_parameters() if "bias" in n or "LayerNorm" in n]
-    optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": t.weight_decay},
-                                   {"params": rest, "weight_decay": 0.0}],
-                                  lr=t.lr, betas=(t.adam_beta1, t.adam_beta2), eps=t.adam_eps)
-    order = np.random.default_rng(t.seed).permutation(len(dataset))
-    rng = np.random.default_rng([t.seed, 1])
-
-    clock = step_clock(t.clock)
-
-    def step(i: int, lr: float) -> float:
-        idx = [order[(i * t.batch_size + j) % len(order)] for j in range(t.batch_size)]
-        batch, _ = batcher.masked_inputs([dataset.example(int(k), 0) for k in idx], rng)
-        start = clock()
-        loss = model(**batch).loss
-        loss.backward()
-        nn.utils.clip_grad_norm_(model.parameters(), t.max_grad_norm)
-        for group in optimizer.param_groups:
-            group["lr"] = lr
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        return clock() - start
-
-    probe = sum(step(i, 0.0) for i in range(3)) / 3  # lr 0: measures speed, changes nothing
-    # (AdamW's moments did see 3 gradients; with lr 0 the weights are unchanged)
-    total = max(10, int(budget / probe))
-    warm = max(1, int(t.warmup_ratio * total))
-    elapsed, i = 0.0, 0
-    while elapsed < budget:
-        factor = (i + 1) / warm if i < warm else max(0.0, (total - i) / max(1, total - warm))
-        elapsed += step(i, t.lr * factor)
-        i += 1
-        if progress and i % 50 == 0:
-            print(f"  reference step {i}/{total}, {elapsed:.0f}/{budget:.0f} s", flush=True)
-    out.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(out)
-    shutil.copy(corpus.tokenizer_path, out / "tokenizer.json")
-    info = {"steps": i, "elapsed": elapsed, "planned_steps": total, "clock": t.clock}
-    (out / "pretrain.json").write_text(json.dumps(info, indent=2))  # read back by --reuse-pretraining
-    return info
 
 
 def finetune(init: Path, out: Path, args) -> dict:
@@ -174,7 +106,8 @@ def main(argv: list[str] | None = None) -> dict:
     ember_wall = time.perf_counter() - started
     state = _last_trainer_state(ember_run)
     started = time.perf_counter()
-    ref_info = train_reference(Path(args.data), out / "reference-hf", cfg, budget, progress=not args.smoke)
+    cfg = dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, prepared=str(args.data)))
+    ref_info = train_reference(cfg, out / "reference-hf", budget, progress=not args.smoke)
     ref_wall = time.perf_counter() - started
     pretrain = {"ember": {**state, "wall_s": ember_wall}, "reference": {**ref_info, "wall_s": ref_wall}}
     return finish(args, out, ember_run, pretrain, cfg, budget)
