@@ -76,6 +76,16 @@ def table_lines(rows: list[dict]) -> list[str]:
     return lines
 
 
+def write_screening(out: Path, screened: list[dict], budget: float) -> str:
+    """OUT/screening.md: the screening trials alone, ranked (the search's first stage)."""
+    text = "\n".join([f"# CPU cramming search: screening at {format_duration(budget)} per trial", "",
+                      "Ranked by bits/char of the masked held-out text (lower is better); the coordinate "
+                      "search's order is the trials' order in OUT/trials.", ""]
+                     + table_lines(ranked(screened))) + "\n"
+    atomic_write_text(out / "screening.md", text)
+    return text
+
+
 def render(result: dict) -> str:
     meta, winner = result["meta"], result["winner"]
     protocol = (f"{meta['eval_examples'] or 'all'} held-out sequences of {meta['eval_length']} tokens with fixed "

@@ -7,7 +7,7 @@ Same data, same masks: the loop takes ember's MLM objective only as a batch make
 sequences, dynamic 15% masking with 80/10/10), walks the examples in the Trainer's order
 (``DataOrder``) and seeds each micro-batch's masks as the Trainer does ([seed, step, k]).
 So at every step both sides see the same tokens with the same masks; what differs is the
-engine (and the learning-rate schedule, below).
+engine.
 
   head "full"    logits for every position, loss at the masked ones: what run_mlm.py and the
                  HF Trainer run (transformers' BertForMaskedLM as it is)
@@ -15,9 +15,13 @@ engine (and the learning-rate schedule, below).
                  MosaicBERT or cramming (Geiping & Goldstein 2022, sec. 4.2) does
 
 Optimiser and schedule: AdamW with BERT's decay groups (no decay on biases and LayerNorm,
-as the HF Trainer), the run's lr, betas, eps, weight decay and clipping; linear warm-up and
-decay over the number of steps a 3-step speed probe says fit the budget (what a user of
-run_mlm.py does with --max_steps). Held-out evaluation is ember's own function
+as the HF Trainer), the run's lr, betas, eps, weight decay and clipping; the learning rate
+follows ember's time schedule over the same budget (warm-up for warmup_ratio of the budget,
+then linear decay to zero when the budget is spent), computed from the same clock. An earlier
+version planned a linear step schedule from a 3-step speed probe, as a run_mlm user sets
+--max_steps; the first steps are slow, so it under-planned (371 planned, 485 run in 30
+CPU-minutes) and the reference spent its last minutes at lr 0. Both sides now share one
+schedule, so a race measures the engine. Held-out evaluation is ember's own function
 (``held_out_metrics``: the same examples with the same fixed masks), run through
 ``HFMaskedLM``, so both curves measure one thing.
 """
@@ -38,6 +42,7 @@ from torch import nn
 from ember.fileio import atomic_write_text
 from ember.objectives.setup import setup_pretraining
 from ember.train.loop import DataOrder, step_clock
+from ember.train.optim import time_lr_factor
 
 HEADS = ("full", "masked")
 
@@ -130,7 +135,7 @@ def train_reference(cfg, out: Path, budget: float, *, head: str = "full", evalua
     log_path.unlink(missing_ok=True)
     evaluations: list[dict] = []
 
-    def step(i: int, lr: float) -> tuple[float, float]:
+    def step(i: int, elapsed: float) -> tuple[float, float]:
         """One optimiser step on the Trainer's examples and masks; (seconds, training loss)."""
         start, total = clock(), 0.0
         for batch in trainer_batches(objective, data, order, t, i):
@@ -139,6 +144,8 @@ def train_reference(cfg, out: Path, budget: float, *, head: str = "full", evalua
             total += loss.item() / t.grad_accum
         if t.max_grad_norm > 0:
             nn.utils.clip_grad_norm_(model.parameters(), t.max_grad_norm)
+        # the lr of ember's time schedule at this moment (this step's seconds so far included)
+        lr = t.lr * time_lr_factor(elapsed + clock() - start, budget, t.warmup_ratio)
         for group in optimizer.param_groups:
             group["lr"] = lr
         optimizer.step()
@@ -157,27 +164,22 @@ def train_reference(cfg, out: Path, budget: float, *, head: str = "full", evalua
         if on_eval is not None:
             on_eval(row)
 
-    # lr 0: measures speed, changes no weight (AdamW's moments do see these 3 gradients)
-    probe = sum(step(i, 0.0)[0] for i in range(3)) / 3
-    total = max(10, int(budget / probe))
-    warm = max(1, int(t.warmup_ratio * total))
     elapsed, i, next_eval = 0.0, 0, evaluate_every
     while elapsed < budget:
-        factor = (i + 1) / warm if i < warm else max(0.0, (total - i) / max(1, total - warm))
-        seconds, _ = step(i, t.lr * factor)
+        seconds, _ = step(i, elapsed)
         elapsed += seconds
         i += 1
         if evaluate_every and elapsed >= next_eval and elapsed < budget:
             evaluate(i, elapsed)
             next_eval += evaluate_every
         if progress and i % 50 == 0:
-            print(f"  reference step {i}/{total}, {elapsed:.0f}/{budget:.0f} s", flush=True)
+            print(f"  reference step {i}, {elapsed:.0f}/{budget:.0f} s", flush=True)
     if evaluate_every:
         evaluate(i, elapsed)
     model.save_pretrained(out)
     tokenizer = Path(setup.cfg.data.prepared) / "tokenizer.json"
     if tokenizer.is_file():
         shutil.copy(tokenizer, out / "tokenizer.json")
-    info = {"steps": i, "elapsed": elapsed, "planned_steps": total, "clock": t.clock, "head": head}
+    info = {"steps": i, "elapsed": elapsed, "clock": t.clock, "head": head, "schedule": "time"}
     atomic_write_text(out / "pretrain.json", json.dumps(info, indent=2))  # read back by --reuse-pretraining
     return info

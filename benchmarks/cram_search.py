@@ -369,6 +369,8 @@ def parse_args(argv):
     p.add_argument("--finetune-lr", type=float, default=1e-4, help="peak lr of both (as time_to_accuracy)")
     p.add_argument("--sst2-limit", type=int, default=20000, help="SST-2 sentences, 1 epoch (0: all 67k)")
     p.add_argument("--finetune-dropout", type=float, default=0.1, help="dropout when fine-tuning (cramming: 0.1)")
+    p.add_argument("--screen-only", action="store_true",
+                   help="stop after the screening (OUT/screening.md); rerun without it to go on to --budgets")
     p.add_argument("--smoke", action="store_true", help="tiny space, model and corpus; seconds-long budgets (CI)")
     args = p.parse_args(argv)
     space = SMOKE_SPACE if args.smoke else SPACE
@@ -460,6 +462,10 @@ def main(argv: list[str] | None = None) -> dict:
     top = [r["config"] for r in screened if metric(r) < math.inf][:args.top]
     if not top:
         raise EmberError("every screening trial diverged: lower the lr values (--space lr=...)")
+    if args.screen_only:  # stage 1 alone; the same command without the flag continues from here
+        text = _cram_report.write_screening(out, screened, args.screen_budget)
+        print(text)
+        return {"screened": screened, "text": text, "trained": search.trained}
     print(f"budgets {', '.join(map(format_duration, args.budgets))} for the top {len(top)}", flush=True)
     runs = search.run([search.pretrain_spec(c, b, "budget") for b in args.budgets for c in top])
     final = [r for r in runs if r["budget"] == args.budgets[-1] and metric(r) < math.inf]

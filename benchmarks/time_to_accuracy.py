@@ -11,7 +11,7 @@ Hugging Face loop, then the same SST-2 fine-tuning of both (mean dev accuracy ov
   reference  transformers.BertForMaskedLM (sdpa, full-vocabulary head, as run_mlm.py) of the
              same shape, trained by a plain loop on the same prepared corpus with the same
              dynamic 15% masking (80/10/10), batch, peak learning rate, AdamW settings and
-             clipping; linear warm-up/decay over the steps a speed probe says fit the budget.
+             clipping, and ember's time schedule over the budget (benchmarks/_hf_reference.py).
 Both budgets count training-step seconds only (data loading and evaluation excluded, as
 ember's Trainer counts them). With --cpu-time both sides run on one thread and count this
 process's CPU seconds instead of wall seconds (ember: train.clock=cpu), so other programs on

@@ -16,8 +16,8 @@ Without --side, ember and the reference run in turn in one process and the repor
              --ember-eval-every steps
   reference  transformers.BertForMaskedLM by a plain loop (benchmarks/_hf_reference.py) with
              run_mlm's full-vocabulary head, the recipe's lr, warm-up, AdamW settings and
-             clipping, linear decay over the steps a speed probe says fit the budget; held-out
-             evaluation every budget/--evals seconds of training
+             clipping, and ember's time schedule over the same budget; held-out evaluation
+             every budget/--evals seconds of training
   reference-masked  the same loop with logits at the masked rows only (the informed user;
              optional, --side reference-masked): the report adds it as a second yardstick
 Every side draws the same examples with the same masks at every step, and all are scored by
@@ -45,6 +45,7 @@ from time_to_accuracy import SMOKE_MODEL, recipe_config  # noqa: E402
 import ember  # noqa: E402
 from ember.durations import parse_duration  # noqa: E402
 from ember.fileio import atomic_write_text  # noqa: E402
+from ember.runs.folder import load_run_config  # noqa: E402
 from ember.train.logging import MetricsLogger  # noqa: E402
 
 # the reference loops and their heads (benchmarks/_hf_reference.py)
@@ -109,7 +110,8 @@ def report(out: Path) -> dict:
         wanted = "ember" if "ember" not in done else "reference"
         raise SystemExit(f"no finished {wanted} run in {out}: run --side {wanted} first")
     setup = json.loads((out / "setup.json").read_text()) if (out / "setup.json").is_file() else {}
-    result = {"setup": setup, "load": load(), "sides": done}
+    # every side draws the Trainer's batches, so sequences seen = steps x ember's batch size
+    result = {"setup": setup, "load": load(), "sides": done, "batch_size": load_run_config(out / "ember").train.batch_size}
     for side in done:
         rows = curve(out / side)
         if not rows:
@@ -141,14 +143,13 @@ def render(result: dict) -> str:
     lines = [f"Held-out MLM loss/accuracy ({setup.get('recipe', '?')}, objective mlm, "
              f"{setup.get('budget_s', 0) / 60:.0f} CPU-min per side, one thread, {setup.get('eval_examples', '?')} "
              f"held-out sequences with fixed masks). {setup.get('machine', '')}; {result['load']}", "",
-             "| side | steps | tokens | final held-out MLM loss | final MLM accuracy | "
+             "| side | steps | sequences seen | final held-out MLM loss | final MLM accuracy | "
              "ember reaches its final loss after (x its budget) | ... its final accuracy after |",
              "|---|---:|---:|---:|---:|---:|---:|"]
     for side in result["sides"]:
         r, last = result[side], result[side]["curve"][-1]
-        tokens = r["pretrain"].get("tokens")
         reach = ["-", "-"] if side == "ember" else [_reach(r["ember_time_to_mlm_loss"]), _reach(r["ember_time_to_mlm_acc"])]
-        lines.append(f"| {LABELS[side]} | {r['pretrain']['steps']:,} | {f'{tokens:,}' if tokens else '-'} | "
+        lines.append(f"| {LABELS[side]} | {r['pretrain']['steps']:,} | {r['pretrain']['steps'] * result['batch_size']:,} | "
                      f"{last['mlm_loss']:.3f} | {100 * last['mlm_acc']:.2f}% | {reach[0]} | {reach[1]} |")
     lines += ["", f"Target (ember reaches the run_mlm-style loop's final loss in <= 0.5x the budget): "
                   f"{'met' if result['target_met'] else 'not met'}."]

@@ -91,6 +91,20 @@ def test_rerun_resumes_without_retraining_and_a_worker_process_redoes_a_lost_tri
     assert "pre-training mlm" in (out / "trials" / lost / "log.txt").read_text()
 
 
+def test_screen_only_stops_after_the_screening_and_the_full_run_continues_from_it(bench, tmp_path):
+    real_data("wiki-en", "AA", "wiki_00.gz")
+    out = tmp_path / "cram"
+    first = bench.main(["--smoke", "--out", str(out), "--screen-only"])
+    assert first["trained"] == 4 and len(first["screened"]) == 4
+    assert {r["stage"] for r in first["screened"]} == {"screen"} and not (out / "table.md").exists()
+    assert first["screened"][0]["name"] in (out / "screening.md").read_text()
+    before = {name: path.stat().st_mtime_ns for name, path in _records(out).items()}
+    rest = bench.main(["--smoke", "--out", str(out), "--finetune"])
+    # no screening trial again: the top 2 at each of the 2 budgets, then 2 variants x 2 tasks
+    assert rest["trained"] == 4 + 4
+    assert all(_records(out)[name].stat().st_mtime_ns == t for name, t in before.items())
+
+
 def test_protocol_cross_entropy_equals_embers_held_out_evaluation_on_the_same_sequences(bench, smoke):
     from pathlib import Path
 
