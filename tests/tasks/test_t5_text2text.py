@@ -207,6 +207,8 @@ def test_t5_task_without_a_text_to_text_template_is_refused():
 def test_t5_tokenizer_that_cannot_spell_a_label_word_is_refused(tmp_path):
     from ember.tokenizers import train_tokenizer
 
+    real_data("glue", "RTE", "dev.tsv")  # the check runs on loading the real RTE dev file
+
     corpus = tmp_path / "c.txt"
     corpus.write_text("entailment is a word . so is not and a b c\n\nthe end of it all")  # no "_"
     tok = train_tokenizer([corpus], kind="unigram", vocab_size=150, lowercase=False, progress=False)
