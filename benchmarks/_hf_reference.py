@@ -40,23 +40,23 @@ import torch.nn.functional as F
 from torch import nn
 
 from ember.fileio import atomic_write_text
+from ember.interop.hf_bert import config_to_hf
 from ember.objectives.setup import setup_pretraining
 from ember.train.loop import DataOrder, step_clock
-from ember.train.optim import time_lr_factor
+from ember.train.logging import MetricsLogger
+from ember.train.optim import parameter_groups, time_lr_factor
 
 HEADS = ("full", "masked")
 
 
-def hf_bert_config(m, pad_id: int):
-    """transformers.BertConfig of ember's ModelConfig ``m`` (sdpa attention)."""
+def hf_bert_config(m):
+    """transformers.BertConfig of ember's ModelConfig ``m`` (sdpa attention), through the
+    interop's own config map (the one `ember convert --to-hf` writes)."""
     import transformers
 
-    return transformers.BertConfig(
-        vocab_size=m.vocab_size, hidden_size=m.hidden_size, num_hidden_layers=m.num_layers,
-        num_attention_heads=m.num_heads, intermediate_size=m.intermediate_size,
-        max_position_embeddings=m.max_position, type_vocab_size=m.type_vocab_size, hidden_act=m.hidden_act,
-        hidden_dropout_prob=m.dropout, attention_probs_dropout_prob=m.attention_dropout,
-        layer_norm_eps=m.layer_norm_eps, pad_token_id=pad_id, attn_implementation="sdpa")
+    hf = config_to_hf(m, ["BertForMaskedLM"])
+    hf.pop("model_type")  # BertConfig's class attribute, not an argument
+    return transformers.BertConfig(**hf, attn_implementation="sdpa")
 
 
 class HFMaskedLM(nn.Module):
@@ -92,14 +92,6 @@ class HFMaskedLM(nn.Module):
         return loss, {"mlm_loss": (loss.item() * n, n), "mlm_acc": (correct, n), "loss": (loss.item() * rows, rows)}
 
 
-def reference_optimizer(model: nn.Module, t) -> torch.optim.AdamW:
-    decay = [p for n, p in model.named_parameters() if "bias" not in n and "LayerNorm" not in n]
-    rest = [p for n, p in model.named_parameters() if "bias" in n or "LayerNorm" in n]
-    return torch.optim.AdamW([{"params": decay, "weight_decay": t.weight_decay},
-                              {"params": rest, "weight_decay": 0.0}],
-                             lr=t.lr, betas=(t.adam_beta1, t.adam_beta2), eps=t.adam_eps)
-
-
 def trainer_batches(objective, data, order: DataOrder, t, step: int) -> list[dict[str, torch.Tensor]]:
     """The micro-batches ember's Trainer trains on at ``step`` on one process: the examples at
     positions step * batch + k * micro ... in ``order``, masks drawn with [seed, step, k]."""
@@ -117,7 +109,7 @@ def train_reference(cfg, out: Path, budget: float, *, head: str = "full", evalua
     """Train the reference for ``budget`` seconds of step time on ``cfg.train.clock`` and save it
     to ``out`` in HF layout. With ``evaluate_every`` > 0, held-out metrics are taken each time
     that many more seconds of training have passed and once at the end (not counted in the
-    budget); each is appended to ``out/metrics.jsonl`` (ember's row format) and passed to
+    budget); each is logged to ``out/metrics.jsonl`` by ember's MetricsLogger and passed to
     ``on_eval``."""
     import transformers
 
@@ -125,23 +117,23 @@ def train_reference(cfg, out: Path, budget: float, *, head: str = "full", evalua
     setup = setup_pretraining(dataclasses.replace(cfg, objective="mlm"), out, False, False)
     m = setup.cfg.model
     torch.manual_seed(t.seed)
-    model = transformers.BertForMaskedLM(hf_bert_config(m, m.pad_token_id)).train()
+    model = transformers.BertForMaskedLM(hf_bert_config(m)).train()
     objective = HFMaskedLM(model, setup.module, head)
-    optimizer = reference_optimizer(model, t)
+    # BERT's decay groups (biases and LayerNorms undecayed), as the HF Trainer forms them
+    optimizer = torch.optim.AdamW(parameter_groups(model, t.weight_decay), lr=t.lr,
+                                  betas=(t.adam_beta1, t.adam_beta2), eps=t.adam_eps)
     data, order = setup.train_data, DataOrder(len(setup.train_data), t.seed)
     clock = step_clock(t.clock)
     out.mkdir(parents=True, exist_ok=True)
-    log_path = out / "metrics.jsonl"
-    log_path.unlink(missing_ok=True)
-    evaluations: list[dict] = []
+    (out / "metrics.jsonl").unlink(missing_ok=True)
+    logger = MetricsLogger(out)
 
-    def step(i: int, elapsed: float) -> tuple[float, float]:
-        """One optimiser step on the Trainer's examples and masks; (seconds, training loss)."""
-        start, total = clock(), 0.0
+    def step(i: int, elapsed: float) -> float:
+        """One optimiser step on the Trainer's examples and masks; its seconds."""
+        start = clock()
         for batch in trainer_batches(objective, data, order, t, i):
             loss, _ = objective(batch)
             (loss / t.grad_accum).backward()
-            total += loss.item() / t.grad_accum
         if t.max_grad_norm > 0:
             nn.utils.clip_grad_norm_(model.parameters(), t.max_grad_norm)
         # the lr of ember's time schedule at this moment (this step's seconds so far included)
@@ -150,24 +142,20 @@ def train_reference(cfg, out: Path, budget: float, *, head: str = "full", evalua
             group["lr"] = lr
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
-        return clock() - start, total
+        return clock() - start
 
     def evaluate(i: int, elapsed: float) -> None:
         model.eval()
         with torch.no_grad():
             metrics = setup.evaluate(objective)
         model.train()
-        row = {"step": i, "split": "eval", "elapsed": round(elapsed, 3), **metrics}
-        evaluations.append(row)
-        with open(log_path, "a", encoding="utf-8") as fh:
-            fh.write(json.dumps(row) + "\n")
+        logger.log(i, "eval", metrics, elapsed)
         if on_eval is not None:
-            on_eval(row)
+            on_eval({"step": i, "elapsed": elapsed, **metrics})
 
     elapsed, i, next_eval = 0.0, 0, evaluate_every
     while elapsed < budget:
-        seconds, _ = step(i, elapsed)
-        elapsed += seconds
+        elapsed += step(i, elapsed)
         i += 1
         if evaluate_every and elapsed >= next_eval and elapsed < budget:
             evaluate(i, elapsed)
@@ -176,6 +164,7 @@ def train_reference(cfg, out: Path, budget: float, *, head: str = "full", evalua
             print(f"  reference step {i}, {elapsed:.0f}/{budget:.0f} s", flush=True)
     if evaluate_every:
         evaluate(i, elapsed)
+    logger.close()
     model.save_pretrained(out)
     tokenizer = Path(setup.cfg.data.prepared) / "tokenizer.json"
     if tokenizer.is_file():

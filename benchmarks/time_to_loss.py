@@ -65,10 +65,7 @@ def run_ember(args, out: Path, overrides: list[str], budget: float) -> dict:
     return info
 
 
-def run_reference(args, out: Path, overrides: list[str], budget: float, side: str) -> dict:
-    cfg = recipe_config(args.recipe, overrides)
-    cfg = dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, prepared=str(args.data)))
-
+def run_reference(args, out: Path, cfg, budget: float, side: str) -> dict:
     def show(row: dict) -> None:
         print(f"  {side} step {row['step']}, {row['elapsed']:.0f} s: held-out MLM loss {row['mlm_loss']:.3f}",
               flush=True)
@@ -214,6 +211,7 @@ def main(argv: list[str] | None = None) -> dict | None:
     overrides += ["train.clock=cpu", "train.num_threads=1"]
     torch.set_num_threads(1)
     cfg = recipe_config(args.recipe, overrides)
+    cfg = dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, prepared=str(args.data)))
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out / "setup.json", json.dumps({
         "machine": machine(), "recipe": args.recipe, "budget_s": budget, "overrides": overrides,
@@ -221,7 +219,7 @@ def main(argv: list[str] | None = None) -> dict | None:
     print(f"{machine()}; {load()}")
     for side in [args.side] if args.side else SIDES[:2]:
         info = (run_ember(args, out, overrides, budget) if side == "ember"
-                else run_reference(args, out, overrides, budget, side))
+                else run_reference(args, out, cfg, budget, side))
         print(f"{side}: {info['steps']} steps in {info['elapsed']:.0f} CPU-s; {load()}", flush=True)
     if all((out / s / "pretrain.json").is_file() for s in SIDES[:2]):
         return report(out)

@@ -120,13 +120,14 @@ def test_protocol_cross_entropy_equals_embers_held_out_evaluation_on_the_same_se
     assert mine["heldout_acc"] == pytest.approx(theirs["mlm_acc"], abs=1e-9)
 
 
-def test_bits_per_character_on_a_hand_checked_case(bench):
+def test_bits_per_character_on_a_hand_checked_case():
+    metric = load_benchmark("_cram_eval")
     ln2 = math.log(2)
     # 1 + 1 + 2 + 3 bits over "the" + "s" + "a" + one character for [UNK] = 7 bits / 6 characters
     nats = [ln2, ln2, 2 * ln2, 3 * ln2]
-    assert bench.bits_per_char(nats, ["the", "##s", "a", "[UNK]"], frozenset({"[UNK]"})) == pytest.approx(7 / 6)
-    assert bench.token_chars("##ing") == 3 and bench.token_chars("\u0120world") == 5  # byte-level BPE's word start
-    assert bench.token_chars("\u2581de") == 2 and bench.token_chars("##") == 1
+    assert metric.bits_per_char(nats, ["the", "##s", "a", "[UNK]"], frozenset({"[UNK]"})) == pytest.approx(7 / 6)
+    assert metric.token_chars("##ing") == 3 and metric.token_chars("\u0120world") == 5  # byte-level BPE's word start
+    assert metric.token_chars("\u2581de") == 2 and metric.token_chars("##") == 1
 
 
 def test_coordinate_search_keeps_a_change_only_when_it_lowers_the_metric(bench):

@@ -38,7 +38,7 @@ def _hf_twin(setup):
 
     ref = load_benchmark("_hf_reference")
     m = setup.cfg.model
-    model = transformers.BertForMaskedLM(ref.hf_bert_config(m, m.pad_token_id))
+    model = transformers.BertForMaskedLM(ref.hf_bert_config(m))
     missing, unexpected = model.load_state_dict(state_to_hf(setup.module.state_dict(), m), strict=False)
     # BertForMaskedLM has no pooler (MLM never reads it); its decoder is tied to the embeddings
     assert all("pooler" in k for k in unexpected) and all("decoder" in k for k in missing), (missing, unexpected)
