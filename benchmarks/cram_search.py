@@ -11,8 +11,9 @@ seconds of training steps (train.clock=cpu) with train.schedule=time: warm-up an
 to zero laid over the budget, as in cramming, so each budget is a run of its own. (1) Screening:
 the baseline (bert-mini's recipe as it is) and a coordinate search, one knob at a time in --knobs
 order around the current best, each value a --screen-budget trial (--workers at once), a change
-kept only when it lowers the ranking metric; (2) the --top screened configurations at each of
---budgets; (3) the winner (lowest at the longest budget) as OUT/bert-cram-cpu.yaml, a recipe for
+kept only when it lowers the ranking metric; (2) --top screened configurations at each of
+--budgets: the best of each shape first (a short screening favours small shapes), then the next
+best; (3) the winner (lowest at the longest budget) as OUT/bert-cram-cpu.yaml, a recipe for
 `ember pretrain --recipe OUT/bert-cram-cpu.yaml --data ...`, OUT/table.md and table.json (every
 trial), OUT/curves.png (held-out MLM loss against CPU-minutes of the full-budget runs);
 (4) --finetune: the winner and a random init of its shape on SST-2 and CoLA over --seeds.
@@ -139,6 +140,21 @@ def select(current: dict, current_metric: float, results: list[tuple[dict, float
 
 def metric(record: dict) -> float:
     return record["bits_per_char"] if record.get("status") == "done" else math.inf
+
+
+def budget_candidates(screened: list[dict], top: int) -> list[dict]:
+    """The configurations re-run at the full budgets: the best screened configuration of each shape
+    first (best shape first), then the next best overall, ``top`` in all. A short screening favours
+    the small shapes that take more steps in it, while the compute-optimal model grows with the
+    budget (Kaplan et al. 2020; Geiping & Goldstein 2022, section 3): so the shapes meet again at
+    the budgets that decide, instead of the top few being variants of the smallest shape."""
+    ranked = sorted((r for r in screened if metric(r) < math.inf), key=metric)
+    best_of_shape = {}
+    for record in ranked:
+        best_of_shape.setdefault(record["config"]["shape"], record["config"])
+    chosen = list(best_of_shape.values())[:top]
+    chosen += [r["config"] for r in ranked if r["config"] not in chosen][:top - len(chosen)]
+    return chosen
 
 
 def coordinate_search(baseline: dict, space: dict, order: list[str], passes: int, evaluate, log=print) -> dict:
@@ -291,7 +307,8 @@ def parse_args(argv):
     p.add_argument("--out", required=True)
     p.add_argument("--screen-budget", default="5m", help="CPU time of each screening trial")
     p.add_argument("--budgets", default="30m,60m", help="the budgets the --top configurations re-run at")
-    p.add_argument("--top", type=int, default=3, help="screened configurations re-run at every budget")
+    p.add_argument("--top", type=int, default=3,
+                   help="screened configurations re-run at every budget (the best of each shape first)")
     p.add_argument("--workers", type=int, default=1, help="trials at once, each a process on one thread")
     p.add_argument("--knobs", default=",".join(SPACE), help="the knobs searched, in this order")
     p.add_argument("--space", dest="space_items", action="append", default=[], metavar="KNOB=V1,V2,...")
@@ -399,7 +416,7 @@ def main(argv: list[str] | None = None) -> dict:
     coordinate_search(args.baseline, args.space, args.order, args.passes, lambda configs: search.run(
         [search.pretrain_spec(c, args.screen_budget, "screen") for c in configs]))
     screened = sorted((r for r in search.records.values() if r["stage"] == "screen"), key=metric)
-    top = [r["config"] for r in screened if metric(r) < math.inf][:args.top]
+    top = budget_candidates(screened, args.top)
     if not top:
         raise EmberError("every screening trial diverged: lower the lr values (--space lr=...)")
     if args.screen_only:  # stage 1 alone; the same command without the flag continues from here

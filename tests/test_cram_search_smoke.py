@@ -150,6 +150,20 @@ def test_coordinate_search_keeps_a_change_only_when_it_lowers_the_metric(bench):
     assert best == {"lr": 2, "pre_ln": False} and len(seen) == 4
 
 
+def test_budget_runs_take_the_best_of_each_shape_before_the_next_best_overall(bench):
+    def trial(shape, lr, bits):
+        return {"config": {"shape": shape, "lr": lr}, "status": "done", "bits_per_char": bits}
+
+    screened = [trial("2x128", 1, 2.40), trial("2x128", 2, 2.41), trial("2x128", 3, 2.42),
+                trial("4x256", 1, 2.50), trial("4x256", 2, 2.45), trial("6x256", 1, 2.55),
+                {"config": {"shape": "8x256", "lr": 1}, "status": "diverged"}]
+    # the smallest shape's three variants lead the screening; the budgets still see the other shapes
+    assert bench.budget_candidates(screened, 2) == [{"shape": "2x128", "lr": 1}, {"shape": "4x256", "lr": 2}]
+    assert bench.budget_candidates(screened, 3)[2] == {"shape": "6x256", "lr": 1}
+    # more places than shapes (a diverged shape is no candidate): then the next best overall
+    assert bench.budget_candidates(screened, 5)[3:] == [{"shape": "2x128", "lr": 2}, {"shape": "2x128", "lr": 3}]
+
+
 @pytest.mark.parametrize("argv, message", [
     (["--space", "bogus=1,2"], "unknown knob"),
     (["--knobs", "lr,widths"], "unknown knob"),
