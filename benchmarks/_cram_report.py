@@ -102,7 +102,8 @@ def render(result: dict) -> str:
              f"{winner['bits_per_char']:.4f}, held-out MLM loss {winner['mlm_loss']:.3f}, {winner['steps']:,} steps, "
              f"{winner['tokens']:,} tokens; recipe: bert-cram-cpu.yaml.", ""] + table_lines(result["trials"])
     if "finetune" in result:
-        lines += ["", f"## Fine-tuning the winner against a random init of its shape (dev, ×100; "
+        lines += ["", f"## Fine-tuning the winner against a random init of its shape (dev, ×100; peak lr "
+                      f"{meta.get('finetune_lr', 0):g}; "
                       f"seeds {', '.join(map(str, result['finetune']['seeds']))})", ""]
         lines += _seed_table.table_lines(result["finetune"]["table"], list(NAMES), NAMES)
     return "\n".join(lines) + "\n"

@@ -432,7 +432,8 @@ def main(argv: list[str] | None = None) -> dict:
     meta = {"machine": machine(), "date": time.strftime("%Y-%m-%d %H:%M"), "argv": argv, "recipe": RECIPE,
             "base": BASE + args.extra, "order": args.order, "space": args.space, "baseline": args.baseline,
             "screen_budget": args.screen_budget, "budgets": args.budgets, "eval_length": args.eval_length,
-            "eval_examples": args.eval_examples, "corpus": args.corpus, "smoke": args.smoke}
+            "eval_examples": args.eval_examples, "corpus": args.corpus, "smoke": args.smoke,
+            "finetune_lr": args.finetune_lr}
     pretraining = [r for r in search.records.values() if r["kind"] == "pretrain"]
     result = _cram_report.write(out, pretraining, winner, meta)  # before fine-tuning, which takes a while
     if args.finetune:
@@ -443,7 +444,9 @@ def main(argv: list[str] | None = None) -> dict:
 
 def finetune_stage(search: Search, winner: dict) -> list[dict]:
     """The winner and a random init of its shape on each task: same seeds, data and settings."""
-    args, folder = search.args, search.out / "finetune" / winner["name"]
+    # one folder per peak lr: a rerun with another --finetune-lr keeps the earlier runs
+    args = search.args
+    folder = search.out / "finetune" / f"{winner['name']}-lr{args.finetune_lr:g}"
     dropout = [f"model.dropout={args.finetune_dropout}", f"model.attention_dropout={args.finetune_dropout}"]
     specs = [{"kind": "finetune", "name": f"{variant}-{task}", "dir": str(folder / f"{variant}-{task}"),
               "variant": variant, "task": task, "init": str(Path(winner["dir"]) / "run"), "seeds": args.seeds,
