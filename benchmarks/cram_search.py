@@ -3,7 +3,7 @@ length, batch, peak lr, warm-up, pre-/post-LN and dropout with the lowest held-o
 30 and 60 CPU-minutes, searched as Geiping & Goldstein (2022, "Cramming") did for one GPU-day.
 
     PYTHONPATH=. nice -n 10 .venv/bin/python benchmarks/cram_search.py --out runs/cram \\
-        --screen-budget 5m --budgets 30m,60m --top 3 --workers 2 --finetune
+        --screen-budget 5m --budgets 30m,60m --top 2 --workers 2 --finetune
 
 A trial is `ember.pretrain("bert-mini", ...)` with `objective=mlm` (MLM only; a top-level key that
 apply_overrides sets like any other) and the knobs as overrides, on one thread, its budget in CPU
@@ -433,7 +433,7 @@ def main(argv: list[str] | None = None) -> dict:
             "base": BASE + args.extra, "order": args.order, "space": args.space, "baseline": args.baseline,
             "screen_budget": args.screen_budget, "budgets": args.budgets, "eval_length": args.eval_length,
             "eval_examples": args.eval_examples, "corpus": args.corpus, "smoke": args.smoke,
-            "finetune_lr": args.finetune_lr}
+            "finetune_lr": args.finetune_lr, "finetune_dropout": args.finetune_dropout}
     pretraining = [r for r in search.records.values() if r["kind"] == "pretrain"]
     result = _cram_report.write(out, pretraining, winner, meta)  # before fine-tuning, which takes a while
     if args.finetune:
@@ -444,9 +444,9 @@ def main(argv: list[str] | None = None) -> dict:
 
 def finetune_stage(search: Search, winner: dict) -> list[dict]:
     """The winner and a random init of its shape on each task: same seeds, data and settings."""
-    # one folder per peak lr: a rerun with another --finetune-lr keeps the earlier runs
+    # one folder per peak lr and dropout: a rerun with other settings keeps the earlier runs
     args = search.args
-    folder = search.out / "finetune" / f"{winner['name']}-lr{args.finetune_lr:g}"
+    folder = search.out / "finetune" / f"{winner['name']}-lr{args.finetune_lr:g}-do{args.finetune_dropout:g}"
     dropout = [f"model.dropout={args.finetune_dropout}", f"model.attention_dropout={args.finetune_dropout}"]
     specs = [{"kind": "finetune", "name": f"{variant}-{task}", "dir": str(folder / f"{variant}-{task}"),
               "variant": variant, "task": task, "init": str(Path(winner["dir"]) / "run"), "seeds": args.seeds,

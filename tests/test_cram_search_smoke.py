@@ -104,9 +104,9 @@ def test_screen_only_stops_after_the_screening_and_the_full_run_continues_from_i
     # no screening trial again: the top 2 at each of the 2 budgets, then 2 variants x 2 tasks
     assert rest["trained"] == 4 + 4
     assert all(_records(out)[name].stat().st_mtime_ns == t for name, t in before.items())
-    # another fine-tuning lr: only the 2 variants x 2 tasks again, beside the first lr's runs
-    other = bench.main(["--smoke", "--out", str(out), "--finetune", "--finetune-lr", "3e-3"])
-    assert other["trained"] == 4 and "peak lr 0.003;" in (out / "table.md").read_text()
+    # other fine-tuning settings: only the 2 variants x 2 tasks again, beside the first settings' runs
+    other = bench.main(["--smoke", "--out", str(out), "--finetune", "--finetune-lr", "3e-3", "--finetune-dropout", "0"])
+    assert other["trained"] == 4 and "peak lr 0.003, dropout 0;" in (out / "table.md").read_text()
     assert len(list((out / "finetune").glob("*/*/record.json"))) == 8
 
 
