@@ -103,7 +103,7 @@ def render(result: dict) -> str:
              f"{winner['tokens']:,} tokens; recipe: bert-cram-cpu.yaml.", ""] + table_lines(result["trials"])
     if "finetune" in result:
         lines += ["", f"## Fine-tuning the winner against a random init of its shape (dev, ×100; peak lr "
-                      f"{meta.get('finetune_lr', 0):g}, dropout {meta.get('finetune_dropout', 0.1):g}; "
+                      f"{meta['finetune_lr']:g}, dropout {meta['finetune_dropout']:g}; "
                       f"seeds {', '.join(map(str, result['finetune']['seeds']))})", ""]
         lines += _seed_table.table_lines(result["finetune"]["table"], list(NAMES), NAMES)
     return "\n".join(lines) + "\n"

@@ -14,9 +14,9 @@ def register(sub) -> None:
         "written by `ember prepare`. Writes a run folder with config, tokenizer, checkpoints, "
         "metrics.jsonl, TensorBoard events and curves.png. Runs under torchrun for DDP. "
         "Recipes: bert-*, bert-cram-cpu (one CPU-hour from scratch), bert-mini-wwm, ernie-mini, roberta-*, "
-        "albert-*, spanbert-mini, electra-*, distilbert, gpt2-tiny, gpt2-mini, gpt1, gpt1-mini (causal LM, objective clm), elmo-mini (see "
-        "README). ELMo (objective bilm) reads raw text instead: `ember pretrain --recipe elmo-mini "
-        "--data ../shared/data/wiki-en --out runs/elmo --max-time 15m`.",
+        "albert-*, spanbert-mini, electra-*, distilbert, gpt2-tiny, gpt2-mini, gpt1, gpt1-mini (causal LM, "
+        "objective clm), elmo-mini (see README). ELMo (objective bilm) reads raw text instead: "
+        "`ember pretrain --recipe elmo-mini --data ../shared/data/wiki-en --out runs/elmo --max-time 15m`.",
     )
     p.add_argument("--recipe", help="recipe name or YAML path (default: bert-mini; with --resume, "
                    "the run's saved settings)")
