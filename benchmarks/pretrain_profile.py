@@ -9,9 +9,10 @@ machine the shares mean more than the milliseconds) is put in one bucket by its 
 (Linear layers, forward and backward, any kernel), attention (SDPA, or the batched products
 and softmax of attention with dropout, and their backward), norms
 (LayerNorm), dropout (mask drawing and applying), activation (GELU), embedding gradient,
-head and loss (log-softmax, NLL), optimizer (AdamW's foreach ops, gradient clipping) and the
-rest (element-wise adds, copies, views). The batch is built before timing (data: 0 here; what
-`ember pretrain`'s data side costs is in prepare_throughput.py).
+head and loss (log-softmax, NLL; ember's fused softmax cross-entropy), optimizer (AdamW's
+foreach ops, gradient clipping) and the rest (element-wise adds, copies, views). The batch is
+built before timing (data: 0 here; what `ember pretrain`'s data side costs is in
+prepare_throughput.py). Freed memory is kept for reuse as in `ember pretrain` (--system-malloc: not).
 """
 
 from __future__ import annotations
@@ -29,7 +30,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from pretrain_throughput import ember_step, make_batch, reference_step  # noqa: E402
 
 from ember.config import TrainConfig, model_preset  # noqa: E402
+from ember.nn.linear_cross_entropy import PROFILER_RANGE  # noqa: E402
+from ember.train.host_memory import keep_freed_host_memory  # noqa: E402
 
+WARMUP_STEPS = 6
 OPTIMIZER_RANGES = ("Optimizer.",)  # torch's own range around optimizer.step, and ours around clipping
 # first matching pattern wins; an operator name contains the pattern
 BUCKETS = (
@@ -53,9 +57,9 @@ def bucket(name: str) -> str:
     return "other (element-wise, copies)"
 
 
-def _under_optimizer(event) -> bool:
+def _under(event, ranges: tuple[str, ...]) -> bool:
     while event is not None:
-        if event.name.startswith(OPTIMIZER_RANGES):
+        if event.name.startswith(ranges):
             return True
         event = event.cpu_parent
     return False
@@ -72,7 +76,8 @@ def profile_step(step, batch: dict, steps: int) -> dict[str, float]:
     """Self CPU seconds per bucket, summed over ``steps`` steps. Everything inside AdamW's step
     and the gradient clipping is the optimizer's (torch's CPU foreach ops run per tensor and
     show up as plain lerp_/sqrt/addcdiv_ calls)."""
-    step(batch)  # warm-up outside the profile
+    for _ in range(WARMUP_STEPS):  # outside the profile; malloc's heap settles over the first steps
+        step(batch)
     clip = nn.utils.clip_grad_norm_
     nn.utils.clip_grad_norm_ = _clip_in_a_range(clip)
     try:
@@ -83,7 +88,12 @@ def profile_step(step, batch: dict, steps: int) -> dict[str, float]:
         nn.utils.clip_grad_norm_ = clip
     totals: dict[str, float] = {}
     for event in prof.events():
-        key = "optimizer" if _under_optimizer(event) else bucket(event.name)
+        if _under(event, OPTIMIZER_RANGES):
+            key = "optimizer"
+        elif _under(event, (PROFILER_RANGE,)):  # ember's fused softmax and loss (ember.nn.linear_cross_entropy)
+            key = "head and loss"
+        else:
+            key = bucket(event.name)
         totals[key] = totals.get(key, 0.0) + event.self_cpu_time_total / 1e6
     return totals
 
@@ -95,8 +105,12 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--length", type=int, default=128)
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--json")
+    parser.add_argument("--system-malloc", action="store_true",
+                        help="glibc's default malloc instead of keeping freed memory (see pretrain_throughput.py)")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
+    if not args.system_malloc:
+        keep_freed_host_memory()
     cfg = model_preset(args.preset)
     batch = make_batch(cfg, args.batch, args.length, 0.15)
     sides = {"ember": ember_step(cfg, "ember", TrainConfig()),

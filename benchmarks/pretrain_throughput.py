@@ -23,6 +23,10 @@ Extra ember variants (--variants) measure one lever each:
   ember-compile     torch.compile(module) (slow to start: compiles forward and backward)
   ember-mkl         Linear layers through torch's default F.linear (MKL) instead of oneDNN
 
+Like `ember pretrain` (train.keep_host_memory), the process keeps freed memory for reuse instead
+of faulting in fresh pages for every step's large tensors; it is process-wide, so it applies
+to the reference contenders too (--system-malloc: glibc's default for everyone).
+
 Utilisation = useful FLOP/s / measured fp32 matmul peak (an n=1024 matmul, the faster of
 MKL's and oneDNN's, timed in every repetition). Useful FLOPs are counted exactly per layer (all matmuls: QKV, attention scores
 and context, output, feed-forward; the MLM head at masked positions only, as those are the
@@ -51,6 +55,7 @@ from ember.config import DataConfig, ModelConfig, TrainConfig, model_preset  # n
 from ember.models import build_backbone  # noqa: E402
 from ember.nn import onednn  # noqa: E402
 from ember.objectives.bert import BertPretraining  # noqa: E402
+from ember.train.host_memory import keep_freed_host_memory  # noqa: E402
 from ember.train.optim import build_optimizer, parameter_groups  # noqa: E402
 
 SPECIAL = {"pad": 0, "unk": 100, "cls": 101, "sep": 102, "mask": 103}
@@ -296,9 +301,15 @@ def main(argv: list[str] | None = None) -> list[dict]:
                         help="the bf16 GPU section: auto runs it when a GPU is present and prints why not otherwise")
     parser.add_argument("--cuda-steps", type=int, default=20, help="steps per repetition on the GPU")
     parser.add_argument("--no-compile", action="store_true", help="GPU section without the torch.compile contender")
+    parser.add_argument("--system-malloc", action="store_true",
+                        help="leave glibc's malloc returning freed large blocks to the OS; by default the process "
+                             "keeps them for reuse as `ember pretrain` does (ember.train.host_memory), which "
+                             "applies to every contender in this process")
     add_common_args(parser, "a tiny model and batch, seconds (CI)")
     args = parser.parse_args(argv)
     apply_common_args(args)
+    if not args.system_malloc:
+        print(f"freed host memory kept for reuse (all contenders): {keep_freed_host_memory()}")
     if args.cuda == "on":  # fail before the CPU section, not after it
         import _gpu
 

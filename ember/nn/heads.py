@@ -27,9 +27,13 @@ class MaskedLMHead(nn.Module):
         self.norm = nn.LayerNorm(out, eps=layer_norm_eps)
         self.bias = nn.Parameter(torch.zeros(vocab_size))
 
+    def transform(self, hidden: torch.Tensor) -> torch.Tensor:
+        """hidden (N, H) -> (N, E), what the tied decoder reads."""
+        return self.norm(self.act(dense(self.dense, hidden)))
+
     def forward(self, hidden: torch.Tensor, word_embeddings: torch.Tensor) -> torch.Tensor:
         """hidden (N, H), word_embeddings (V, E) -> logits (N, V)."""
-        return linear(self.norm(self.act(dense(self.dense, hidden))), word_embeddings, self.bias)
+        return linear(self.transform(hidden), word_embeddings, self.bias)
 
 
 class Pooler(nn.Module):

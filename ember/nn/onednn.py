@@ -67,7 +67,7 @@ def set_enabled(value: bool | None) -> None:
     _STATE["enabled"] = None if value is None else bool(value) and _op() is not None
 
 
-def _applies(x: torch.Tensor, weight: torch.Tensor) -> bool:
+def applies(x: torch.Tensor, weight: torch.Tensor) -> bool:
     # exporters and compilers must record an ordinary linear node, not an opaque oneDNN call (and
     # are asked first, so a tracer never sees the shape test below); autocast (bf16 on CPU) must
     # see F.linear to cast it
@@ -79,9 +79,18 @@ def _applies(x: torch.Tensor, weight: torch.Tensor) -> bool:
     return x.numel() >= MIN_ROWS * x.shape[-1] and enabled()
 
 
-def _gemm(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None) -> torch.Tensor:
+def gemm(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None) -> torch.Tensor:
     """x (..., K) @ w (N, K)^T + b: oneDNN's kernel, no autograd."""
     return _op()(x, w, b, "none", [], "")
+
+
+def weight_gradient(grad: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """grad (M, N)^T @ x (M, K) -> (N, K): a Linear's weight gradient, through oneDNN."""
+    if grad.shape[1] > x.shape[1]:
+        # N > K (e.g. the tied MLM decoder, N = vocabulary): oneDNN runs this ~1.7x faster
+        # with the wide operand as its "weight": (K, M) @ (M, N), transposed back
+        return gemm(x.t(), grad.t(), None).t().contiguous()
+    return gemm(grad.t(), x.t(), None)  # (N, M) @ (M, K) -> (N, K)
 
 
 class _OneDnnLinear(torch.autograd.Function):
@@ -89,7 +98,7 @@ class _OneDnnLinear(torch.autograd.Function):
     def forward(ctx, x, weight, bias):
         ctx.save_for_backward(x, weight)
         ctx.has_bias = bias is not None
-        return _gemm(x, weight, bias)
+        return gemm(x, weight, bias)
 
     @staticmethod
     @once_differentiable  # no double backward: a create_graph=True caller gets an error, not zeros
@@ -99,15 +108,9 @@ class _OneDnnLinear(torch.autograd.Function):
         grad = grad.contiguous()  # e.g. the zero-stride gradient of a .sum()
         g2 = grad.reshape(-1, grad.shape[-1])  # (M, N)
         if ctx.needs_input_grad[0]:
-            gx = _gemm(grad, weight.t(), None)  # (..., N) @ (N, K) -> (..., K); oneDNN reads the view
+            gx = gemm(grad, weight.t(), None)  # (..., N) @ (N, K) -> (..., K); oneDNN reads the view
         if ctx.needs_input_grad[1]:
-            x2 = x.reshape(-1, x.shape[-1])  # (M, K)
-            if g2.shape[1] > x2.shape[1]:
-                # N > K (e.g. the tied MLM decoder, N = vocabulary): oneDNN runs this ~1.7x faster
-                # with the wide operand as its "weight": (K, M) @ (M, N), transposed back
-                gw = _gemm(x2.t(), g2.t(), None).t().contiguous()
-            else:
-                gw = _gemm(g2.t(), x2.t(), None)  # (N, M) @ (M, K) -> (N, K)
+            gw = weight_gradient(g2, x.reshape(-1, x.shape[-1]))
         if ctx.has_bias and ctx.needs_input_grad[2]:
             gb = g2.sum(0)
         return gx, gw, gb
@@ -115,12 +118,12 @@ class _OneDnnLinear(torch.autograd.Function):
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
     """``F.linear(x, weight, bias)``: (..., K) x (N, K) -> (..., N), through oneDNN where it applies."""
-    if not _applies(x, weight):
+    if not applies(x, weight):
         return F.linear(x, weight, bias)
     if torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad
                                     or (bias is not None and bias.requires_grad)):
         return _OneDnnLinear.apply(x, weight, bias)
-    return _gemm(x, weight, bias)
+    return gemm(x, weight, bias)
 
 
 def dense(layer: nn.Module, x: torch.Tensor) -> torch.Tensor:

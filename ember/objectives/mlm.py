@@ -15,6 +15,9 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from ember.nn.heads import MaskedLMHead
+from ember.nn.linear_cross_entropy import linear_cross_entropy
+
 
 def prediction_budget(n_maskable: np.ndarray, mask_prob: float,
                       max_predictions: int | None = None) -> np.ndarray:
@@ -65,8 +68,14 @@ def masked_lm_loss(head, hidden: torch.Tensor, word_embeddings: torch.Tensor,
                    labels: torch.Tensor) -> tuple[torch.Tensor, dict]:
     """Cross-entropy at masked positions only (sparse head; same loss as the full head).
 
-    hidden (B, T, H), labels (B, T) with -100 where nothing is predicted.
+    hidden (B, T, H), labels (B, T) with -100 where nothing is predicted. A ``MaskedLMHead``
+    computes its decoder and the loss in one step (``linear_cross_entropy``: the (N, V) logits
+    are never kept); any other head returns logits.
     """
     where = labels != -100
-    logits = head(hidden[where], word_embeddings)  # (N, V)
-    return token_prediction_loss(logits, labels[where], "mlm")
+    targets = labels[where]
+    if not isinstance(head, MaskedLMHead):
+        return token_prediction_loss(head(hidden[where], word_embeddings), targets, "mlm")
+    loss, correct = linear_cross_entropy(head.transform(hidden[where]), word_embeddings, head.bias, targets)
+    n = int(targets.numel())
+    return loss, {"mlm_loss": (loss.item() * n, n), "mlm_acc": (int(correct), n)}

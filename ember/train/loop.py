@@ -29,6 +29,7 @@ from ember.errors import EmberError
 from ember.runs import checkpoint as ckpt
 from ember.train.distributed import DistInfo, agree, all_reduce_sums, barrier, gradient_sync
 from ember.train.fsdp import full_model_state, shard
+from ember.train.host_memory import keep_freed_host_memory
 from ember.train.scaling import effective_config
 from ember.train.sharded_checkpoint import resume_checkpoint, save_sharded_checkpoint
 from ember.train.logging import MetricsLogger
@@ -106,6 +107,8 @@ class Trainer:
         cfg = effective_config(cfg, dist_info.world_size)
         self.cfg, self.dist = cfg, dist_info
         use_threads(cfg.num_threads)
+        if cfg.keep_host_memory and str(cfg.device).startswith("cpu"):
+            keep_freed_host_memory()
         self.run_dir = Path(run_dir)
         self.module = module.to(cfg.device)
         # train.parallel=fsdp: parameters sharded in place, before the optimizer sees them

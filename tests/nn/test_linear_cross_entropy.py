@@ -1,0 +1,163 @@
+"""ember.nn.linear_cross_entropy: the decoder product and cross-entropy in one step give the loss,
+accuracy and gradients of F.linear + F.cross_entropy + argmax, with and without oneDNN, at any
+upstream gradient, for large logits, without gradients and under autocast; BERT's MLM loss
+through it equals the unfused loss on real text with the real MiniLM encoder."""
+
+from __future__ import annotations
+
+import gzip
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from conftest import real_data
+from ember.nn import onednn
+from ember.nn.linear_cross_entropy import ROWS_PER_CHUNK, linear_cross_entropy
+
+
+@pytest.fixture(params=[True, False], ids=["onednn", "default-blas"])
+def kernel(request):
+    saved = onednn._STATE["enabled"]
+    onednn.set_enabled(request.param)
+    yield request.param
+    onednn._STATE["enabled"] = saved
+
+
+def _inputs(n: int, k: int = 24, v: int = 500, scale: float = 1.0, bias: bool = True):
+    torch.manual_seed(0)
+    x = (scale * torch.randn(n, k)).requires_grad_()
+    w = torch.randn(v, k).requires_grad_()
+    b = torch.randn(v).requires_grad_() if bias else None
+    targets = torch.randint(0, v, (n,))
+    return x, w, b, targets
+
+
+def _reference(x, w, b, targets):
+    logits = F.linear(x, w, b)
+    return F.cross_entropy(logits, targets), (logits.argmax(-1) == targets).sum()
+
+
+def _grads(params):
+    return [None if p is None else p.grad.clone() for p in params]
+
+
+@pytest.mark.parametrize("n", [9, 2 * ROWS_PER_CHUNK + 7])  # one chunk, and several with a ragged end
+@pytest.mark.parametrize("bias", [True, False])
+def test_linear_cross_entropy_matches_f_cross_entropy_loss_accuracy_and_gradients(kernel, n, bias):
+    x, w, b, targets = _inputs(n, bias=bias)
+    targets[:3] = F.linear(x[:3], w, b).argmax(-1)  # some rows right, so accuracy is not trivially 0
+    params = [p for p in (x, w, b) if p is not None]
+    loss, correct = linear_cross_entropy(x, w, b, targets)
+    (2.5 * loss).backward()  # an upstream gradient other than 1 (e.g. a weighted sum of losses)
+    fused = _grads(params)
+    for p in params:
+        p.grad = None
+    ref_loss, ref_correct = _reference(x, w, b, targets)
+    (2.5 * ref_loss).backward()
+    torch.testing.assert_close(loss, ref_loss, rtol=1e-6, atol=1e-6)
+    assert int(correct) == int(ref_correct) >= 3
+    for got, want in zip(fused, _grads(params)):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_linear_cross_entropy_is_stable_for_large_logits(kernel):
+    x, w, b, targets = _inputs(20, scale=100.0)  # logits in the thousands: exp would overflow
+    loss, _ = linear_cross_entropy(x, w, b, targets)
+    loss.backward()
+    ref_loss, _ = _reference(x.detach(), w.detach(), b.detach(), targets)
+    assert torch.isfinite(loss) and torch.isfinite(x.grad).all() and torch.isfinite(w.grad).all()
+    torch.testing.assert_close(loss, ref_loss, rtol=1e-6, atol=1e-3)
+
+
+def test_linear_cross_entropy_without_gradients_gives_the_same_loss_and_accuracy(kernel):
+    x, w, b, targets = _inputs(70)
+    with torch.no_grad():
+        loss, correct = linear_cross_entropy(x, w, b, targets)
+        ref_loss, ref_correct = _reference(x, w, b, targets)
+    torch.testing.assert_close(loss, ref_loss, rtol=1e-6, atol=1e-6)
+    assert int(correct) == int(ref_correct)
+    assert not loss.requires_grad
+
+
+def test_linear_cross_entropy_backward_twice_with_retained_graph_gives_the_same_gradients():
+    x, w, b, targets = _inputs(30)
+    loss, _ = linear_cross_entropy(x, w, b, targets)
+    loss.backward(retain_graph=True)
+    first = x.grad.clone()
+    x.grad = None
+    loss.backward()  # the saved gradient buffer must not have been scaled in place
+    torch.testing.assert_close(x.grad, first)
+
+
+def test_linear_cross_entropy_takes_the_ordinary_path_under_autocast():
+    x, w, b, targets = _inputs(16)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        loss, correct = linear_cross_entropy(x, w, b, targets)
+        ref_logits = F.linear(x, w, b)  # bf16 under autocast
+    assert ref_logits.dtype == torch.bfloat16
+    torch.testing.assert_close(loss, F.cross_entropy(ref_logits.float(), targets))
+    assert int(correct) == int((ref_logits.argmax(-1) == targets).sum())
+
+
+def test_linear_cross_entropy_normalises_bf16_logits_in_fp32_as_the_ordinary_path():
+    x, w, b, targets = _inputs(16)
+    x, w, b = (t.detach().bfloat16() for t in (x, w, b))
+    loss, _ = linear_cross_entropy(x, w, b, targets)
+    assert loss.dtype == torch.float32
+    torch.testing.assert_close(loss, F.cross_entropy(F.linear(x, w, b).float(), targets))
+
+
+def test_linear_cross_entropy_rejects_mismatched_targets():
+    x, w, b, targets = _inputs(8)
+    with pytest.raises(ValueError, match=r"targets \(N,\)"):
+        linear_cross_entropy(x, w, b, targets[:5])
+
+
+def _wiki_sentences(n: int) -> list[str]:
+    with gzip.open(real_data("wiki-en", "AA", "wiki_00.gz"), "rt", encoding="utf-8") as f:
+        lines = [line.strip() for line in f if not line.startswith("<") and len(line.split()) >= 12]
+    return lines[:n]
+
+
+def test_bert_mlm_loss_on_real_text_matches_the_unfused_loss_with_the_minilm_encoder(kernel):
+    """The real 6 x 384 encoder (its trained weights, 30,522-word vocabulary) on real Wikipedia
+    sentences, 15% masked: BertPretraining's fused MLM loss, accuracy and every gradient equal the
+    full-vocabulary logits' cross-entropy at the masked positions."""
+    from ember.config import DataConfig
+    from ember.models import build_backbone
+    from ember.objectives.bert import BertPretraining
+    from ember.objectives.mlm import mask_tokens
+    from ember.runs.init import load_init
+    from ember.tokenizers import load_tokenizer, special_token_ids
+
+    init = load_init(real_data("checkpoints", "all-MiniLM-L6-v2"))
+    tok = load_tokenizer(init.tokenizer)
+    special = special_token_ids(tok)
+    backbone = build_backbone(init.model)
+    backbone.load_state_dict(init.state, strict=False)
+    torch.manual_seed(0)
+    module = BertPretraining(backbone, special, DataConfig(nsp=False), "none").eval()  # no dropout
+    encoded = [e.ids[:48] for e in tok.encode_batch(_wiki_sentences(12))]
+    ids = np.full((len(encoded), max(map(len, encoded))), special["pad"], dtype=np.int64)
+    for row, e in enumerate(encoded):
+        ids[row, :len(e)] = e
+    maskable = (ids != special["pad"]) & (ids != special["cls"]) & (ids != special["sep"])
+    corrupted, labels = mask_tokens(ids, maskable, np.random.default_rng(0), special["mask"], tok.get_vocab_size())
+    batch = {"input_ids": torch.from_numpy(corrupted), "attention_mask": torch.from_numpy((ids != special["pad"]) * 1),
+             "token_type_ids": torch.zeros_like(torch.from_numpy(ids)), "labels": torch.from_numpy(labels)}
+    params = list(module.parameters())
+    loss, metrics = module(batch)
+    grads = torch.autograd.grad(loss, params, allow_unused=True)  # the pooler is unused
+    logits, _ = module.logits(batch)  # (B, T, V), the unfused head
+    where = batch["labels"] != -100
+    ref = F.cross_entropy(logits[where], batch["labels"][where])
+    ref_grads = torch.autograd.grad(ref, params, allow_unused=True)
+    assert int(where.sum()) > ROWS_PER_CHUNK  # several chunks of real rows
+    torch.testing.assert_close(loss, ref, rtol=1e-5, atol=1e-5)
+    assert metrics["mlm_acc"] == (int((logits[where].argmax(-1) == batch["labels"][where]).sum()), int(where.sum()))
+    assert [g is None for g in grads] == [g is None for g in ref_grads]
+    for got, want in zip(grads, ref_grads):
+        if want is not None:
+            torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-6)
