@@ -6,7 +6,7 @@
 A step is forward + backward + gradient clipping (1.0) + AdamW update on a batch of 32 x 128
 tokens with 15% of each row masked (19 positions, the same positions for both sides).
   ember      the BertPretraining objective "mlm" (sparse MLM head, fused QKV, CPU-cheap
-             dropout, foreach AdamW with BERT's decay groups) - what `ember pretrain` runs
+             dropout, fused AdamW with BERT's decay groups) - what `ember pretrain` runs
   reference  transformers.BertForMaskedLM, attn_implementation="sdpa", full-vocabulary head,
              torch.optim.AdamW with its defaults (what the HF Trainer behind run_mlm.py uses)
   reference-masked  the same model and optimizer, but the head and loss run only at the masked
@@ -18,8 +18,8 @@ Extra ember variants (--variants) measure one lever each:
   ember-torch-dropout  torch's dropout (F.dropout, SDPA dropout_p) instead of ember.nn.dropout
   ember-full-head   logits for all 4096 positions, loss on the masked ones (no sparse head)
   ember-split-qkv   three separate q/k/v matmuls instead of the fused one
-  ember-loop-adam   AdamW without foreach (one tensor at a time)
-  ember-fused-adam  AdamW(fused=True)
+  ember-loop-adam   AdamW without foreach or fused kernels (one op at a time per tensor)
+  ember-foreach-adam  AdamW(foreach=True) instead of the fused kernel
   ember-compile     torch.compile(module) (slow to start: compiles forward and backward)
   ember-mkl         Linear layers through torch's default F.linear (MKL) instead of oneDNN
 
@@ -59,7 +59,7 @@ from ember.train.host_memory import keep_freed_host_memory  # noqa: E402
 from ember.train.optim import build_optimizer, parameter_groups  # noqa: E402
 
 SPECIAL = {"pad": 0, "unk": 100, "cls": 101, "sep": 102, "mask": 103}
-VARIANTS = ("ember", "ember-torch-dropout", "ember-full-head", "ember-split-qkv", "ember-loop-adam", "ember-fused-adam",
+VARIANTS = ("ember", "ember-torch-dropout", "ember-full-head", "ember-split-qkv", "ember-loop-adam", "ember-foreach-adam",
             "ember-compile", "ember-mkl")
 
 
@@ -135,9 +135,9 @@ def ember_step(cfg: ModelConfig, variant: str, train: TrainConfig):
     adam = dict(lr=train.lr, betas=(train.adam_beta1, train.adam_beta2), eps=train.adam_eps)
     if variant == "ember-loop-adam":
         optimizer = torch.optim.AdamW(groups, foreach=False, **adam)
-    elif variant == "ember-fused-adam":
-        optimizer = torch.optim.AdamW(groups, fused=True, **adam)
-    else:  # what the trainer runs: foreach on CPU, fused on CUDA
+    elif variant == "ember-foreach-adam":
+        optimizer = torch.optim.AdamW(groups, foreach=True, **adam)
+    else:  # what the trainer runs: fused AdamW
         optimizer = build_optimizer(module, train)
 
     def step(batch):

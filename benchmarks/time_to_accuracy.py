@@ -4,7 +4,7 @@ Hugging Face loop, then the same SST-2 fine-tuning of both (mean dev accuracy ov
     PYTHONPATH=. nice -n 19 .venv/bin/python benchmarks/time_to_accuracy.py \
         --data RUNS/wiki-prep --budget 20m --seeds 1,2,3 --out /tmp/tta
 
-  ember      `ember pretrain --recipe bert-mini` (MLM + NSP, sparse MLM head, foreach AdamW)
+  ember      `ember pretrain --recipe bert-mini` (MLM + NSP, sparse MLM head, fused AdamW)
              with train.max_time = budget and, by default, train.schedule=time (warm-up and
              decay laid over the budget, cramming-style; --ember-schedule linear keeps the
              recipe's step schedule, its max_steps estimated from a speed probe).

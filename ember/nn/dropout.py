@@ -30,7 +30,7 @@ def _keep_scale(shape: torch.Size, p: float, device, dtype) -> torch.Tensor:
     bits = bits.view(torch.int16)[:n].view(shape)  # four uniform 16-bit words per draw
     threshold = int(round(p * _LEVELS))
     keep = (bits & (_LEVELS - 1)) >= threshold  # low 15 bits: the sign bit of the top word is 0
-    return keep.to(dtype) * (_LEVELS / (_LEVELS - threshold))
+    return keep.to(dtype).mul_(_LEVELS / (_LEVELS - threshold))
 
 
 def dropout(x: torch.Tensor, p: float, training: bool = True) -> torch.Tensor:

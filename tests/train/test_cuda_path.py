@@ -2,7 +2,7 @@
 
 The GPU tests skip on a machine without CUDA (this one); they run as they are on a GPU machine
 (`pytest tests/train/test_cuda_path.py`). What can be checked without a GPU is checked here too:
-the optimizer choice on CPU and the CPU-mapping of checkpoint state.
+the optimizer choice on CPU (fused there too) and the CPU-mapping of checkpoint state.
 """
 
 from __future__ import annotations
@@ -32,9 +32,22 @@ def _optimizer_for(device: str):
     return build_optimizer(module, TrainConfig(device=device))
 
 
-def test_adamw_is_foreach_on_cpu():
+def test_adamw_is_fused_on_cpu_and_updates_as_the_foreach_kernel_does():
     groups = _optimizer_for("cpu").param_groups
-    assert all(g["foreach"] and not g["fused"] for g in groups)
+    assert all(g["fused"] for g in groups)
+    torch.manual_seed(0)
+    fused, looped = torch.nn.Linear(16, 8), torch.nn.Linear(16, 8)
+    looped.load_state_dict(fused.state_dict())
+    optimizers = [torch.optim.AdamW(fused.parameters(), lr=1e-2, fused=True),
+                  torch.optim.AdamW(looped.parameters(), lr=1e-2, foreach=True)]
+    x = torch.randn(32, 16)
+    for _ in range(5):
+        for module, opt in zip((fused, looped), optimizers):
+            module(x).pow(2).mean().backward()
+            opt.step()
+            opt.zero_grad()
+    for a, b in zip(fused.parameters(), looped.parameters()):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
 
 
 @needs_cuda
