@@ -95,7 +95,7 @@ def build_optimizer(module: nn.Module, cfg: TrainConfig,
         raise EmberError(f"train.optimizer={cfg.optimizer!r}; choose one of {', '.join(OPTIMIZERS)}")
     kwargs = dict(lr=cfg.lr, betas=(cfg.adam_beta1, cfg.adam_beta2), eps=cfg.adam_eps)
     # The fused kernel does each tensor's whole update in one pass (on CUDA, one launch per group);
-    # on the CPU it beats foreach's op-per-step passes by ~3% of a bert-mini step (BENCHMARKS.md,
+    # on the CPU it beats foreach's op-per-step passes by ~2% of a bert-mini step (BENCHMARKS.md,
     # measured on a quiet machine). FSDP's sharded parameters (DTensor) keep foreach on the CPU.
     if cfg.device.startswith("cuda") or not any(_is_sharded(p) for g in groups for p in g["params"]):
         return torch.optim.AdamW(groups, fused=True, **kwargs)
