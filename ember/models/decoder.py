@@ -82,9 +82,14 @@ class Decoder(nn.Module):
     def word_embeddings(self) -> torch.Tensor:  # (V, H), tied to the output softmax
         return self.embeddings.word.weight
 
+    def lm_projection(self, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, None]:
+        """The LM head as F.linear's (input, weight, bias): the tied embedding matrix, no bias.
+        Losses hand these to ``ember.nn.linear_cross_entropy`` instead of forming the logits."""
+        return hidden, self.word_embeddings, None
+
     def lm_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """(..., H) -> (..., V) next-token logits through the tied embedding matrix."""
-        return F.linear(hidden, self.word_embeddings)
+        return F.linear(*self.lm_projection(hidden))
 
     def shard_units(self) -> list[nn.Module]:
         """Blocks FSDP may gather one at a time (see ``Encoder.shard_units``): every layer."""

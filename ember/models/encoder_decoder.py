@@ -188,11 +188,18 @@ class EncoderDecoder(nn.Module):
     def new_cache(self) -> EncoderDecoderCache:
         return EncoderDecoderCache(len(self.decoder.layers))
 
+    def lm_projection(self, decoder_hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, None]:
+        """The LM head as F.linear's (input, weight, bias), for ``ember.nn.linear_cross_entropy``:
+        the untied lm_head, or the shared embeddings applied to h * d_model^-0.5 (v1.0)."""
+        if self.lm_head is not None:
+            return decoder_hidden, self.lm_head.weight, None
+        return decoder_hidden * self.config.hidden_size ** -0.5, self.shared.weight, None
+
     def lm_logits(self, decoder_hidden: torch.Tensor) -> torch.Tensor:
         """(..., H) decoder states -> (..., V) next-token logits."""
-        if self.lm_head is not None:
+        if self.lm_head is not None:  # called as a module: an int8-quantized head stays usable
             return self.lm_head(decoder_hidden)
-        return F.linear(decoder_hidden * self.config.hidden_size ** -0.5, self.shared.weight)
+        return F.linear(*self.lm_projection(decoder_hidden))
 
     def shift_right(self, labels: torch.Tensor) -> torch.Tensor:
         """(B, T) targets -> decoder inputs: the start token (T5: the pad id) then the targets

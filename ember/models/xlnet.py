@@ -75,9 +75,13 @@ class XLNet(nn.Module):
     def word_embeddings(self) -> torch.Tensor:  # (V, H), tied to the LM output layer
         return self.word_embedding.weight
 
+    def lm_projection(self, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The LM head as F.linear's (input, weight, bias), for ``ember.nn.linear_cross_entropy``."""
+        return hidden, self.word_embeddings, self.lm_bias
+
     def lm_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """(..., H) -> (..., V) token logits: tied embeddings + bias (XLNetLMHeadModel)."""
-        return F.linear(hidden, self.word_embeddings, self.lm_bias)
+        return F.linear(*self.lm_projection(hidden))
 
     def _check_mems(self, mems: list[torch.Tensor], batch: int) -> int:
         cfg = self.config

@@ -7,32 +7,45 @@ import from objectives (DESIGN: nn <- models <- objectives/tasks).
 * ``seq2seq_loss``: an encoder-decoder's teacher-forced loss on target tokens (Raffel et al.
   2020, §3.1.4: "maximum likelihood"), for T5's denoising objectives
   (ember.objectives.span_corruption) and text-to-text fine-tuning (ember.tasks.text2text).
+* ``token_loss``: mean cross-entropy and accuracy of an LM head given as F.linear's (input,
+  weight, bias) - a backbone's ``lm_projection`` - without keeping the (rows x vocabulary)
+  logits (ember.nn.linear_cross_entropy). The two losses above and the MLM/PLM losses use it.
 """
 
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
+
+from ember.nn.linear_cross_entropy import linear_cross_entropy
 
 
-def next_token_loss(logits: torch.Tensor, input_ids: torch.Tensor,
+def token_loss(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, targets: torch.Tensor,
+               name: str) -> tuple[torch.Tensor, dict]:
+    """Mean cross-entropy of the logits ``F.linear(x, weight, bias)`` (N, V) against targets (N,),
+    with ``{name}_loss`` and ``{name}_acc`` metrics as (sum, count)."""
+    loss, correct = linear_cross_entropy(x, weight, bias, targets)
+    n = int(targets.numel())
+    return loss, {f"{name}_loss": (loss.item() * n, n), f"{name}_acc": (int(correct), n)}
+
+
+def next_token_loss(backbone, hidden: torch.Tensor, input_ids: torch.Tensor,
                     attention_mask: torch.Tensor | None = None) -> tuple[torch.Tensor, dict]:
-    """Mean cross-entropy of logits (B, T, V) at t against input_ids at t + 1; padding
-    (attention_mask 0) is never a target. Metrics ``lm_loss``/``lm_acc`` as (sum, count)."""
-    targets = input_ids[:, 1:].clone()  # (B, T-1)
-    if attention_mask is not None:
-        targets[attention_mask[:, 1:] == 0] = -100
-    flat = logits[:, :-1].reshape(-1, logits.shape[-1]).float()
-    loss = F.cross_entropy(flat, targets.reshape(-1), ignore_index=-100)
-    where = targets != -100
-    n = int(where.sum())
-    correct = int((logits[:, :-1].argmax(-1)[where] == targets[where]).sum())
-    return loss, {"lm_loss": (loss.item() * n, n), "lm_acc": (correct, n)}
+    """Mean cross-entropy of the next-token logits at t (the ``backbone``'s ``lm_projection`` of
+    hidden (B, T, H)) against input_ids at t + 1; padding (attention_mask 0) is never a target.
+    Metrics ``lm_loss``/``lm_acc`` as (sum, count)."""
+    targets = input_ids[:, 1:]  # (B, T-1)
+    rows = hidden[:, :-1]
+    if attention_mask is None:
+        rows, targets = rows.reshape(-1, rows.shape[-1]), targets.reshape(-1)
+    else:
+        where = attention_mask[:, 1:] != 0
+        rows, targets = rows[where], targets[where]
+    return token_loss(*backbone.lm_projection(rows), targets, "lm")
 
 
 def seq2seq_loss(backbone, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict]:
     """Mean cross-entropy over the target tokens of an encoder-decoder ``backbone`` (``shift_right``,
-    ``lm_logits``, keyword decoder inputs: ember.models.encoder_decoder).
+    ``lm_projection``, keyword decoder inputs: ember.models.encoder_decoder).
 
     ``batch``: input_ids / attention_mask (B, S) and labels (B, T), each row's targets a
     prefix followed by -100. The decoder reads the targets shifted right behind the start
@@ -46,9 +59,5 @@ def seq2seq_loss(backbone, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor
                    decoder_input_ids=backbone.shift_right(labels),
                    decoder_attention_mask=None if full else targets.long())
     hidden = out.last_hidden_state[targets]  # (N, H): only positions with a target
-    logits = backbone.lm_logits(hidden.unsqueeze(0)).squeeze(0).float()  # (N, V)
-    gold = labels[targets]
-    loss = F.cross_entropy(logits, gold)
-    n = int(gold.numel())
-    correct = int((logits.argmax(-1) == gold).sum())
-    return loss, {"loss": (loss.item() * n, n), "token_acc": (correct, n)}
+    loss, metrics = token_loss(*backbone.lm_projection(hidden), labels[targets], "token")
+    return loss, {"loss": metrics["token_loss"], "token_acc": metrics["token_acc"]}

@@ -64,8 +64,8 @@ class CausalLM(nn.Module):
         mask = batch.get("attention_mask")
         # Packed blocks have no padding: plain causal attention (SDPA is_causal) is exact.
         full = mask is None or bool(mask.all())
-        logits = self.logits(batch["input_ids"], None if full else mask)
-        loss, metrics = next_token_loss(logits, batch["input_ids"], None if full else mask)
+        hidden = self.backbone(batch["input_ids"], None if full else mask).last_hidden_state
+        loss, metrics = next_token_loss(self.backbone, hidden, batch["input_ids"], None if full else mask)
         metrics["loss"] = metrics["lm_loss"]
         return loss, metrics
 

@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 
 from ember.nn.heads import MaskedLMHead
-from ember.nn.linear_cross_entropy import linear_cross_entropy
+from ember.nn.lm_loss import token_loss
 
 
 def prediction_budget(n_maskable: np.ndarray, mask_prob: float,
@@ -69,13 +69,11 @@ def masked_lm_loss(head, hidden: torch.Tensor, word_embeddings: torch.Tensor,
     """Cross-entropy at masked positions only (sparse head; same loss as the full head).
 
     hidden (B, T, H), labels (B, T) with -100 where nothing is predicted. A ``MaskedLMHead``
-    computes its decoder and the loss in one step (``linear_cross_entropy``: the (N, V) logits
+    computes its decoder and the loss in one step (``token_loss``: the (N, V) logits
     are never kept); any other head returns logits.
     """
     where = labels != -100
     targets = labels[where]
     if not isinstance(head, MaskedLMHead):
         return token_prediction_loss(head(hidden[where], word_embeddings), targets, "mlm")
-    loss, correct = linear_cross_entropy(head.transform(hidden[where]), word_embeddings, head.bias, targets)
-    n = int(targets.numel())
-    return loss, {"mlm_loss": (loss.item() * n, n), "mlm_acc": (int(correct), n)}
+    return token_loss(head.transform(hidden[where]), word_embeddings, head.bias, targets, "mlm")

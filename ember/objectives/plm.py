@@ -33,7 +33,7 @@ import torch
 from torch import nn
 
 from ember.errors import EmberError
-from ember.objectives.mlm import token_prediction_loss
+from ember.nn.lm_loss import token_loss
 from ember.objectives.permutation import ngram_length_probs, plan_sequence
 
 STRUCTURE_TOKENS = 3  # <sep>, <sep>, <cls>
@@ -151,8 +151,8 @@ class PermutationLM(nn.Module):
                             perm_mask=batch["perm_mask"], target_mapping=batch["target_mapping"])
         labels = batch["target_labels"]
         where = labels != -100
-        logits = self.backbone.lm_logits(out.query_hidden[where])  # (targets, V)
-        loss, metrics = token_prediction_loss(logits, labels[where], "plm")
+        # the LM head at the target positions only, without keeping their (targets x V) logits
+        loss, metrics = token_loss(*self.backbone.lm_projection(out.query_hidden[where]), labels[where], "plm")
         metrics["loss"] = metrics["plm_loss"]
         return loss, metrics
 

@@ -87,8 +87,7 @@ class GptClassifier(SequenceClassifier):
         finally:
             self._hidden = None
         if self.lm_weight:
-            lm_loss, lm_metrics = next_token_loss(self.backbone.lm_logits(hidden), batch["input_ids"],
-                                                  batch["attention_mask"])
+            lm_loss, lm_metrics = next_token_loss(self.backbone, hidden, batch["input_ids"], batch["attention_mask"])
             metrics["task_loss"] = metrics["loss"]
             metrics.update(lm_metrics)
             loss = loss + self.lm_weight * lm_loss

@@ -41,9 +41,16 @@ def test_clm_blocks_are_documents_joined_by_end_of_text(wiki_bpe):
 def test_clm_loss_is_next_token_cross_entropy():
     from ember.nn.lm_loss import next_token_loss
 
-    logits = torch.randn(2, 5, 11)
+    class TiedHead:  # a backbone's LM head as F.linear's (input, weight, bias)
+        weight = torch.randn(11, 7)
+
+        def lm_projection(self, hidden):
+            return hidden, self.weight, None
+
+    hidden = torch.randn(2, 5, 7)
+    logits = hidden @ TiedHead.weight.T  # (2, 5, 11)
     ids = torch.randint(0, 11, (2, 5))
-    loss, metrics = next_token_loss(logits, ids)
+    loss, metrics = next_token_loss(TiedHead(), hidden, ids)
     manual = -torch.stack([logits[b, t].log_softmax(-1)[ids[b, t + 1]] for b in range(2) for t in range(4)]).mean()
     torch.testing.assert_close(loss, manual)
     assert metrics["lm_loss"][1] == 8

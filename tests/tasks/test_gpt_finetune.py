@@ -52,7 +52,6 @@ def test_gpt1_input_transformations(gpt1_run):
 
 
 def test_gpt1_classifier_reads_the_extract_token_and_adds_half_the_lm_loss():
-    from ember.nn.lm_loss import next_token_loss
     from ember.tasks.featurize import collate
     from ember.tasks.gpt_classification import GptClassifier
 
@@ -66,8 +65,9 @@ def test_gpt1_classifier_reads_the_extract_token_and_adds_half_the_lm_loss():
         torch.testing.assert_close(together[1:], alone, atol=1e-5, rtol=0)  # padding does not matter
         loss, metrics = model(batch)
         task = torch.nn.functional.cross_entropy(together, batch["labels"])
-        lm, _ = next_token_loss(model.backbone.lm_logits(model.backbone(batch["input_ids"]).last_hidden_state),
-                                batch["input_ids"], batch["attention_mask"])
+        logits = model.backbone.lm_logits(model.backbone(batch["input_ids"]).last_hidden_state)[:, :-1]
+        targets = batch["input_ids"][:, 1:].masked_fill(batch["attention_mask"][:, 1:] == 0, -100)
+        lm = torch.nn.functional.cross_entropy(logits.transpose(1, 2), targets, ignore_index=-100)
     torch.testing.assert_close(loss, task + 0.5 * lm, atol=1e-5, rtol=0)
     assert {"task_loss", "lm_loss", "accuracy"} <= set(metrics)
 
