@@ -1,15 +1,13 @@
-"""LM training steps with and without the fused head-and-loss (ember.nn.linear_cross_entropy).
+"""A GPT training step with and without the fused head-and-loss (ember.nn.linear_cross_entropy).
 
-    PYTHONPATH=. OMP_NUM_THREADS=1 .venv/bin/python benchmarks/lm_loss_step.py --cpu-time \
-        [--objectives clm span_corruption] [--repeats 4]
+    PYTHONPATH=. OMP_NUM_THREADS=1 .venv/bin/python benchmarks/lm_loss_step.py --cpu-time [--repeats 4]
 
 One training step (forward, backward, AdamW) of GPT's causal LM (gpt2-mini's shape with GPT-2's
 50,257-word vocabulary: every position predicts, so the head makes batch x length x vocabulary
-logits) and of T5's span corruption (t5-mini, 32,128 words, the head at the target positions),
-in turn in one process: "fused" is what `ember pretrain` runs; "logits" forces the ordinary
-path (F.linear, F.cross_entropy, an argmax for accuracy) by switching the fused step off.
-Random token ids (the head's cost does not depend on them). Freed host memory is kept, as
-`ember pretrain` does.
+logits), in turn in one process: "fused" is what `ember pretrain` runs; "logits" forces the
+ordinary path (F.linear, F.cross_entropy, an argmax for accuracy) by switching the fused step
+off. Random token ids (the head's cost does not depend on them). Freed host memory is kept,
+as `ember pretrain` does. (T5's loss still goes through its logits: ember.nn.lm_loss.)
 """
 
 from __future__ import annotations
@@ -29,34 +27,23 @@ from _bench import add_common_args, alternate, apply_common_args, clock, median,
 from ember.config import TrainConfig, model_preset  # noqa: E402
 from ember.models import build_backbone  # noqa: E402
 from ember.nn import linear_cross_entropy  # noqa: E402
-from ember.nn.lm_loss import seq2seq_loss  # noqa: E402
 from ember.objectives.clm import CausalLM  # noqa: E402
 from ember.train.host_memory import keep_freed_host_memory  # noqa: E402
 from ember.train.optim import build_optimizer  # noqa: E402
 
-SHAPES = {"clm": ("gpt2-mini", 50257), "span_corruption": ("t5-mini", 32128)}
+SHAPES = {"clm": ("gpt2-mini", 50257)}
 
 
-def _step_for(objective: str, preset: str, vocab: int, batch: int, length: int):
+def _step_for(preset: str, vocab: int, batch: int, length: int):
     torch.manual_seed(0)
     cfg = dataclasses.replace(model_preset(preset), vocab_size=vocab)
     ids = torch.randint(0, vocab, (batch, length))
-    if objective == "clm":
-        module = CausalLM(build_backbone(cfg), vocab - 1)
-        data = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
-        loss_of = module
-    else:  # T5: inputs of `length`, targets of a quarter of it (span corruption's ratio)
-        module = build_backbone(cfg)
-        data = {"input_ids": ids, "attention_mask": torch.ones_like(ids),
-                "labels": torch.randint(0, vocab, (batch, max(2, length // 4)))}
-
-        def loss_of(b):
-            return seq2seq_loss(module, b)
-    module.train()
+    module = CausalLM(build_backbone(cfg), vocab - 1).train()
+    data = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
     optimizer = build_optimizer(module, TrainConfig())
 
     def step() -> float:
-        loss, _ = loss_of(data)
+        loss, _ = module(data)
         loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
@@ -96,9 +83,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
         preset, vocab = SHAPES[objective]
         batch, length = args.batch, args.length
         if args.smoke:
-            preset, vocab, batch, length, args.repeats, args.steps = (
-                "gpt2-tiny" if objective == "clm" else "t5-tiny"), 500, 2, 16, 2, 1
-        step = _step_for(objective, preset, vocab, batch, length)
+            preset, vocab, batch, length, args.repeats, args.steps = "gpt2-tiny", 500, 2, 16, 2, 1
+        step = _step_for(preset, vocab, batch, length)
         rates = alternate({"fused": _timed(step, True, batch * length, args.steps),
                            "logits": _timed(step, False, batch * length, args.steps)}, args.repeats)
         each = [f / u for f, u in zip(rates["fused"], rates["logits"])]
