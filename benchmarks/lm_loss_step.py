@@ -31,7 +31,7 @@ from ember.objectives.clm import CausalLM  # noqa: E402
 from ember.train.host_memory import keep_freed_host_memory  # noqa: E402
 from ember.train.optim import build_optimizer  # noqa: E402
 
-SHAPES = {"clm": ("gpt2-mini", 50257)}
+PRESET, VOCABULARY = "gpt2-mini", 50257  # GPT-2's vocabulary
 
 
 def _step_for(preset: str, vocab: int, batch: int, length: int):
@@ -69,7 +69,6 @@ def _timed(step, fused: bool, tokens: int, steps: int):
 
 def main(argv: list[str] | None = None) -> list[dict]:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--objectives", nargs="+", default=list(SHAPES), choices=list(SHAPES))
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--length", type=int, default=128)
     parser.add_argument("--repeats", type=int, default=4, help="alternating repetitions (medians)")
@@ -78,26 +77,22 @@ def main(argv: list[str] | None = None) -> list[dict]:
     args = parser.parse_args(argv)
     apply_common_args(args)
     keep_freed_host_memory()
-    results = []
-    for objective in args.objectives:
-        preset, vocab = SHAPES[objective]
-        batch, length = args.batch, args.length
-        if args.smoke:
-            preset, vocab, batch, length, args.repeats, args.steps = "gpt2-tiny", 500, 2, 16, 2, 1
-        step = _step_for(preset, vocab, batch, length)
-        rates = alternate({"fused": _timed(step, True, batch * length, args.steps),
-                           "logits": _timed(step, False, batch * length, args.steps)}, args.repeats)
-        each = [f / u for f, u in zip(rates["fused"], rates["logits"])]
-        result = {"objective": objective, "preset": preset, "vocab": vocab, "batch": batch, "length": length,
-                  "tokens_per_s": {k: median(v) for k, v in rates.items()}, "speedup_each": each,
-                  "speedup": float(np.median(each))}
-        print(f"{objective} ({preset}, vocabulary {vocab:,}, {batch}x{length}): fused "
-              f"{result['tokens_per_s']['fused']:,.0f} vs logits {result['tokens_per_s']['logits']:,.0f} "
-              f"input tokens/s, {result['speedup']:.2f}x (each repetition: {' '.join(f'{x:.2f}' for x in each)})")
-        results.append(result)
+    preset, vocab, batch, length = PRESET, VOCABULARY, args.batch, args.length
+    if args.smoke:
+        preset, vocab, batch, length, args.repeats, args.steps = "gpt2-tiny", 500, 2, 16, 2, 1
+    step = _step_for(preset, vocab, batch, length)
+    rates = alternate({"fused": _timed(step, True, batch * length, args.steps),
+                       "logits": _timed(step, False, batch * length, args.steps)}, args.repeats)
+    each = [f / u for f, u in zip(rates["fused"], rates["logits"])]
+    result = {"objective": "clm", "preset": preset, "vocab": vocab, "batch": batch, "length": length,
+              "tokens_per_s": {k: median(v) for k, v in rates.items()}, "speedup_each": each,
+              "speedup": float(np.median(each))}
+    print(f"clm ({preset}, vocabulary {vocab:,}, {batch}x{length}): fused {result['tokens_per_s']['fused']:,.0f} "
+          f"vs logits {result['tokens_per_s']['logits']:,.0f} input tokens/s, {result['speedup']:.2f}x "
+          f"(each repetition: {' '.join(f'{x:.2f}' for x in each)})")
     if args.json:
-        Path(args.json).write_text(json.dumps(results, indent=2))
-    return results
+        Path(args.json).write_text(json.dumps([result], indent=2))
+    return [result]
 
 
 if __name__ == "__main__":

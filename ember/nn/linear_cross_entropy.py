@@ -93,8 +93,7 @@ def fusable(x: torch.Tensor, weight: torch.Tensor) -> bool:
     tracing, exporting or compiling (they need ordinary nodes)."""
     if x.dtype != torch.float32 or weight.dtype != torch.float32:
         return False
-    return not (torch.jit.is_tracing() or torch.jit.is_scripting() or torch.onnx.is_in_onnx_export()
-                or torch.compiler.is_compiling() or torch.is_autocast_enabled(x.device.type))
+    return not onednn.needs_ordinary_ops(x.device.type)
 
 
 def linear_cross_entropy(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,

@@ -67,12 +67,16 @@ def set_enabled(value: bool | None) -> None:
     _STATE["enabled"] = None if value is None else bool(value) and _op() is not None
 
 
+def needs_ordinary_ops(device_type: str) -> bool:
+    """Whether a custom kernel or autograd function must step aside for the plain torch ops:
+    exporters and compilers must record ordinary nodes (so they are asked before any shape
+    test a tracer would see), and autocast must see F.linear to cast it."""
+    return (torch.jit.is_tracing() or torch.jit.is_scripting() or torch.onnx.is_in_onnx_export()
+            or torch.compiler.is_compiling() or torch.is_autocast_enabled(device_type))
+
+
 def applies(x: torch.Tensor, weight: torch.Tensor) -> bool:
-    # exporters and compilers must record an ordinary linear node, not an opaque oneDNN call (and
-    # are asked first, so a tracer never sees the shape test below); autocast (bf16 on CPU) must
-    # see F.linear to cast it
-    if (torch.jit.is_tracing() or torch.jit.is_scripting() or torch.onnx.is_in_onnx_export()
-            or torch.compiler.is_compiling() or torch.is_autocast_enabled("cpu")):
+    if needs_ordinary_ops("cpu"):
         return False
     if x.device.type != "cpu" or x.dtype != torch.float32 or weight.dtype != torch.float32:
         return False

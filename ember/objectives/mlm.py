@@ -64,16 +64,12 @@ def token_prediction_loss(logits: torch.Tensor, targets: torch.Tensor,
     return loss, {f"{name}_loss": (loss.item() * n, n), f"{name}_acc": (correct, n)}
 
 
-def masked_lm_loss(head, hidden: torch.Tensor, word_embeddings: torch.Tensor,
+def masked_lm_loss(head: MaskedLMHead, hidden: torch.Tensor, word_embeddings: torch.Tensor,
                    labels: torch.Tensor) -> tuple[torch.Tensor, dict]:
     """Cross-entropy at masked positions only (sparse head; same loss as the full head).
 
-    hidden (B, T, H), labels (B, T) with -100 where nothing is predicted. A ``MaskedLMHead``
-    computes its decoder and the loss in one step (``token_loss``: the (N, V) logits
-    are never kept); any other head returns logits.
+    hidden (B, T, H), labels (B, T) with -100 where nothing is predicted. The head's tied
+    decoder and the loss run as one step (``token_loss``: the (N, V) logits are never kept).
     """
     where = labels != -100
-    targets = labels[where]
-    if not isinstance(head, MaskedLMHead):
-        return token_prediction_loss(head(hidden[where], word_embeddings), targets, "mlm")
-    return token_loss(head.transform(hidden[where]), word_embeddings, head.bias, targets, "mlm")
+    return token_loss(head.transform(hidden[where]), word_embeddings, head.bias, labels[where], "mlm")

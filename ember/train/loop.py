@@ -107,7 +107,7 @@ class Trainer:
         cfg = effective_config(cfg, dist_info.world_size)
         self.cfg, self.dist = cfg, dist_info
         use_threads(cfg.num_threads)
-        if cfg.keep_host_memory and str(cfg.device).startswith("cpu"):
+        if cfg.keep_host_memory and cfg.device.startswith("cpu"):
             keep_freed_host_memory()
         self.run_dir = Path(run_dir)
         self.module = module.to(cfg.device)
