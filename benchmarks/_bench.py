@@ -76,14 +76,15 @@ def load() -> str:
         return "load unknown"
 
 
-def matmul_peak(n: int = 1024, seconds: float = 0.3) -> float:
-    """fp32 matmul FLOP/s of an n x n x n product, best of repeated runs over ``seconds``
-    (of the benchmark's clock: with ``use_cpu_time`` this is the one-core peak), through the
-    faster of torch's default kernel (MKL) and oneDNN's (which ember's Linear layers may use)."""
-    a, b = torch.randn(n, n), torch.randn(n, n)
+def matmul_peak(n: int = 1024, seconds: float = 0.3, dtype: torch.dtype = torch.float32) -> float:
+    """fp32 (or ``dtype``) matmul FLOP/s of an n x n x n product, best of repeated runs over
+    ``seconds`` (of the benchmark's clock: with ``use_cpu_time`` this is the one-core peak),
+    through the faster of torch's default kernel (MKL) and oneDNN's (which ember's Linear layers
+    may use; for bf16 torch's own mm already goes to oneDNN, AMX where the CPU has it)."""
+    a, b = torch.randn(n, n, dtype=dtype), torch.randn(n, n, dtype=dtype)
     kernels = [lambda: torch.mm(a, b)]
     onednn_linear = getattr(getattr(torch.ops, "mkldnn", None), "_linear_pointwise", None)
-    if onednn_linear is not None:
+    if onednn_linear is not None and dtype == torch.float32:
         kernels.append(lambda: onednn_linear(a, b, None, "none", [], ""))
     best = 0.0
     for kernel in kernels:

@@ -65,10 +65,10 @@ def to_cuda(batch: dict) -> dict:
     return {k: v.to("cuda", non_blocking=True) for k, v in batch.items()}
 
 
-def bf16_step(step: Callable[[dict], object]) -> Callable[[dict], object]:
+def bf16_step(step: Callable[[dict], object], device: str = "cuda") -> Callable[[dict], object]:
     """``step`` under bf16 autocast (weights and optimizer state stay fp32, as ember's trainer does)."""
     def run(batch):
-        with torch.autocast("cuda", dtype=torch.bfloat16):
+        with torch.autocast(device, dtype=torch.bfloat16):
             return step(batch)
     return run
 

@@ -22,6 +22,10 @@ Extra ember variants (--variants) measure one lever each:
   ember-foreach-adam  AdamW(foreach=True) instead of the fused kernel
   ember-compile     torch.compile(module) (slow to start: compiles forward and backward)
   ember-mkl         Linear layers through torch's default F.linear (MKL) instead of oneDNN
+  ember-bf16        bf16 autocast on the CPU (train.dtype=bfloat16), fp32 master weights; brings
+             the contender reference-masked-bf16 (the masked-rows loop under the same autocast).
+             Fast only on CPUs with AMX (Intel Xeon 4th gen+); its utilisation is against the
+             bf16 n=1024 matmul peak measured the same way
 
 Like `ember pretrain` (train.keep_host_memory), the process keeps freed memory for reuse instead
 of faulting in fresh pages for every step's large tensors; it is process-wide, so it applies
@@ -60,7 +64,7 @@ from ember.train.optim import build_optimizer, parameter_groups  # noqa: E402
 
 SPECIAL = {"pad": 0, "unk": 100, "cls": 101, "sep": 102, "mask": 103}
 VARIANTS = ("ember", "ember-torch-dropout", "ember-full-head", "ember-split-qkv", "ember-loop-adam", "ember-foreach-adam",
-            "ember-compile", "ember-mkl")
+            "ember-compile", "ember-mkl", "ember-bf16")
 
 
 def make_batch(cfg: ModelConfig, batch: int, length: int, mask_prob: float, seed: int = 0) -> dict:
@@ -148,6 +152,10 @@ def ember_step(cfg: ModelConfig, variant: str, train: TrainConfig):
         optimizer.zero_grad(set_to_none=True)
         return loss
 
+    if variant == "ember-bf16":
+        import _gpu
+
+        return _gpu.bf16_step(step, "cpu")
     if variant != "ember-mkl":
         return step
 
@@ -228,10 +236,24 @@ def run_preset(name: str, cfg: ModelConfig, args) -> dict:
     for _ in range(args.warmup):
         ref_masked(batch)
     contenders["reference-masked"] = lambda: timed_rate(ref_masked, batch, args.steps)
+    bf16 = "ember-bf16" in args.variants
+    if bf16:
+        import _gpu
+
+        ref_bf16 = _gpu.bf16_step(reference_step(cfg, masked_rows=True), "cpu")
+        for _ in range(args.warmup):
+            ref_bf16(batch)
+        contenders["reference-masked-bf16"] = lambda: timed_rate(ref_bf16, batch, args.steps)
     peaks: list[float] = []
+    bf16_peaks: list[float] = []
+
+    def measure_peaks() -> None:
+        peaks.append(matmul_peak())
+        if bf16:
+            bf16_peaks.append(matmul_peak(dtype=torch.bfloat16))
     print(f"{name}: {sum(p.numel() for p in BertPretraining(build_backbone(cfg), SPECIAL, DataConfig(nsp=False), 'none').parameters()) / 1e6:.1f}M "
           f"parameters, batch {args.batch}x{args.length}, {n_masked} masked; {load()}", flush=True)
-    rates = alternate(contenders, args.repeats, between=lambda: peaks.append(matmul_peak()))
+    rates = alternate(contenders, args.repeats, between=measure_peaks)
     peak = median(peaks)
     result = {"preset": name, "clock": clock_name(), "batch": args.batch, "length": args.length, "masked": n_masked,
               "peak_gflops": peak / 1e9, "useful_flops_per_token": flops_per_token,
@@ -240,12 +262,17 @@ def run_preset(name: str, cfg: ModelConfig, args) -> dict:
     for variant, values in rates.items():
         rate = median(values)
         result["tokens_per_s"][variant] = rate
-        result["utilisation"][variant] = rate * flops_per_token / peak
+        result["utilisation"][variant] = rate * flops_per_token / (median(bf16_peaks) if "bf16" in variant else peak)
+    if bf16:
+        result["bf16_peak_gflops"] = median(bf16_peaks) / 1e9
     result["ratio"] = {v: median(rates[v]) / ref_rate for v in rates if v != "reference"}
-    masked_rate = median(rates["reference-masked"])
-    result["ratio_vs_masked"] = {v: median(rates[v]) / masked_rate for v in rates if v.startswith("ember")}
+
+    def masked_of(v: str) -> str:  # each ember variant against the masked loop in its own precision
+        return "reference-masked-bf16" if "bf16" in v else "reference-masked"
+    result["ratio_vs_masked"] = {v: median(rates[v]) / median(rates[masked_of(v)]) for v in rates
+                                 if v.startswith("ember")}
     # the spread: each repetition's ratio (both contenders ran in the same repetition)
-    result["ratio_vs_masked_each"] = {v: [a / b for a, b in zip(rates[v], rates["reference-masked"])]
+    result["ratio_vs_masked_each"] = {v: [a / b for a, b in zip(rates[v], rates[masked_of(v)])]
                                       for v in rates if v.startswith("ember")}
     return result
 
@@ -277,13 +304,14 @@ def run_preset_cuda(name: str, cfg: ModelConfig, args) -> dict:
 
 
 def print_result(r: dict) -> None:
-    print(f"\n{r['preset']}  (matmul peak {r['peak_gflops']:.0f} GFLOP/s, "
+    bf16_peak = f", bf16 {r['bf16_peak_gflops']:.0f}" if "bf16_peak_gflops" in r else ""
+    print(f"\n{r['preset']}  (matmul peak {r['peak_gflops']:.0f}{bf16_peak} GFLOP/s, "
           f"{r['useful_flops_per_token'] / 1e6:.1f} useful MFLOP/token, {r['load_after']})")
-    print(f"{'':18s} {'tokens/s':>10s} {'vs ref':>7s} {'vs masked':>10s} {'util':>6s}  per-repetition vs masked")
+    print(f"{'':21s} {'tokens/s':>10s} {'vs ref':>7s} {'vs masked':>10s} {'util':>6s}  per-repetition vs masked")
     for v, rate in r["tokens_per_s"].items():
         ratio, masked = r["ratio"].get(v), r["ratio_vs_masked"].get(v)
         each = " ".join(f"{x:.2f}" for x in r["ratio_vs_masked_each"].get(v, []))
-        print(f"{v:18s} {rate:10,.0f} {(f'{ratio:.2f}x' if ratio else ''):>7s} "
+        print(f"{v:21s} {rate:10,.0f} {(f'{ratio:.2f}x' if ratio else ''):>7s} "
               f"{(f'{masked:.2f}x' if masked else ''):>10s} {100 * r['utilisation'][v]:5.1f}%  {each}")
 
 

@@ -17,13 +17,21 @@ from conftest import make_wordpiece, real_data
 def test_pretrain_throughput_smoke_reports_rates_ratio_and_utilisation(tmp_path):
     bench = load_benchmark("pretrain_throughput")
     out = tmp_path / "r.json"
-    (result,) = bench.main(["--smoke", "--cpu-time", "--variants", "ember", "ember-torch-dropout", "--json", str(out),
-                            "--cuda", "off"])
-    assert set(result["tokens_per_s"]) == {"ember", "ember-torch-dropout", "reference", "reference-masked"}
+    (result,) = bench.main(["--smoke", "--cpu-time", "--variants", "ember", "ember-torch-dropout", "ember-bf16",
+                            "--json", str(out), "--cuda", "off"])
+    assert set(result["tokens_per_s"]) == {"ember", "ember-torch-dropout", "ember-bf16", "reference",
+                                           "reference-masked", "reference-masked-bf16"}
     assert all(v > 0 for v in result["tokens_per_s"].values())
     assert 0 < result["utilisation"]["ember"] < 1.5
     assert result["ratio"]["ember"] > 0 and result["ratio_vs_masked"]["ember"] > 0
     assert len(result["ratio_vs_masked_each"]["ember"]) == 2  # one ratio per repetition
+    # the bf16 contender is compared with the masked loop under the same autocast, and its
+    # utilisation is against the bf16 peak measured beside the fp32 one
+    rates = result["tokens_per_s"]
+    assert result["ratio_vs_masked"]["ember-bf16"] == pytest.approx(rates["ember-bf16"] / rates["reference-masked-bf16"])
+    assert result["bf16_peak_gflops"] > 0
+    assert result["utilisation"]["ember-bf16"] == pytest.approx(
+        rates["ember-bf16"] * result["useful_flops_per_token"] / (result["bf16_peak_gflops"] * 1e9))
     assert json.loads(out.read_text())[0]["masked"] == result["masked"]
 
 

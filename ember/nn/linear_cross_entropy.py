@@ -33,36 +33,69 @@ def _product(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -
     return F.linear(x, weight, bias)
 
 
-def _softmax_rows_(logits: torch.Tensor, targets: torch.Tensor, grad_scale: float | None):
-    """In place over (N, V) logits, chunk by chunk. Returns per-row losses (N,) and the number
-    of rows whose largest logit is the target's. With ``grad_scale`` the rows end as
-    grad_scale * (softmax - one-hot); without, as exp(z - max) (scratch)."""
+def _logits(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None):
+    """(N, V) logits, and the bias still to be added (None when it is in). oneDNN adds the bias
+    inside its GEMM for free; BLAS's addmm would first broadcast it into the whole (N, V) output
+    (a 74 MB pass at bert-mini that cost ~20 ms on an Intel Xeon), so on that path the bias is
+    added chunk by chunk while the rows are in the cache (``_softmax_rows_``). bf16 logits keep it
+    in the product, so they round where autocast's F.linear rounds them."""
+    if bias is None or onednn.applies(x, weight) or x.dtype != torch.float32:
+        return _product(x, weight, bias), None
+    return _product(x, weight, None), bias
+
+
+def _softmax_rows_(logits: torch.Tensor, targets: torch.Tensor, grad_scale: float | None,
+                   bias: torch.Tensor | None = None):
+    """In place over (N, V) logits (plus ``bias`` (V,) if given, added here), chunk by chunk.
+    Returns per-row fp32 losses (N,) and the number of rows that argmax predicts correctly. With
+    ``grad_scale`` the rows end as grad_scale * (softmax - one-hot); without, as scratch.
+    Statistics are always taken in fp32: a bf16 chunk is widened while it is in the cache and
+    its gradient rounded back to bf16, as autocast's ordinary path rounds the logits' gradient
+    before the backward products."""
     n = logits.shape[0]
-    losses = torch.empty(n, dtype=logits.dtype, device=logits.device)
+    losses = torch.empty(n, dtype=torch.float32, device=logits.device)
     correct = torch.zeros((), dtype=torch.long, device=logits.device)
     with torch.profiler.record_function(PROFILER_RANGE):  # benchmarks/pretrain_profile.py's "head and loss"
-        target_logit = logits.gather(1, targets[:, None]).squeeze(1)  # before the rows change
+        target_logit = logits.gather(1, targets[:, None]).squeeze(1).float()  # before the rows change
+        if bias is not None:
+            target_logit += bias[targets]
         for start in range(0, n, ROWS_PER_CHUNK):
             rows = slice(start, start + ROWS_PER_CHUNK)
             chunk = logits[rows]
-            top, predicted = chunk.max(1)
-            correct += (predicted == targets[rows]).sum()
-            chunk.sub_(top[:, None]).exp_()
-            total = chunk.sum(1)
+            work = chunk if chunk.dtype == torch.float32 else chunk.float()  # (R, V) fp32
+            if bias is not None:
+                work.add_(bias)
+            top = work.amax(1)  # values only: max with indices is ~8x slower on the CPU
+            correct += _argmax_hits(work, top, target_logit[rows], targets[rows])
+            work.sub_(top[:, None]).exp_()
+            total = work.sum(1)
             losses[rows] = total.log() + top - target_logit[rows]
             if grad_scale is not None:
-                chunk.mul_((grad_scale / total)[:, None])
-        if grad_scale is not None:
-            logits[torch.arange(n, device=logits.device), targets] -= grad_scale
+                work.mul_((grad_scale / total)[:, None])
+                work[torch.arange(work.shape[0], device=work.device), targets[rows]] -= grad_scale
+                if work is not chunk:
+                    chunk.copy_(work)
     return losses, correct
+
+
+def _argmax_hits(chunk: torch.Tensor, top: torch.Tensor, target_logit: torch.Tensor,
+                 targets: torch.Tensor) -> torch.Tensor:
+    """How many rows of ``chunk`` (R, V) have ``argmax == target``. A row whose target logit is
+    below the row maximum ``top`` misses, so argmax (which also finds the first of tied maxima)
+    runs only on the others: its cost follows the accuracy instead of the row count."""
+    maybe = (target_logit >= top).nonzero().squeeze(1)  # (h,) rows whose target reaches the maximum
+    if maybe.numel() == 0:
+        return maybe.new_zeros(())
+    return (chunk[maybe].argmax(1) == targets[maybe]).sum()
 
 
 class _LinearCrossEntropy(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, bias, targets):
-        logits = _product(x, weight, bias)  # (N, V), owned here: reused in place
+        logits, pending_bias = _logits(x, weight, bias)  # (N, V), owned here: reused in place
         wants_grad = any(ctx.needs_input_grad[:3])
-        losses, correct = _softmax_rows_(logits, targets, 1.0 / x.shape[0] if wants_grad else None)
+        losses, correct = _softmax_rows_(logits, targets, 1.0 / x.shape[0] if wants_grad else None,
+                                         pending_bias)
         ctx.has_bias = bias is not None
         if wants_grad:
             ctx.save_for_backward(x, weight, logits)  # logits now hold d(mean loss)/d(logits)
@@ -87,13 +120,26 @@ class _LinearCrossEntropy(torch.autograd.Function):
         return gx, gw, gb, None
 
 
+def fused_dtype(x: torch.Tensor, weight: torch.Tensor) -> torch.dtype | None:
+    """The dtype the fused step multiplies in, or None for the ordinary path: fp32 or bf16 inputs
+    of one dtype (the rows are normalised in fp32 either way); under CPU bf16 autocast, bf16,
+    the dtype autocast would give F.linear (other autocast cases, e.g. CUDA's, are not measured
+    and take the ordinary path); never while tracing, exporting or compiling (they need
+    ordinary nodes)."""
+    if onednn.is_recording():
+        return None
+    device = x.device.type
+    if torch.is_autocast_enabled(device):
+        autocast_bf16 = torch.get_autocast_dtype(device) == torch.bfloat16
+        return torch.bfloat16 if device == "cpu" and autocast_bf16 else None
+    if x.dtype == weight.dtype and x.dtype in (torch.float32, torch.bfloat16):
+        return x.dtype
+    return None
+
+
 def fusable(x: torch.Tensor, weight: torch.Tensor) -> bool:
-    """Whether the fused step may run: fp32 (half-precision logits are normalised in fp32 by the
-    ordinary path), not under autocast (which must see F.linear to cast it) and not while
-    tracing, exporting or compiling (they need ordinary nodes)."""
-    if x.dtype != torch.float32 or weight.dtype != torch.float32:
-        return False
-    return not onednn.needs_ordinary_ops(x.device.type)
+    """Whether the fused step may run (``fused_dtype``); benchmarks switch it off here."""
+    return fused_dtype(x, weight) is not None
 
 
 def linear_cross_entropy(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
@@ -107,4 +153,10 @@ def linear_cross_entropy(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tens
     if not fusable(x, weight) or x.shape[0] == 0:  # no rows: F.cross_entropy's mean of nothing (nan)
         logits = F.linear(x, weight, bias).float()
         return F.cross_entropy(logits, targets), (logits.argmax(-1) == targets).sum()
-    return _LinearCrossEntropy.apply(x, weight, bias, targets)
+    dtype = fused_dtype(x, weight)
+    # cast as autocast would (these casts are autograd nodes, so fp32 parameters get fp32
+    # gradients), then keep autocast out of the step's own products
+    x, weight = x.to(dtype), weight.to(dtype)
+    bias = None if bias is None else bias.to(dtype)
+    with torch.autocast(x.device.type, enabled=False):
+        return _LinearCrossEntropy.apply(x, weight, bias, targets)

@@ -67,12 +67,17 @@ def set_enabled(value: bool | None) -> None:
     _STATE["enabled"] = None if value is None else bool(value) and _op() is not None
 
 
+def is_recording() -> bool:
+    """Whether a tracer, scripter, exporter or compiler is recording the ops, which must then be
+    ordinary nodes (so it is asked before any shape test a tracer would see)."""
+    return (torch.jit.is_tracing() or torch.jit.is_scripting() or torch.onnx.is_in_onnx_export()
+            or torch.compiler.is_compiling())
+
+
 def needs_ordinary_ops(device_type: str) -> bool:
     """Whether a custom kernel or autograd function must step aside for the plain torch ops:
-    exporters and compilers must record ordinary nodes (so they are asked before any shape
-    test a tracer would see), and autocast must see F.linear to cast it."""
-    return (torch.jit.is_tracing() or torch.jit.is_scripting() or torch.onnx.is_in_onnx_export()
-            or torch.compiler.is_compiling() or torch.is_autocast_enabled(device_type))
+    while recording (``is_recording``), and under autocast, which must see F.linear to cast it."""
+    return is_recording() or torch.is_autocast_enabled(device_type)
 
 
 def applies(x: torch.Tensor, weight: torch.Tensor) -> bool:

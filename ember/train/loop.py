@@ -16,7 +16,6 @@ from __future__ import annotations
 import math
 import signal
 import time
-from contextlib import nullcontext
 from pathlib import Path
 from typing import Callable
 
@@ -34,6 +33,7 @@ from ember.train.scaling import effective_config
 from ember.train.sharded_checkpoint import resume_checkpoint, save_sharded_checkpoint
 from ember.train.logging import MetricsLogger
 from ember.train.optim import build_optimizer, lr_factor, set_lr
+from ember.train.precision import autocast_context, check_speed
 
 
 class DataOrder:
@@ -50,14 +50,6 @@ class DataOrder:
             self._perm = np.random.default_rng([self.seed, epoch, 104729]).permutation(self.size)
             self._epoch = epoch
         return int(self._perm[offset]), epoch
-
-
-def autocast_context(device: str, dtype: str):
-    if dtype in ("float32", "fp32"):
-        return nullcontext()
-    if dtype not in ("bfloat16", "bf16"):  # float16 is refused by TrainConfig (no loss scaling)
-        raise EmberError(f"train.dtype={dtype!r}; choose float32 or bfloat16")
-    return torch.autocast(device_type=device.split(":")[0], dtype=torch.bfloat16)
 
 
 def step_clock(name: str) -> Callable[[], float]:
@@ -107,6 +99,8 @@ class Trainer:
         cfg = effective_config(cfg, dist_info.world_size)
         self.cfg, self.dist = cfg, dist_info
         use_threads(cfg.num_threads)
+        if dist_info.is_main:
+            check_speed(cfg.device, cfg.dtype)  # bf16 on a CPU without AMX: say so before hours pass
         if cfg.keep_host_memory and cfg.device.startswith("cpu"):
             keep_freed_host_memory()
         self.run_dir = Path(run_dir)

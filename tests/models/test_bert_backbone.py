@@ -8,7 +8,7 @@ import torch
 from ember.config import MODEL_PRESETS, ModelConfig, model_preset
 from ember.errors import EmberError
 from ember.models import build_backbone
-from ember.train.loop import autocast_context
+from ember.train.precision import autocast_context
 
 
 @pytest.mark.parametrize("name,layers,hidden,params_m", [

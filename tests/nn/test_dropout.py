@@ -68,3 +68,21 @@ def test_attend_is_causal_matches_sdpa_and_never_looks_ahead_with_dropout():
     torch.manual_seed(2)
     b = attend(q, k, future, None, 0.1, is_causal=True)
     torch.testing.assert_close(a[:, :, :4], b[:, :, :4])  # leaves earlier positions alone
+
+
+def test_fast_dropout_drops_at_rate_p_in_each_of_the_four_words_of_a_random_draw():
+    """Each 64-bit draw gives four neighbouring elements their 16-bit words; every word must be
+    uniform (a draw whose top bit is always 0 would never drop the fourth element at p < 0.5)."""
+    torch.manual_seed(1)
+    y = dropout(torch.ones(4_000_000), 0.1).view(-1, 4)
+    for lane in range(4):
+        assert abs((y[:, lane] == 0).float().mean().item() - 0.1) < 2e-3, lane
+
+
+def test_fast_dropout_keeps_bf16_inputs_in_bf16_with_an_exact_mask():
+    torch.manual_seed(2)
+    x = torch.ones(1_000_000, dtype=torch.bfloat16)
+    y = dropout(x, 0.25)
+    assert y.dtype == torch.bfloat16
+    assert abs((y == 0).float().mean().item() - 0.25) < 2e-3
+    assert set(torch.unique(y.float()).tolist()) == {0.0, torch.tensor(4 / 3, dtype=torch.bfloat16).item()}

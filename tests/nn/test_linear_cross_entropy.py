@@ -91,14 +91,30 @@ def test_linear_cross_entropy_backward_twice_with_retained_graph_gives_the_same_
     torch.testing.assert_close(x.grad, first)
 
 
-def test_linear_cross_entropy_takes_the_ordinary_path_under_autocast():
-    x, w, b, targets = _inputs(16)
+def test_linear_cross_entropy_under_cpu_bf16_autocast_matches_the_ordinary_autocast_path():
+    """Under CPU bf16 autocast the fused step multiplies in bf16 as autocast's F.linear would and
+    normalises in fp32: loss, accuracy and the fp32 leaves' gradients equal the ordinary path's
+    (F.linear under autocast, .float(), F.cross_entropy) to bf16 rounding."""
+    x, w, b, targets = _inputs(2 * ROWS_PER_CHUNK + 7)
+    targets[:3] = F.linear(x[:3], w, b).argmax(-1)
+    params = (x, w, b)
     with torch.autocast("cpu", dtype=torch.bfloat16):
         loss, correct = linear_cross_entropy(x, w, b, targets)
+    assert type(loss.grad_fn).__name__ == "_LinearCrossEntropyBackward"  # the fused step ran
+    loss.backward()
+    fused = _grads(params)
+    for p in params:
+        p.grad = None
+    with torch.autocast("cpu", dtype=torch.bfloat16):
         ref_logits = F.linear(x, w, b)  # bf16 under autocast
+        ref_loss = F.cross_entropy(ref_logits.float(), targets)
+    ref_loss.backward()
     assert ref_logits.dtype == torch.bfloat16
-    torch.testing.assert_close(loss, F.cross_entropy(ref_logits.float(), targets))
-    assert int(correct) == int((ref_logits.argmax(-1) == targets).sum())
+    torch.testing.assert_close(loss, ref_loss)
+    assert int(correct) == int((ref_logits.argmax(-1) == targets).sum()) >= 3
+    for got, want, p in zip(fused, _grads(params), params):
+        assert got.dtype == p.dtype == torch.float32
+        torch.testing.assert_close(got, want, rtol=2e-2, atol=2e-4)
 
 
 def test_linear_cross_entropy_normalises_bf16_logits_in_fp32_as_the_ordinary_path():
@@ -161,3 +177,16 @@ def test_bert_mlm_loss_on_real_text_matches_the_unfused_loss_with_the_minilm_enc
     for got, want in zip(grads, ref_grads):
         if want is not None:
             torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-6)
+
+
+def test_linear_cross_entropy_accuracy_follows_argmax_on_tied_maxima(kernel):
+    """Only rows whose target reaches the row maximum are checked with argmax; with two words
+    tied at the maximum, argmax (and so the accuracy) takes the first of them."""
+    torch.manual_seed(0)
+    w = torch.randn(50, 8)
+    w[7] = w[5]  # words 5 and 7 always score alike
+    x = 10 * w[5].repeat(3, 1)  # rows whose largest logit is the (5, 7) tie
+    targets = torch.tensor([5, 7, 3])  # first of the tie (hit), second (miss), a low word (miss)
+    loss, correct = linear_cross_entropy(x, w, None, targets)
+    _, ref_correct = _reference(x, w, None, targets)
+    assert int(correct) == int(ref_correct) == 1

@@ -1,4 +1,5 @@
-"""The trainer's CUDA path: bf16 autocast, fused AdamW, checkpoints that resume anywhere.
+"""The trainer's CUDA path: bf16 autocast, fused AdamW, checkpoints that resume anywhere (and
+the same bf16 path on CPUs with AMX).
 
 The GPU tests skip on a machine without CUDA (this one); they run as they are on a GPU machine
 (`pytest tests/train/test_cuda_path.py`). What can be checked without a GPU is checked here too:
@@ -17,11 +18,14 @@ from conftest import real_data
 from run_helpers import SHORT_RUN, recipe_config, short_run, train_losses
 from ember.config import TrainConfig
 from ember.runs.checkpoint import load_weights, read_checkpoint
+from ember.train.precision import cpu_has_fast_bf16
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-# Each GPU test also runs on CPU in fp32 (bf16 is ~100x slower on this CPU), so the test code
-# itself is exercised on every machine; the CUDA case is the one that skips without a GPU.
+needs_amx = pytest.mark.skipif(not cpu_has_fast_bf16(), reason="bf16 on a CPU without AMX is ~100x slower than fp32")
+# Each GPU test also runs on CPU in fp32, so the test code itself is exercised on every machine,
+# and in bf16 on CPUs with AMX (Intel Xeon 4th gen+), where CPU bf16 training is the fast choice.
 DEVICES = [pytest.param(["train.device=cpu", "train.dtype=float32"], id="cpu-fp32"),
+           pytest.param(["train.device=cpu", "train.dtype=bfloat16"], id="cpu-bf16", marks=needs_amx),
            pytest.param(["train.device=cuda", "train.dtype=bfloat16"], id="cuda-bf16", marks=needs_cuda)]
 
 
