@@ -307,10 +307,12 @@ def print_result(r: dict) -> None:
     bf16_peak = f", bf16 {r['bf16_peak_gflops']:.0f}" if "bf16_peak_gflops" in r else ""
     print(f"\n{r['preset']}  (matmul peak {r['peak_gflops']:.0f}{bf16_peak} GFLOP/s, "
           f"{r['useful_flops_per_token'] / 1e6:.1f} useful MFLOP/token, {r['load_after']})")
-    print(f"{'':21s} {'tokens/s':>10s} {'vs ref':>7s} {'vs masked':>10s} {'util':>6s}  per-repetition vs masked")
+    print(f"{'':21s} {'tokens/s':>10s} {'vs ref':>7s} {'vs masked':>10s} {'util':>6s}  per-repetition vs masked "
+          "(their median: the steadier figure when the machine's speed drifts between repetitions)")
     for v, rate in r["tokens_per_s"].items():
         ratio, masked = r["ratio"].get(v), r["ratio_vs_masked"].get(v)
-        each = " ".join(f"{x:.2f}" for x in r["ratio_vs_masked_each"].get(v, []))
+        each = r["ratio_vs_masked_each"].get(v, [])
+        each = " ".join(f"{x:.2f}" for x in each) + (f"  (median {median(each):.2f})" if each else "")
         print(f"{v:21s} {rate:10,.0f} {(f'{ratio:.2f}x' if ratio else ''):>7s} "
               f"{(f'{masked:.2f}x' if masked else ''):>10s} {100 * r['utilisation'][v]:5.1f}%  {each}")
 
