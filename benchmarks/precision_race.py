@@ -25,7 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _bench import run_cli  # noqa: E402
-from time_to_loss import curve, time_to  # noqa: E402
+from time_to_loss import curve, plot_held_out, time_to  # noqa: E402
 
 from ember.errors import EmberError  # noqa: E402
 from ember.fileio import atomic_write_text  # noqa: E402
@@ -90,26 +90,13 @@ def table(result: dict) -> str:
 
 
 def plot(result: dict, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-    for ax, key, name in ((axes[0], "mlm_loss", "held-out MLM loss"), (axes[1], "mlm_acc", "held-out MLM accuracy")):
+    def draw(ax, key: str) -> None:
         for side, colour in zip(SIDES, ("tab:blue", "tab:red")):
             rows = result[side]["curve"]
             ax.plot([r["elapsed"] / 60 for r in rows], [r[key] for r in rows], "o-", ms=3, color=colour,
                     label=f"{side} ({rows[-1]['step']:,} steps)")
         ax.axhline(result["fp32"]["final"][key], ls="--", color="tab:blue", lw=0.7)
-        ax.set_xlabel("CPU-minutes of training (one thread)")
-        ax.set_ylabel(name)
-        ax.grid(alpha=0.3)
-    axes[0].legend(fontsize=8)
-    axes[0].set_title("bf16 autocast vs fp32, same recipe, data and CPU budget", fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    plot_held_out(path, "bf16 autocast vs fp32, same recipe, data and CPU budget", draw)
 
 
 def main(argv: list[str] | None = None) -> dict:

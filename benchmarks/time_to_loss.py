@@ -153,15 +153,33 @@ def render(result: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def plot(result: dict, path: Path) -> None:
+HELD_OUT_PANELS = (("mlm_loss", "held-out MLM loss"), ("mlm_acc", "held-out MLM accuracy"))
+
+
+def plot_held_out(path: Path, title: str, draw) -> None:
+    """Loss and accuracy panels against CPU-minutes; ``draw(ax, key)`` puts the curves on each."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    for ax, (key, name) in zip(axes, HELD_OUT_PANELS):
+        draw(ax, key)
+        ax.set_xlabel("CPU-minutes of training (one thread)")
+        ax.set_ylabel(name)
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=8)
+    axes[0].set_title(title, fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def plot(result: dict, path: Path) -> None:
     colours = {"ember": "tab:red", "reference": "tab:blue", "reference-masked": "tab:green"}
-    for ax, key, name in ((axes[0], "mlm_loss", "held-out MLM loss"), (axes[1], "mlm_acc", "held-out MLM accuracy")):
+
+    def draw(ax, key: str) -> None:
         for side in result["sides"]:
             rows = result[side]["curve"]
             ax.plot([r["elapsed"] / 60 for r in rows], [r[key] for r in rows], "o-", ms=3, color=colours[side],
@@ -171,14 +189,7 @@ def plot(result: dict, path: Path) -> None:
                 hit = result[side][f"ember_time_to_{key}"]
                 if hit:
                     ax.axvline(hit["seconds"] / 60, ls=":", color=colours[side], lw=0.9)
-        ax.set_xlabel("CPU-minutes of training (one thread)")
-        ax.set_ylabel(name)
-        ax.grid(alpha=0.3)
-    axes[0].legend(fontsize=8)
-    axes[0].set_title("dashed: a reference's final value; dotted: ember reaches it", fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    plot_held_out(path, "dashed: a reference's final value; dotted: ember reaches it", draw)
 
 
 def main(argv: list[str] | None = None) -> dict | None:
