@@ -121,18 +121,20 @@ class _LinearCrossEntropy(torch.autograd.Function):
 
 
 def fused_dtype(x: torch.Tensor, weight: torch.Tensor) -> torch.dtype | None:
-    """The dtype the fused step multiplies in, or None for the ordinary path: fp32 or bf16 inputs
-    of one dtype (the rows are normalised in fp32 either way); under CPU bf16 autocast, bf16,
-    the dtype autocast would give F.linear (other autocast cases, e.g. CUDA's, are not measured
-    and take the ordinary path); never while tracing, exporting or compiling (they need
-    ordinary nodes)."""
+    """The dtype the fused step multiplies in, or None for the ordinary path: fp32 inputs; on the
+    CPU also bf16 inputs, and bf16 under bf16 autocast (the dtype autocast would give F.linear),
+    the rows being normalised in fp32 either way. bf16 on other devices (CUDA) is not measured
+    here and takes the ordinary path, as does anything while tracing, exporting or compiling
+    (they need ordinary nodes)."""
     if onednn.is_recording():
         return None
     device = x.device.type
     if torch.is_autocast_enabled(device):
         autocast_bf16 = torch.get_autocast_dtype(device) == torch.bfloat16
         return torch.bfloat16 if device == "cpu" and autocast_bf16 else None
-    if x.dtype == weight.dtype and x.dtype in (torch.float32, torch.bfloat16):
+    if x.dtype != weight.dtype:
+        return None
+    if x.dtype == torch.float32 or (x.dtype == torch.bfloat16 and device == "cpu"):
         return x.dtype
     return None
 

@@ -190,3 +190,15 @@ def test_linear_cross_entropy_accuracy_follows_argmax_on_tied_maxima(kernel):
     loss, correct = linear_cross_entropy(x, w, None, targets)
     _, ref_correct = _reference(x, w, None, targets)
     assert int(correct) == int(ref_correct) == 1
+
+
+def test_linear_cross_entropy_fuses_fp32_and_cpu_bf16_and_leaves_the_rest_to_the_ordinary_path():
+    from ember.nn.linear_cross_entropy import fused_dtype
+
+    f32, bf16, f16 = torch.ones(2, 2), torch.ones(2, 2, dtype=torch.bfloat16), torch.ones(2, 2, dtype=torch.float16)
+    assert fused_dtype(f32, f32) == torch.float32 and fused_dtype(bf16, bf16) == torch.bfloat16
+    assert fused_dtype(f16, f16) is None and fused_dtype(f32, bf16) is None  # fp16, mixed: ordinary
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert fused_dtype(f32, f32) == torch.bfloat16  # what autocast would give F.linear
+    with torch.autocast("cpu", dtype=torch.float16):
+        assert fused_dtype(f32, f32) is None
