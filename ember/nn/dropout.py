@@ -6,7 +6,7 @@ probabilities, bert-mini's shape): F.dropout ~20 ms, the batched attention matmu
 Scaled dot-product attention with dropout_p > 0 has no fused CPU kernel either and pays
 the same Bernoulli cost inside. Here one 64-bit random draw gives four 16-bit uniform
 integers b in [-32768, 32767]; an element is dropped when b < round(p * 65536) - 32768, so the
-drop rate is p to within 1/131072 (0.1 -> 0.0999908), and the kept values are scaled by the
+drop rate is p to within 1/131072 (0.1 -> 0.100006), and the kept values are scaled by the
 exact inverse keep rate so the expectation is unchanged (Srivastava et al. 2014 "inverted"
 dropout). The multiplier is built in float arithmetic, clamp(b - threshold + 1, 0, 1) x scale,
 which is exact for integers and ~2x cheaper than a bool mask converted to float (torch's
