@@ -4,13 +4,15 @@ Why: on CPU, ``F.dropout`` draws one Bernoulli sample per element, which costs m
 the matmul it follows. Measured with one thread (CPU time, 32 x 4 x 128 x 128 attention
 probabilities, bert-mini's shape): F.dropout ~20 ms, the batched attention matmul ~9 ms.
 Scaled dot-product attention with dropout_p > 0 has no fused CPU kernel either and pays
-the same Bernoulli cost inside. Here one 64-bit random draw gives four 16-bit uniform
-integers b in [-32768, 32767]; an element is dropped when b < round(p * 65536) - 32768, so the
-drop rate is p to within 1/131072 (0.1 -> 0.100006), and the kept values are scaled by the
-exact inverse keep rate so the expectation is unchanged (Srivastava et al. 2014 "inverted"
-dropout). The multiplier is built in float arithmetic, clamp(b - threshold + 1, 0, 1) x scale,
-which is exact for integers and ~2x cheaper than a bool mask converted to float (torch's
-bool -> float cast is not vectorised: ~3.2 of ~3.8 ms for those probabilities on an Intel Xeon).
+the same Bernoulli cost inside. Here one 64-bit random draw gives four 15-bit uniform
+numbers (the low 15 bits of its four 16-bit words: the top word's sign bit is always 0); an
+element is kept when its number is >= round(p * 32768), so the drop rate is p to within 1/65536
+(0.1 -> 0.100006), and the kept values are scaled by the exact inverse keep rate so the
+expectation is unchanged (Srivastava et al. 2014 "inverted" dropout). The multiplier is built
+in float arithmetic, clamp(number - threshold + 1, 0, 1) x scale, which is exact for integers
+and ~2x cheaper than a bool mask converted to float (torch's bool -> float cast is not
+vectorised: ~3.2 of ~3.8 ms for those probabilities on an Intel Xeon); the masks are the ones
+the bool version drew, so runs written before the change resume to the losses they logged.
 Random numbers come from torch's default generator, so torch.manual_seed still makes runs
 (and ember's exact resume) reproducible. Off CPU, torch's own kernels are used.
 """
@@ -23,21 +25,18 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-_LEVELS = 65536  # 16 bits per uniform draw
+_LEVELS = 32768  # 15 bits per uniform draw
 
 
 def _keep_scale(shape: torch.Size, p: float, device, dtype) -> torch.Tensor:
     """Inverted-dropout multiplier (shape): 0 where dropped, 1/keep_rate where kept."""
     n = math.prod(shape)
-    # the whole int64 range, so every one of the four 16-bit words is uniform (random_()'s default
-    # range [0, 2^63) would leave the top word's sign bit always 0)
-    draws = torch.empty((n + 3) // 4, dtype=torch.int64, device=device).random_(-2**63, 2**63 - 1)
-    words = draws.view(torch.int16)[:n].view(shape)
-    dropped = int(round(p * _LEVELS))  # of the 65,536 word values, this many drop
-    threshold = dropped - _LEVELS // 2  # keep b >= threshold
-    # in fp32, where every int16 is exact (bf16 is not): 0 below the threshold, 1 from it on
-    keep = words.to(torch.float32).sub_(threshold - 1).clamp_(0.0, 1.0)
-    return keep.mul_(_LEVELS / (_LEVELS - dropped)).to(dtype)
+    bits = torch.empty((n + 3) // 4, dtype=torch.int64, device=device).random_()
+    numbers = bits.view(torch.int16)[:n].view(shape) & (_LEVELS - 1)  # four uniform 15-bit numbers per draw
+    threshold = int(round(p * _LEVELS))
+    # in fp32, where every such integer is exact (bf16 is not): 0 below the threshold, 1 from it on
+    keep = numbers.to(torch.float32).sub_(threshold - 1).clamp_(0.0, 1.0)
+    return keep.mul_(_LEVELS / (_LEVELS - threshold)).to(dtype)
 
 
 def dropout(x: torch.Tensor, p: float, training: bool = True) -> torch.Tensor:

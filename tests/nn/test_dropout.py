@@ -71,8 +71,9 @@ def test_attend_is_causal_matches_sdpa_and_never_looks_ahead_with_dropout():
 
 
 def test_fast_dropout_drops_at_rate_p_in_each_of_the_four_words_of_a_random_draw():
-    """Each 64-bit draw gives four neighbouring elements their 16-bit words; every word must be
-    uniform (a draw whose top bit is always 0 would never drop the fourth element at p < 0.5)."""
+    """Each 64-bit draw gives four neighbouring elements their 16-bit words; each must yield a
+    uniform number (the top word's sign bit is always 0, so a scheme reading whole signed words
+    would never drop the fourth element at p < 0.5)."""
     torch.manual_seed(1)
     y = dropout(torch.ones(4_000_000), 0.1).view(-1, 4)
     for lane in range(4):
