@@ -9,13 +9,12 @@ import from objectives (DESIGN: nn <- models <- objectives/tasks).
   (ember.objectives.span_corruption) and text-to-text fine-tuning (ember.tasks.text2text).
 * ``token_loss``: mean cross-entropy and accuracy of an LM head given as F.linear's (input,
   weight, bias) - a backbone's ``lm_projection`` - without keeping the (rows x vocabulary)
-  logits (ember.nn.linear_cross_entropy). ``next_token_loss`` and the MLM/PLM losses use it.
+  logits (ember.nn.linear_cross_entropy). The two losses above and the MLM/PLM losses use it.
 """
 
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 
 from ember.nn.linear_cross_entropy import linear_cross_entropy
 
@@ -46,7 +45,7 @@ def next_token_loss(backbone, hidden: torch.Tensor, input_ids: torch.Tensor,
 
 def seq2seq_loss(backbone, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict]:
     """Mean cross-entropy over the target tokens of an encoder-decoder ``backbone`` (``shift_right``,
-    ``lm_logits``, keyword decoder inputs: ember.models.encoder_decoder).
+    ``lm_projection``, keyword decoder inputs: ember.models.encoder_decoder).
 
     ``batch``: input_ids / attention_mask (B, S) and labels (B, T), each row's targets a
     prefix followed by -100. The decoder reads the targets shifted right behind the start
@@ -60,12 +59,5 @@ def seq2seq_loss(backbone, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor
                    decoder_input_ids=backbone.shift_right(labels),
                    decoder_attention_mask=None if full else targets.long())
     hidden = out.last_hidden_state[targets]  # (N, H): only positions with a target
-    # Through the logits, not token_loss: with the fused step, T5 pre-training under FSDP drifted
-    # from the same run in one process (weights up to 7.6e-4 apart after 6 Adafactor steps on some
-    # tokenizations, 5e-7 this way), and the cause is not pinned down yet.
-    logits = backbone.lm_logits(hidden.unsqueeze(0)).squeeze(0).float()  # (N, V)
-    gold = labels[targets]
-    loss = F.cross_entropy(logits, gold)
-    n = int(gold.numel())
-    correct = int((logits.argmax(-1) == gold).sum())
-    return loss, {"loss": (loss.item() * n, n), "token_acc": (correct, n)}
+    loss, metrics = token_loss(*backbone.lm_projection(hidden), labels[targets], "token")
+    return loss, {"loss": metrics["token_loss"], "token_acc": metrics["token_acc"]}

@@ -41,6 +41,22 @@ def assert_same_weights(run_a, run_b, atol=1e-5):
         assert torch.allclose(a[name], b[name], atol=atol, rtol=0), name
 
 
+def assert_same_weights_to_rounding(run_a, run_b, rel=2e-4):
+    """Each tensor of ``run_a`` within ``rel`` of ``run_b``'s in norm (||a - b|| / ||b||).
+
+    For Adafactor (T5), whose eps1 = 1e-30 lets a near-zero gradient element take a full-sized
+    step: there the last bits in which a sharded run's gradients differ (see the T5 test) grow
+    to ~1e-4 in single weights by step 6, spread over many tensors, while each tensor stays
+    within 4e-5 of the 1-process one in norm (19 fresh tokenizations, BENCHMARKS.md). The bound
+    sits 5x above that and 3x below the least a 10% larger learning rate moves any tensor of this
+    run (6.6e-4): a shard updated from its own rank's gradient or statistics would stand out."""
+    a, b = load_weights(run_a / "model.safetensors"), load_weights(run_b / "model.safetensors")
+    assert set(a) == set(b)
+    for name in a:
+        apart = float((a[name] - b[name]).norm() / b[name].norm())
+        assert apart <= rel, (name, apart)
+
+
 @pytest.fixture(scope="module")
 def fsdp_run(wiki_prepared, tmp_path_factory):
     """bert on 2 ranks under FSDP, same settings as ``one_process``."""
@@ -113,10 +129,15 @@ def test_fsdp_gpt2_two_ranks_match_one_process(wiki_bpe, tmp_path):
 
 @pytest.mark.slow
 def test_fsdp_t5_two_ranks_match_one_process(wiki_t5_prepared, tmp_path):
-    # encoder and decoder stacks: one unit per block, each stack's shared position bias outside
+    # encoder and decoder stacks: one unit per block, each stack's shared position bias outside.
+    # At step 1 the decoder's gradients are bit-identical on 1 process and 2 ranks; the encoder's
+    # differ in the last bits (its output feeds every decoder block's cross-attention, and those
+    # contributions are summed in another order when FSDP runs the blocks' backward). Adafactor
+    # (T5's optimizer) amplifies that on some tokenizations (the fixture's unigram training is not
+    # deterministic), so the weights are compared per tensor in norm, not element by element.
     one = pretrain(ONE_PROCESS, wiki_t5_prepared, tmp_path / "one", 6, recipe="t5-tiny")
     assert_same_losses(pretrain(torchrun(2), wiki_t5_prepared, tmp_path / "fsdp", 6, FSDP, recipe="t5-tiny"), one)
-    assert_same_weights(tmp_path / "fsdp", tmp_path / "one")
+    assert_same_weights_to_rounding(tmp_path / "fsdp", tmp_path / "one")
 
 
 @pytest.mark.slow
