@@ -21,6 +21,11 @@ drops combining marks, which turns Hangul syllables into jamo and "й" into "и"
 and Russian corpora that destroys the text, so we lower-case without it.
 
 The kind is not stored separately: ``tokenizer_kind`` reads it back from the model type.
+
+Reproducible: the same text gives the same wordpiece or bpe tokenizer.json on every run (ember
+renumbers WordPiece's pieces, ``_renumber_wordpiece``). Unigram's trainer is not: its EM
+re-estimates scores in an order that varies between runs (scores differ in the third decimal,
+so pieces can change places), hence runs keep the tokenizer.json they were prepared with.
 """
 
 from __future__ import annotations
@@ -138,6 +143,22 @@ def _trainer(kind: str, vocab_size: int, special_tokens: list[str], min_frequenc
     )
 
 
+def _renumber_wordpiece(tok: Tokenizer, special_tokens: list[str], unk: str) -> None:
+    """Give a trained WordPiece vocabulary ids that do not change from run to run.
+
+    The trainer learns the same pieces each time but numbers them differently: its "##"
+    characters come out of a hash map seeded per process, and ties between merges follow those
+    ids. WordPiece encodes by greedy longest match over the set of pieces, so ids carry no
+    meaning beyond the special tokens': those keep theirs (in the order given), then single
+    characters, "##" characters and longer pieces follow, each group in code-point order."""
+    vocab = tok.get_vocab(with_added_tokens=False)
+    rest = sorted((t for t in vocab if t not in special_tokens),
+                  key=lambda t: (0 if len(t) == 1 else 1 if len(t) == 3 and t.startswith("##") else 2, t))
+    ordered = [t for t in special_tokens if t in vocab] + rest
+    tok.model = models.WordPiece({t: i for i, t in enumerate(ordered)}, unk_token=unk,
+                                 continuing_subword_prefix="##")
+
+
 def _set_post_processor(tok: Tokenizer, kind: str, roles: dict[str, str]) -> None:
     if "cls" not in roles:  # T5: only </s> is appended, to each segment; one segment id
         eos = roles["sep"]
@@ -229,6 +250,8 @@ def train_tokenizer(
         if reader.documents == 0:
             raise EmberError(f"no text to train on: read {reader.describe_inputs()} "
                              f"({reader.empty_skipped} empty documents)")
+    if kind == "wordpiece":
+        _renumber_wordpiece(tok, special_tokens, roles["unk"])
     add_sentinels(tok, sentinels)
     _set_post_processor(tok, kind, roles)
     return tok

@@ -109,6 +109,32 @@ def test_wordpiece_uses_double_hash_continuations(wiki_tok):
     assert len(tokens) > 1 and all(t.startswith("##") for t in tokens[1:])
 
 
+@needs_wiki
+@pytest.mark.parametrize("kind", ["wordpiece", "bpe"])
+def test_wordpiece_and_bpe_training_is_reproducible_and_wordpiece_ids_do_not_change_its_pieces(kind, monkeypatch):
+    """Two trainings on the same real text give the same tokenizer.json, byte for byte. For
+    WordPiece that takes ember's renumbering (the trainer numbers its pieces differently in each
+    run); the renumbered tokenizer splits text into exactly the pieces the trainer's own did."""
+    from ember.tokenizers import train as train_module
+
+    def train():
+        tok = train_tokenizer([WIKI], kind=kind, vocab_size=1500, max_documents=60, progress=False)
+        return tok, tok.to_str()
+
+    (tok, first), (_, second) = train(), train()
+    assert first == second
+    if kind == "wordpiece":
+        monkeypatch.setattr(train_module, "_renumber_wordpiece", lambda *args: None)
+        raw, _ = train()
+        from ember.data.readers import DocumentReader
+
+        unseen = [doc.text for doc, _ in zip(DocumentReader([WIKI / "wiki_01.gz"]), range(20))]
+        assert len(unseen) == 20
+        for text in unseen:  # articles the tokenizers were not trained on
+            assert tok.encode(text).tokens == raw.encode(text).tokens
+        assert sorted(tok.get_vocab()) == sorted(raw.get_vocab())
+
+
 @needs_nsmc
 @pytest.mark.parametrize("kind", ["wordpiece", "unigram", "bpe"])
 def test_korean_round_trips_without_jamo_decomposition(kind):
