@@ -123,9 +123,12 @@ class _LinearCrossEntropy(torch.autograd.Function):
         if ctx.needs_input_grad[0]:
             gx = _product(grad_logits, weight.t(), None).mul_(grad_loss)  # (N, V) @ (V, K)
         if ctx.needs_input_grad[1]:
-            use_onednn = onednn.applies(grad_logits, x)
-            gw = onednn.weight_gradient(grad_logits, x) if use_onednn else grad_logits.t() @ x
-            gw.mul_(grad_loss)  # (V, K)
+            # the scalar scales x (N, K) before the product, not the (V, K) result: a pass over
+            # 50x fewer numbers at bert-mini (608 rows, 30,522 words), the same bits when the
+            # scalar is a power of two (1, or 1 / grad_accum)
+            xs = x * grad_loss.to(x.dtype)
+            use_onednn = onednn.applies(grad_logits, xs)
+            gw = onednn.weight_gradient(grad_logits, xs) if use_onednn else grad_logits.t() @ xs  # (V, K)
         if ctx.has_bias and ctx.needs_input_grad[2]:
             early = ctx.bias_grad
             gb = (early * grad_loss) if early is not None else grad_logits.sum(0).mul_(grad_loss)
