@@ -19,12 +19,15 @@ keys/values to the earlier ones, so a new token costs one query position.
 
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.autograd.function import once_differentiable
 
-from ember.nn.dropout import attend, attention_scores
-from ember.nn.onednn import dense
+from ember.nn.dropout import attend, attention_scores, forms_probabilities
+from ember.nn.onednn import dense, is_recording
 
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,
@@ -38,6 +41,37 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Ten
         mask = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool, device=q.device).tril()
     probs = attention_scores(q, k, mask, scale).softmax(-1)
     return F.dropout(probs, dropout, dropout > 0) @ v, probs
+
+
+class _PackedHeads(torch.autograd.Function):
+    """(B, T, 3, heads, d) fused-QKV output -> contiguous (B, heads, T, d) q * scale, k and v, for
+    attention that forms its probabilities with batched products (``attend`` with dropout on CPU).
+
+    Taken as strided views, q was scaled into a tensor of q's own order and copied again by the
+    product, k was copied transposed (the slowest of the copies), and the backward stacked dq,
+    dk, dv and permuted the stack. Here each is copied once, q scaled on the way, k enters the
+    scores' product as a transposed operand, and the backward writes the three gradients
+    straight into one (B, T, 3, heads, d) tensor. Same arithmetic, so the same numbers."""
+
+    @staticmethod
+    def forward(ctx, qkv: torch.Tensor, scale: float):
+        b, t, _, heads, d = qkv.shape
+        ctx.scale = scale
+        q, k, v = (qkv.new_empty(b, heads, t, d) for _ in range(3))
+        torch.mul(qkv[:, :, 0].transpose(1, 2), scale, out=q)
+        k.copy_(qkv[:, :, 1].transpose(1, 2))
+        v.copy_(qkv[:, :, 2].transpose(1, 2))
+        return q, k, v
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, dq: torch.Tensor, dk: torch.Tensor, dv: torch.Tensor):
+        b, heads, t, d = dq.shape
+        grad = dq.new_empty(b, t, 3, heads, d)
+        torch.mul(dq.transpose(1, 2), ctx.scale, out=grad[:, :, 0])
+        grad[:, :, 1].copy_(dk.transpose(1, 2))
+        grad[:, :, 2].copy_(dv.transpose(1, 2))
+        return grad, None
 
 
 class SelfAttention(nn.Module):
@@ -58,12 +92,17 @@ class SelfAttention(nn.Module):
         kv_cache=None,  # ember.nn.kv_cache.LayerKV: keys/values of earlier positions
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         b, t, h = x.shape
-        # (B, T, 3, heads, d) -> 3 x (B, heads, T, d)
-        q, k, v = dense(self.qkv, x).view(b, t, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
-        if kv_cache is not None:
-            k, v = kv_cache.update(k, v)  # (B, heads, L, d) with L = earlier + T positions
+        qkv = dense(self.qkv, x).view(b, t, 3, self.num_heads, self.head_dim)
         dropout = self.dropout_p if self.training else 0.0
-        context, probs = attention(q, k, v, mask, dropout, need_weights, is_causal)
+        packed = kv_cache is None and not need_weights and not is_recording()  # compilers: plain ops
+        if packed and forms_probabilities(x.device, dropout):
+            q, k, v = _PackedHeads.apply(qkv, 1.0 / math.sqrt(self.head_dim))  # contiguous, q scaled
+            context, probs = attend(q, k, v, mask, dropout, is_causal, scale=1.0), None
+        else:
+            q, k, v = qkv.permute(2, 0, 3, 1, 4)  # 3 x (B, heads, T, d) views
+            if kv_cache is not None:
+                k, v = kv_cache.update(k, v)  # (B, heads, L, d) with L = earlier + T positions
+            context, probs = attention(q, k, v, mask, dropout, need_weights, is_causal)
         return dense(self.out, context.transpose(1, 2).reshape(b, t, h)), probs
 
 

@@ -61,12 +61,18 @@ class Dropout(nn.Module):
         return f"p={self.p}"
 
 
+def forms_probabilities(device: torch.device, dropout_p: float) -> bool:
+    """Whether ``attend`` forms the attention probabilities itself (dropout on CPU) rather than
+    calling SDPA: callers can then hand it inputs laid out for its batched products."""
+    return dropout_p > 0.0 and device.type == "cpu"
+
+
 def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: torch.Tensor | None = None,
            dropout_p: float = 0.0, is_causal: bool = False, scale: float | None = None) -> torch.Tensor:
     """``F.scaled_dot_product_attention`` for (B, heads, T, d) inputs (same arguments: a bool
     mask, True = may attend, or a float mask added to the logits; ``scale`` None = 1/sqrt(d));
     with dropout on CPU the probabilities are formed explicitly so ``dropout`` can be applied."""
-    if dropout_p == 0.0 or q.device.type != "cpu":
+    if not forms_probabilities(q.device, dropout_p):
         return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p,
                                               is_causal=is_causal, scale=scale)
     if is_causal:  # query t sees keys <= t (SDPA's top-left aligned causal mask)
@@ -84,7 +90,7 @@ def attention_scores(q: torch.Tensor, k: torch.Tensor, attn_mask: torch.Tensor |
     keys: q.k * scale (1/sqrt(d) unless given), plus a float mask or -inf-like where a bool
     mask is False - what SDPA computes before its softmax."""
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
-    scores = (q * scale) @ k.transpose(-1, -2)
+    scores = (q if scale == 1.0 else q * scale) @ k.transpose(-1, -2)  # 1.0: already scaled (T5, packed heads)
     if attn_mask is None:
         return scores
     if attn_mask.dtype == torch.bool:

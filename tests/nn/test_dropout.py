@@ -3,6 +3,7 @@ stays SDPA in expectation (and exactly SDPA without dropout)."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 import torch.nn.functional as F
 
@@ -87,3 +88,38 @@ def test_fast_dropout_keeps_bf16_inputs_in_bf16_with_an_exact_mask():
     assert y.dtype == torch.bfloat16
     assert abs((y == 0).float().mean().item() - 0.25) < 2e-3
     assert set(torch.unique(y.float()).tolist()) == {0.0, torch.tensor(4 / 3, dtype=torch.bfloat16).item()}
+
+
+@pytest.mark.parametrize("masked", [False, True])
+def test_bert_self_attention_packed_heads_give_the_strided_views_numbers_and_gradients(masked):
+    """Training with dropout on CPU, SelfAttention copies q (scaled), k and v out of its fused
+    projection once (ember.nn.attention._PackedHeads) instead of handing ``attend`` strided views:
+    same dropout masks, same outputs and gradients, bit for bit (a wrong head order, a missing
+    scale or a gradient written into the wrong third would all show)."""
+    from ember.nn.attention import SelfAttention
+
+    torch.manual_seed(0)
+    layer = SelfAttention(64, 4, dropout=0.1).train()
+    x = torch.randn(3, 10, 64, requires_grad=True)
+    mask = None
+    if masked:
+        mask = torch.ones(3, 1, 1, 10, dtype=torch.bool)
+        mask[1, ..., 7:] = False
+    weights = torch.randn(3, 10, 64)
+
+    def run(packed: bool):
+        x.grad = None
+        layer.zero_grad()
+        torch.manual_seed(1)
+        if packed:
+            out, _ = layer(x, mask)
+        else:  # the generic route: strided (B, heads, T, d) views of the projection
+            b, t, h = x.shape
+            q, k, v = layer.qkv(x).view(b, t, 3, 4, 16).permute(2, 0, 3, 1, 4)
+            context = attend(q, k, v, mask, 0.1)
+            out = layer.out(context.transpose(1, 2).reshape(b, t, h))
+        (out * weights).sum().backward()
+        return out.detach(), x.grad.clone(), layer.qkv.weight.grad.clone(), layer.qkv.bias.grad.clone()
+
+    for got, want in zip(run(True), run(False)):
+        assert torch.equal(got, want)
