@@ -3,7 +3,7 @@ vs sentence-transformers' ``encode`` on the same checkpoint, with STS-B quality 
 
     HF_HUB_OFFLINE=1 PYTHONPATH=. .venv/bin/python benchmarks/embed_throughput.py \
         --hf ../shared/data/checkpoints/all-MiniLM-L6-v2 --run runs/minilm --cpu-time \
-        [--wiki-sentences 50000] [--repeats 3] [--backends torch int8 onnx onnx-int8]
+        [--wiki-sentences 50000] [--repeats 3] [--backends torch int8 bf16 onnx onnx-int8]
 
 (`--run` is the checkpoint imported with `ember convert --from-hf`.) Each contender embeds the
 same texts with batch size 32 in its own default way: ember sorts the texts by token length
@@ -37,7 +37,15 @@ from _bench import _CLOCK, alternate, clock, clock_name, load, machine, median  
 from ember.api.embed import embed_with, load_embedder  # noqa: E402
 from ember.tasks.similarity import cosine, read_pairs, similarity_metrics, similarity_task  # noqa: E402
 
-BACKENDS = ("torch", "int8", "onnx", "onnx-int8")
+BACKENDS = ("torch", "int8", "bf16", "onnx", "onnx-int8")
+
+
+def default_backends() -> list[str]:
+    """All of them, bf16 only where the CPU multiplies bf16 in hardware (AMX): elsewhere it is
+    ~100x slower than fp32 and would take the run's time for a known answer."""
+    from ember.train.precision import cpu_has_fast_bf16
+
+    return [b for b in BACKENDS if b != "bf16" or cpu_has_fast_bf16()]
 REFERENCE = "sentence-transformers"
 
 
@@ -92,7 +100,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--hf", required=True, help="the sentence-transformers checkpoint folder")
     parser.add_argument("--run", required=True, help="the same checkpoint as an ember run (ember convert --from-hf)")
-    parser.add_argument("--backends", nargs="+", default=list(BACKENDS), choices=BACKENDS)
+    parser.add_argument("--backends", nargs="+", default=default_backends(), choices=BACKENDS)
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--wiki-sentences", type=int, default=50000)
     parser.add_argument("--repeats", type=int, default=3)

@@ -1,7 +1,7 @@
 """``ember.load``: a run, export or Hugging Face folder -> a model whose methods are its inference
 methods (``classify``, ``embed``, ``fill_mask``, ``tag``, ``answer``, ``generate``, ``score``).
 
-    model = ember.load("runs/sst2")               # backend="torch" | "int8" | "onnx" | "onnx-int8"
+    model = ember.load("runs/sst2")               # backend="torch" | "int8" | "bf16" | "onnx" | "onnx-int8"
     model.classify("a gripping film")             # {"label": ..., "probabilities": {...}, ...}
     model.classify(["great", "awful"])            # one result per text
     model.embed(df, column="review")              # numpy array (N, H)
@@ -35,7 +35,7 @@ from ember.api.data import texts
 from ember.api.sources import layout, run_of_hf_folder
 from ember.errors import EmberError
 
-BACKENDS = ("torch", "int8", "onnx", "onnx-int8")
+BACKENDS = ("torch", "int8", "bf16", "onnx", "onnx-int8")
 DEFAULT_INPUTS = {"text": "texts"}
 # Every inference method ember has, for the message naming what a model can do instead.
 KNOWN_METHODS = ("classify", "embed", "fill_mask", "tag", "answer", "generate", "score")

@@ -107,7 +107,7 @@ class Predictor:
 
 def load_predictor(path: str | Path, backend: str = "", threads: int = 0, max_length: int | None = None,
                    max_batch: int = 32) -> Predictor:
-    """A Predictor for a run or export folder: a graph on ``backend`` (torch, int8, onnx,
+    """A Predictor for a run or export folder: a graph on ``backend`` (torch, int8, bf16, onnx,
     onnx-int8), or, for a model served by its own decoding loop, the PyTorch model (fp32 or int8)."""
     from ember.serve.runners import load_runner
 

@@ -5,14 +5,16 @@
 ``arrays`` holds input_ids / attention_mask / token_type_ids, each (B, T) int64; the
 outputs are laid out as in ``graph.py``, and ``runner.logits_axes`` names the logits' batch
 and sequence axes (from the inference model, or read back from an ONNX file). Backends: PyTorch fp32 ("torch"), PyTorch int8
-dynamic ("int8"), ONNX Runtime ("onnx", "onnx-int8"), and a transformers model loaded from
-an HF export ("hf", used only to verify that export).
+dynamic ("int8"), PyTorch with bf16 weights and activations ("bf16": fast where the CPU has AMX
+or on a GPU, ~100x slower than fp32 on other CPUs), ONNX Runtime ("onnx", "onnx-int8"), and a
+transformers model loaded from an HF export ("hf", used only to verify that export).
 """
 
 from __future__ import annotations
 
 import json
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 
@@ -22,7 +24,7 @@ import torch
 from ember.errors import EmberError
 from ember.serve.graph import InferenceGraph, ServeInfo, build_module, describe, load_module, read_manifest
 
-BACKENDS = ("torch", "int8", "onnx", "onnx-int8")
+BACKENDS = ("torch", "int8", "bf16", "onnx", "onnx-int8")
 
 
 class TorchRunner:
@@ -143,11 +145,21 @@ def example_inputs(info: ServeInfo) -> dict[str, torch.Tensor]:
     return {"input_ids": ids, "attention_mask": mask, "token_type_ids": torch.zeros_like(ids)}
 
 
+def warn_if_slow_bf16() -> None:
+    from ember.train.precision import cpu_has_fast_bf16
+
+    if not cpu_has_fast_bf16():
+        print("warning: --bf16 on a CPU without AMX: bf16 matrix products have no fast kernel here "
+              "and run far slower than fp32 (~100x on AMD EPYC); drop --bf16 (or use --int8) on this machine",
+              file=sys.stderr)
+
+
 def load_runner(path: str | Path, backend: str = "", threads: int = 0):
     """(runner, info, tokenizer) for a run folder or an `ember export` folder.
 
-    A run folder runs in PyTorch fp32 by default; ``backend`` int8 quantizes it in memory,
-    onnx / onnx-int8 export it to a temporary file first. An export folder runs its format
+    A run folder runs in PyTorch fp32 by default; ``backend`` int8 quantizes it in memory, bf16
+    casts it (weights and activations; outputs come back as fp32), onnx / onnx-int8 export it to
+    a temporary file first. An export folder runs its format
     (``backend`` must then match or be empty).
     """
     from ember.serve.onnx_export import ONNX_FILE, export_onnx, onnx_session, quantize_onnx
@@ -179,6 +191,16 @@ def load_runner(path: str | Path, backend: str = "", threads: int = 0):
         return TorchRunner(InferenceGraph(module)), info, tokenizer
     if backend == "int8":
         return TorchRunner(InferenceGraph(quantize_int8(module)), "int8"), info, tokenizer
+    if backend == "bf16":
+        warn_if_slow_bf16()
+        runner = TorchRunner(InferenceGraph(module).to(torch.bfloat16), "bf16")
+        try:  # a family with an fp32-only step says so now, not at the first request
+            runner({k: v.numpy() for k, v in example_inputs(info).items()}, True)
+        except RuntimeError as exc:
+            raise EmberError(f"{path}: this {info.display_name} does not run in bf16 ({exc}); "
+                             "drop --bf16") from None
+        runner.calls = 0
+        return runner, info, tokenizer
     tmp = Path(tempfile.mkdtemp(prefix="ember-onnx-"))
     try:
         onnx_path = export_onnx(InferenceGraph(module), tmp / ONNX_FILE, example_inputs(info))

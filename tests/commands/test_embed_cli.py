@@ -100,10 +100,25 @@ def test_embed_backends_agree(tiny_run):
 
     fp32 = ember.embed(tiny_run, WORDS)
     np.testing.assert_allclose(ember.embed(tiny_run, WORDS, backend="onnx"), fp32, atol=1e-4, rtol=0)
-    for backend in ("int8", "onnx-int8"):  # lossy (and these weights are large): close in direction only
+    for backend in ("int8", "bf16", "onnx-int8"):  # lossy (and these weights are large): close in direction only
         got = ember.embed(tiny_run, WORDS, backend=backend)
         cos = (got * fp32).sum(1) / np.linalg.norm(got, axis=1) / np.linalg.norm(fp32, axis=1)
         assert cos.min() > 0.97, (backend, cos)
+
+
+def test_embed_cli_bf16_flag_runs_the_bf16_backend(tiny_run, tmp_path, capsys):
+    from ember.train.precision import cpu_has_fast_bf16
+
+    (tmp_path / "in.txt").write_text("\n".join(WORDS) + "\n")
+    out = tmp_path / "v.npy"
+    assert ember_main(["embed", str(tiny_run), "--input", str(tmp_path / "in.txt"), "--out", str(out), "--bf16",
+                       "--no-progress"]) == 0
+    import ember
+
+    fp32, bf16 = ember.embed(tiny_run, WORDS), np.load(out)
+    np.testing.assert_allclose(bf16, ember.embed(tiny_run, WORDS, backend="bf16"), atol=0, rtol=0)
+    assert not np.array_equal(bf16, fp32)  # not the fp32 numbers
+    assert ("without AMX" in capsys.readouterr().err) == (not cpu_has_fast_bf16())  # the slow-CPU warning
 
 
 BAD_INPUTS = [
