@@ -23,9 +23,9 @@ and Russian corpora that destroys the text, so we lower-case without it.
 The kind is not stored separately: ``tokenizer_kind`` reads it back from the model type.
 
 Reproducible: the same text gives the same wordpiece or bpe tokenizer.json on every run (ember
-renumbers WordPiece's pieces, ``_renumber_wordpiece``). Unigram's trainer is not: its EM
-re-estimates scores in an order that varies between runs (scores differ in the third decimal,
-so pieces can change places), hence runs keep the tokenizer.json they were prepared with.
+renumbers WordPiece's pieces, ``_renumber_wordpiece``). Unigram's trainer is not: its piece
+scores differ between runs in the third decimal, so pieces can change places and ids; a run
+keeps the tokenizer.json it was prepared with.
 """
 
 from __future__ import annotations
