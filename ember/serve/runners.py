@@ -146,7 +146,7 @@ def example_inputs(info: ServeInfo) -> dict[str, torch.Tensor]:
 
 
 def warn_if_slow_bf16() -> None:
-    from ember.train.precision import cpu_has_fast_bf16
+    from ember.nn.onednn import cpu_has_fast_bf16
 
     if not cpu_has_fast_bf16():
         print("warning: --bf16 on a CPU without AMX: bf16 matrix products have no fast kernel here "

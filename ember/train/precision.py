@@ -22,6 +22,7 @@ from contextlib import nullcontext
 import torch
 
 from ember.errors import EmberError
+from ember.nn.onednn import cpu_has_fast_bf16  # a fact about the CPU's kernels (also serving's)
 
 BF16 = ("bfloat16", "bf16")
 
@@ -33,15 +34,6 @@ def autocast_context(device: str, dtype: str):
     if dtype not in BF16:  # float16 is refused by TrainConfig (no loss scaling)
         raise EmberError(f"train.dtype={dtype!r}; choose float32 or bfloat16")
     return torch.autocast(device_type=device.split(":")[0], dtype=torch.bfloat16)
-
-
-def cpu_has_fast_bf16() -> bool:
-    """Whether this CPU multiplies bf16 matrices in hardware (Intel AMX tiles)."""
-    probe = getattr(torch.cpu, "_is_amx_tile_supported", None)  # private, so asked with care
-    try:
-        return bool(probe()) if probe is not None else False
-    except RuntimeError:
-        return False
 
 
 def check_speed(device: str, dtype: str) -> str | None:
