@@ -147,8 +147,7 @@ def _renumber_wordpiece(tok: Tokenizer, special_tokens: list[str], unk: str) -> 
     """Give a trained WordPiece vocabulary ids that do not change from run to run.
 
     The trainer learns the same pieces each time but numbers them differently: its "##"
-    characters come out of a hash map seeded per process, and ties between merges follow those
-    ids. WordPiece encodes by greedy longest match over the set of pieces, so ids carry no
+    characters come out in another order on every run, and merges tied in count swap places. WordPiece encodes by greedy longest match over the set of pieces, so ids carry no
     meaning beyond the special tokens': those keep theirs (in the order given), then single
     characters, "##" characters and longer pieces follow, each group in code-point order."""
     vocab = tok.get_vocab(with_added_tokens=False)
