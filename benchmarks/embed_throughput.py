@@ -35,18 +35,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _bench import _CLOCK, alternate, clock, clock_name, load, machine, median  # noqa: E402
 
 from ember.api.embed import embed_with, load_embedder  # noqa: E402
+from ember.serve.runners import BACKENDS  # noqa: E402
 from ember.tasks.similarity import cosine, read_pairs, similarity_metrics, similarity_task  # noqa: E402
 
-BACKENDS = ("torch", "int8", "bf16", "onnx", "onnx-int8")
+REFERENCE = "sentence-transformers"
 
 
 def default_backends() -> list[str]:
     """All of them, bf16 only where the CPU multiplies bf16 in hardware (AMX): elsewhere it is
     ~100x slower than fp32 and would take the run's time for a known answer."""
-    from ember.train.precision import cpu_has_fast_bf16
+    from ember.nn.onednn import cpu_has_fast_bf16
 
     return [b for b in BACKENDS if b != "bf16" or cpu_has_fast_bf16()]
-REFERENCE = "sentence-transformers"
 
 
 def wiki_sentences(n: int, root: Path) -> list[str]:
