@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
+
+# The README's test command spreads the suite over the cores (pytest-xdist, one worker per core).
+# Each worker then computes with one thread: two workers with torch's default of a thread per
+# core would each spin OpenMP threads on the other's core. Set before torch is imported, so the
+# subprocesses the tests start (ember's CLI, torchrun) inherit it too.
+if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:
+    os.environ["OMP_NUM_THREADS"] = "1"
 
 import pytest
 
