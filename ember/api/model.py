@@ -34,8 +34,8 @@ import numpy as np
 from ember.api.data import texts
 from ember.api.sources import layout, run_of_hf_folder
 from ember.errors import EmberError
+from ember.serve import BACKENDS
 
-BACKENDS = ("torch", "int8", "bf16", "onnx", "onnx-int8")
 DEFAULT_INPUTS = {"text": "texts"}
 # Every inference method ember has, for the message naming what a model can do instead.
 KNOWN_METHODS = ("classify", "embed", "fill_mask", "tag", "answer", "generate", "score")

@@ -14,3 +14,7 @@
     requests.py    request bodies: size limit, JSON object (fields: each method's own parse)
     app.py         the FastAPI app and `ember serve`'s uvicorn runner
 """
+
+# The ways a run folder can be run (``ember.serve.runners``; ``ember.load(backend=...)``). Here, in
+# the package's torch-free top, so ``ember.api`` can check a name without importing the runners.
+BACKENDS = ("torch", "int8", "bf16", "onnx", "onnx-int8")

@@ -22,9 +22,8 @@ import numpy as np
 import torch
 
 from ember.errors import EmberError
+from ember.serve import BACKENDS
 from ember.serve.graph import InferenceGraph, ServeInfo, build_module, describe, load_module, read_manifest
-
-BACKENDS = ("torch", "int8", "bf16", "onnx", "onnx-int8")
 
 
 class TorchRunner:
