@@ -122,6 +122,11 @@ class TrainConfig:
     adam_eps: float = 1e-6
     batch_size: int = 32  # sequences per optimizer step, over all ranks and accumulation
     grad_accum: int = 1
+    # Fine-tuning classification/regression: batches of examples of similar length
+    # (ember.train.length_groups; transformers' group_by_length), so little of each batch is
+    # padding. Other data (pre-training blocks, all of one length; per-token task losses) is
+    # shuffled as before.
+    group_by_length: bool = True
     max_grad_norm: float = 1.0
     max_steps: int = 10000
     max_time: float = 0.0  # seconds of training-step time on `clock`; 0 = no limit

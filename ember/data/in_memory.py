@@ -3,6 +3,8 @@
 The Trainer reads any object with ``len()`` and ``example(index, epoch)``; fine-tuning,
 distillation and the ELMo feature runs hold their featurized examples in memory, and the
 epoch does not change them (corruption, where there is any, happens in ``make_batch``).
+Given the examples' lengths, the Trainer can group them into batches of similar length
+(``ember.train.length_groups``).
 """
 
 from __future__ import annotations
@@ -11,11 +13,18 @@ from typing import Any, Sequence
 
 
 class InMemoryData:
-    def __init__(self, examples: Sequence[Any]) -> None:
+    def __init__(self, examples: Sequence[Any], lengths: Sequence[int] | None = None) -> None:
+        """``lengths``: tokens per example, for length-grouped batches (``train.group_by_length``)."""
+        if lengths is not None and len(lengths) != len(examples):
+            raise ValueError(f"{len(lengths)} lengths for {len(examples)} examples")
         self.examples = examples
+        self._lengths = lengths
 
     def __len__(self) -> int:
         return len(self.examples)
+
+    def lengths(self) -> Sequence[int] | None:
+        return self._lengths
 
     def example(self, index: int, epoch: int) -> Any:
         return self.examples[index]

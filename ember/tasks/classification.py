@@ -22,6 +22,9 @@ class SequenceClassifier(BackboneWithLinearHead):
     logits_axes = {0: "batch"}  # (B, num_labels): no sequence axis
     compare_view = staticmethod(sequence_view)
     padding: dict = {}  # ``collate`` options of this head's batches (XLNet: left padding)
+    # one loss term per example: fine-tuning may group examples of similar length into batches
+    # (ember.train.length_groups) without reweighting anything
+    loss_per_example = True
 
     @property
     def is_regression(self) -> bool:

@@ -35,6 +35,7 @@ from ember.tasks.knowledge import with_knowledge
 from ember.tasks.task_model import build_task_module, pad_token_id
 from ember.runs.checkpoint import atomic_write_text, load_weights, save_weights
 from ember.train.layerwise import gradual_unfreezing, lr_scale_fn
+from ember.train.length_groups import feature_lengths
 from ember.train.loop import Trainer, epoch_schedule
 from ember.runs.folder import prepare_run_dir, write_run_files
 
@@ -111,7 +112,13 @@ def run_finetuning(cfg: RunConfig, run_dir: Path, state: dict | None, tokenizer_
     # ULMFiT options: per-layer lr scales and the unfreezing hook, both functions of the step only.
     lr_scale = lr_scale_fn(module, cfg.task.layer_lr_decay) if cfg.task.layer_lr_decay != 1.0 else None
     unfreeze = gradual_unfreezing(module, steps_per_epoch) if cfg.task.gradual_unfreeze else None
-    trainer = Trainer(module, InMemoryData(train_features), train_cfg, run_dir, evaluate=evaluate,
+    # Length-grouped batches (train.group_by_length) where the loss is one term per example
+    # (classification, regression). A per-token loss (tagging, text-to-text) averages over a
+    # batch's tokens, so grouping would give a short sentence's tokens more weight than a long
+    # one's (measured: a CoNLL tagger that stayed at all-O on one seed of three).
+    lengths = feature_lengths(train_features) if getattr(module, "loss_per_example", False) else None
+    train_data = InMemoryData(train_features, lengths)
+    trainer = Trainer(module, train_data, train_cfg, run_dir, evaluate=evaluate,
                       best_metric=adapter.main_metric, on_best=save_best, progress=progress,
                       lr_scale=lr_scale, before_step=unfreeze, patience=cfg.task.patience)
     trainer.train(resume=resume)

@@ -29,6 +29,7 @@ from ember.runs import checkpoint as ckpt
 from ember.train.distributed import DistInfo, agree, all_reduce_sums, barrier, gradient_sync
 from ember.train.fsdp import full_model_state, shard
 from ember.train.host_memory import keep_freed_host_memory
+from ember.train.length_groups import LengthGroupedOrder
 from ember.train.scaling import effective_config
 from ember.train.sharded_checkpoint import resume_checkpoint, save_sharded_checkpoint
 from ember.train.logging import MetricsLogger
@@ -38,6 +39,8 @@ from ember.train.precision import autocast_context, check_speed
 
 class DataOrder:
     """Maps a global example position to a dataset index, one seeded permutation per epoch."""
+
+    name = "shuffled"
 
     def __init__(self, size: int, seed: int) -> None:
         if size == 0:
@@ -114,7 +117,7 @@ class Trainer:
         self.before_step, self.patience = before_step, patience
         lr_factor(0, cfg, 0.0)  # an unknown schedule, or "time" without max_time, fails here
         self.optimizer = build_optimizer(self.module, cfg, lr_scale)
-        self.order = DataOrder(len(data), cfg.seed)
+        self.order = self.data_order()
         self.step = 0
         self.elapsed = 0.0  # training seconds over all sessions of this run
         self.tokens = 0  # non-padding tokens trained on, over all sessions and ranks
@@ -128,7 +131,17 @@ class Trainer:
         return {"step": self.step, "elapsed": self.elapsed, "tokens": self.tokens, "best": self.best,
                 "world_size": self.dist.world_size, "seed": self.cfg.seed,
                 "micro_batches": self.cfg.grad_accum * self.dist.world_size,
-                "bad_evals": self.bad_evals, "stopped_early": self.stopped_early}
+                "bad_evals": self.bad_evals, "stopped_early": self.stopped_early, "data_order": self.order.name}
+
+    def data_order(self, name: str | None = None):
+        """The order examples are trained in: length-grouped batches where ``train.group_by_length``
+        is on and the data knows its examples' lengths (fine-tuning), else a plain shuffle per epoch;
+        ``name`` asks for one of the two (a resumed checkpoint's)."""
+        lengths = self.data.lengths() if callable(getattr(self.data, "lengths", None)) else None
+        grouped = self.cfg.group_by_length if name is None else name == LengthGroupedOrder.name
+        if grouped and lengths is not None:
+            return LengthGroupedOrder(lengths, self.cfg.seed, self.cfg.batch_size)
+        return DataOrder(len(self.data), self.cfg.seed)
 
     def save(self) -> None:
         if self.cfg.parallel == "fsdp":  # every rank writes its shard (ember.train.sharded_checkpoint)
@@ -150,6 +163,7 @@ class Trainer:
             return False
         path, state = found
         self.note_layout_change(state)
+        self.keep_data_order(state)
         self.step, self.elapsed, self.best = state["step"], state["elapsed"], state["best"]
         self.tokens = state.get("tokens", 0)  # absent in checkpoints written before it was counted
         self.bad_evals, self.stopped_early = state.get("bad_evals", 0), state.get("stopped_early", False)
@@ -157,6 +171,16 @@ class Trainer:
             MetricsLogger.truncate(self.run_dir / "metrics.jsonl", self.step)
             print(f"resumed from {path} (step {self.step})")
         return True
+
+    def keep_data_order(self, state: dict) -> None:
+        """A run resumes in the order it started with (checkpoints written before batches could be
+        length-grouped have no "data_order": they were shuffled), so its steps replay exactly."""
+        was = state.get("data_order", DataOrder.name)
+        if was != self.order.name:
+            self.order = self.data_order(was)
+            if self.dist.is_main:
+                print(f"note: the checkpoint's batches were {was}; the run goes on that way so it resumes "
+                      "exactly (train.group_by_length applies to new runs)")
 
     def note_layout_change(self, state: dict) -> None:
         """Say so when a run resumes with another micro-batch layout: same examples per step,

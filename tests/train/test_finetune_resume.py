@@ -48,3 +48,6 @@ def test_finetune_resume_after_kill_reproduces_losses_and_results(options, wiki_
     assert (b["metrics"], b["best_step"], b["steps"], b["stopped_early"]) == \
         (a["metrics"], a["best_step"], a["steps"], a["stopped_early"])
     assert b.get("scalar_mix") == a.get("scalar_mix")
+    # SST-2 is classification: its batches were length-grouped, and the checkpoints say so
+    states = [json.loads(p.read_text()) for p in run.glob("**/trainer_state.json")]
+    assert states and {s["data_order"] for s in states} == {"length-grouped"}
