@@ -178,6 +178,9 @@ class Trainer:
         was = state.get("data_order", DataOrder.name)
         if was != self.order.name:
             self.order = self.data_order(was)
+            if self.order.name != was:  # grouped, but this data cannot say its examples' lengths
+                raise EmberError(f"the checkpoint's batches were {was}, which this run's data cannot "
+                                 "reproduce; resume it with the data and task it started with")
             if self.dist.is_main:
                 print(f"note: the checkpoint's batches were {was}; the run goes on that way so it resumes "
                       "exactly (train.group_by_length applies to new runs)")

@@ -13,6 +13,7 @@ from torch import nn
 from conftest import real_data
 from ember.config import TrainConfig
 from ember.data.in_memory import InMemoryData
+from ember.errors import EmberError
 from ember.train.length_groups import POOL_BATCHES, LengthGroupedOrder, feature_lengths
 from ember.train.loop import DataOrder, Trainer
 
@@ -101,6 +102,9 @@ def test_trainer_groups_batches_when_asked_and_a_resume_keeps_the_checkpoints_or
     assert resumed.order.name == "shuffled"
     resumed.keep_data_order({**state, "data_order": "length-grouped"})
     assert resumed.order.name == "length-grouped"
+    unsized = Trainer(_Toy(), InMemoryData(examples), cfg, tmp_path / "third", progress=False)
+    with pytest.raises(EmberError, match="cannot reproduce"):
+        unsized.keep_data_order({**state, "data_order": "length-grouped"})
 
 
 def test_fine_tuning_groups_only_heads_whose_loss_is_one_term_per_example():
