@@ -35,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _bench import _CLOCK, alternate, clock, clock_name, load, machine, median  # noqa: E402
 
 from ember.api.embed import embed_with, load_embedder  # noqa: E402
-from ember.serve.runners import BACKENDS  # noqa: E402
+from ember.serve import BACKENDS  # noqa: E402
 from ember.tasks.similarity import cosine, read_pairs, similarity_metrics, similarity_task  # noqa: E402
 
 REFERENCE = "sentence-transformers"

@@ -147,9 +147,10 @@ def _renumber_wordpiece(tok: Tokenizer, special_tokens: list[str], unk: str) -> 
     """Give a trained WordPiece vocabulary ids that do not change from run to run.
 
     The trainer learns the same pieces each time but numbers them differently: its "##"
-    characters come out in another order on every run, and merges tied in count swap places. WordPiece encodes by greedy longest match over the set of pieces, so ids carry no
-    meaning beyond the special tokens': those keep theirs (in the order given), then single
-    characters, "##" characters and longer pieces follow, each group in code-point order."""
+    characters come out in another order on every run, and merges tied in count swap places.
+    WordPiece encodes by greedy longest match over the set of pieces, so ids carry no meaning
+    beyond the special tokens': those keep theirs (in the order given), then single characters,
+    "##" characters and longer pieces follow, each group in code-point order."""
     vocab = tok.get_vocab(with_added_tokens=False)
     rest = sorted((t for t in vocab if t not in special_tokens),
                   key=lambda t: (0 if len(t) == 1 else 1 if len(t) == 3 and t.startswith("##") else 2, t))

@@ -29,7 +29,7 @@ from ember.runs import checkpoint as ckpt
 from ember.train.distributed import DistInfo, agree, all_reduce_sums, barrier, gradient_sync
 from ember.train.fsdp import full_model_state, shard
 from ember.train.host_memory import keep_freed_host_memory
-from ember.train.length_groups import LengthGroupedOrder
+from ember.train.length_groups import GROUPED, SHUFFLED, group_by_length
 from ember.train.scaling import effective_config
 from ember.train.sharded_checkpoint import resume_checkpoint, save_sharded_checkpoint
 from ember.train.logging import MetricsLogger
@@ -38,20 +38,27 @@ from ember.train.precision import autocast_context, check_speed
 
 
 class DataOrder:
-    """Maps a global example position to a dataset index, one seeded permutation per epoch."""
+    """Maps a global example position to a dataset index: one seeded permutation per epoch, its
+    batches grouped by length when the examples' ``lengths`` are given (``ember.train.length_groups``)."""
 
-    name = "shuffled"
-
-    def __init__(self, size: int, seed: int) -> None:
+    def __init__(self, size: int, seed: int, lengths=None, batch_size: int = 0) -> None:
         if size == 0:
             raise EmberError("the training data has no examples")
         self.size, self.seed, self._epoch, self._perm = size, seed, -1, None
+        self.lengths = None if lengths is None else np.asarray(lengths, dtype=np.int64)
+        self.batch_size = batch_size
+        self.name = SHUFFLED if lengths is None else GROUPED
+
+    def epoch_order(self, epoch: int) -> np.ndarray:
+        """The dataset indices of one epoch, in training order."""
+        rng = np.random.default_rng([self.seed, epoch, 104729])
+        perm = rng.permutation(self.size)
+        return perm if self.lengths is None else group_by_length(perm, self.lengths, self.batch_size, rng)
 
     def __call__(self, position: int) -> tuple[int, int]:
         epoch, offset = divmod(position, self.size)
         if epoch != self._epoch:
-            self._perm = np.random.default_rng([self.seed, epoch, 104729]).permutation(self.size)
-            self._epoch = epoch
+            self._perm, self._epoch = self.epoch_order(epoch), epoch
         return int(self._perm[offset]), epoch
 
 
@@ -138,10 +145,8 @@ class Trainer:
         is on and the data knows its examples' lengths (fine-tuning), else a plain shuffle per epoch;
         ``name`` asks for one of the two (a resumed checkpoint's)."""
         lengths = self.data.lengths() if callable(getattr(self.data, "lengths", None)) else None
-        grouped = self.cfg.group_by_length if name is None else name == LengthGroupedOrder.name
-        if grouped and lengths is not None:
-            return LengthGroupedOrder(lengths, self.cfg.seed, self.cfg.batch_size)
-        return DataOrder(len(self.data), self.cfg.seed)
+        grouped = self.cfg.group_by_length if name is None else name == GROUPED
+        return DataOrder(len(self.data), self.cfg.seed, lengths if grouped else None, self.cfg.batch_size)
 
     def save(self) -> None:
         if self.cfg.parallel == "fsdp":  # every rank writes its shard (ember.train.sharded_checkpoint)
@@ -175,7 +180,7 @@ class Trainer:
     def keep_data_order(self, state: dict) -> None:
         """A run resumes in the order it started with (checkpoints written before batches could be
         length-grouped have no "data_order": they were shuffled), so its steps replay exactly."""
-        was = state.get("data_order", DataOrder.name)
+        was = state.get("data_order", SHUFFLED)
         if was != self.order.name:
             self.order = self.data_order(was)
             if self.order.name != was:  # grouped, but this data cannot say its examples' lengths

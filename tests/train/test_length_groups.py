@@ -14,7 +14,7 @@ from conftest import real_data
 from ember.config import TrainConfig
 from ember.data.in_memory import InMemoryData
 from ember.errors import EmberError
-from ember.train.length_groups import POOL_BATCHES, LengthGroupedOrder, feature_lengths
+from ember.train.length_groups import POOL_BATCHES, feature_lengths
 from ember.train.loop import DataOrder, Trainer
 
 
@@ -37,7 +37,7 @@ def _padded_tokens(order, lengths: np.ndarray, batch: int, epoch: int = 0) -> in
 
 def test_sst2_length_grouped_batches_visit_each_sentence_once_and_pad_far_less():
     lengths, batch = _sst2_lengths(4000), 32
-    grouped, shuffled = LengthGroupedOrder(lengths, seed=3, batch_size=batch), DataOrder(len(lengths), seed=3)
+    grouped, shuffled = DataOrder(len(lengths), 3, lengths, batch), DataOrder(len(lengths), seed=3)
     for epoch in (0, 1):
         seen = [grouped(epoch * len(lengths) + p) for p in range(len(lengths))]
         assert sorted(i for i, _ in seen) == list(range(len(lengths))) and {e for _, e in seen} == {epoch}
@@ -49,10 +49,10 @@ def test_sst2_length_grouped_batches_visit_each_sentence_once_and_pad_far_less()
 
 def test_length_grouped_order_is_seeded_and_its_batches_are_not_a_length_trend():
     lengths, batch = _sst2_lengths(4000), 32
-    a, b = LengthGroupedOrder(lengths, 5, batch), LengthGroupedOrder(lengths, 5, batch)
+    a, b = DataOrder(len(lengths), 5, lengths, batch), DataOrder(len(lengths), 5, lengths, batch)
     assert np.array_equal(a.epoch_order(0), b.epoch_order(0))  # what exact resume rests on
     assert not np.array_equal(a.epoch_order(0), a.epoch_order(1))
-    assert not np.array_equal(a.epoch_order(0), LengthGroupedOrder(lengths, 6, batch).epoch_order(0))
+    assert not np.array_equal(a.epoch_order(0), DataOrder(len(lengths), 6, lengths, batch).epoch_order(0))
     # the batches' longest rows do not rise or fall over the epoch (pools are sorted, batches shuffled)
     longest = lengths[a.epoch_order(0)[: len(lengths) // batch * batch].reshape(-1, batch)].max(1)
     trend = np.corrcoef(np.arange(len(longest)), longest)[0, 1]
