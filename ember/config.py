@@ -122,10 +122,10 @@ class TrainConfig:
     adam_eps: float = 1e-6
     batch_size: int = 32  # sequences per optimizer step, over all ranks and accumulation
     grad_accum: int = 1
-    # Fine-tuning classification/regression: batches of examples of similar length
-    # (ember.train.length_groups; transformers' group_by_length), so little of each batch is
-    # padding. Other data (pre-training blocks, all of one length; per-token task losses) is
-    # shuffled as before.
+    # Fine-tuning classification/regression/QA and task distillation (KD, PKD): batches of
+    # examples of similar length (ember.train.length_groups; transformers' group_by_length), so
+    # little of each batch is padding. Other data (pre-training blocks, all of one length;
+    # per-token losses: tagging, text-to-text, TinyBERT's layers) is shuffled as before.
     group_by_length: bool = True
     max_grad_norm: float = 1.0
     max_steps: int = 10000

@@ -77,6 +77,13 @@ class TaskDistiller(nn.Module):
             raise EmberError("layer-level distillation needs the teacher model, not only its logits")
 
     @property
+    def loss_per_example(self) -> bool:
+        """Whether the loss is one term per example (the logits' losses, PKD's [CLS] states), so
+        training may group examples of similar length into batches (ember.train.length_groups);
+        TinyBERT's per-token layer losses average over a batch's tokens and may not."""
+        return self.layer_loss is None or getattr(self.layer_loss, "loss_per_example", False)
+
+    @property
     def teacher(self) -> nn.Module | None:
         return self._teacher[0] if self._teacher else None
 

@@ -31,6 +31,7 @@ DEFAULT_TEMPERATURE = 5.0
 
 class PatienceLoss(nn.Module):
     needs_attentions = False
+    loss_per_example = True  # on each example's [CLS] states (TinyBERT's per-token losses are not)
 
     def __init__(self, student_layers: int, teacher_layers: int, student_width: int, teacher_width: int,
                  strategy: str = "skip", beta: float = DEFAULT_BETA) -> None:

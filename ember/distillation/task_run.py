@@ -28,6 +28,7 @@ from ember.distillation.transfer_set import build_transfer_set, cached_teacher_l
 from ember.errors import EmberError
 from ember.runs.checkpoint import atomic_write_text, load_weights, save_weights
 from ember.data.in_memory import InMemoryData
+from ember.train.length_groups import feature_lengths
 
 # Per-method defaults (temperature, alpha); see each method's module for the sources.
 METHOD_DEFAULTS = {"kd": (2.0, 1.0), "pkd": (5.0, 0.5), "tinybert": (1.0, 1.0)}
@@ -189,7 +190,8 @@ def run_task_distillation(opts: TaskDistillOptions) -> dict:
     print(f"distilling ({opts.method}) {adapter.display_name}: teacher {params['teacher'] / 1e6:.2f}M -> student "
           f"{params['student'] / 1e6:.2f}M parameters, {len(features):,} transfer examples, "
           f"{train_cfg.max_steps} steps, run folder {out}")
-    trainer = Trainer(distiller, InMemoryData(features), train_cfg, out, evaluate=evaluate,
+    lengths = feature_lengths(features) if distiller.loss_per_example else None  # length-grouped batches
+    trainer = Trainer(distiller, InMemoryData(features, lengths), train_cfg, out, evaluate=evaluate,
                       best_metric=adapter.main_metric, on_best=save_best, progress=opts.progress)
     trainer.train(resume=opts.resume)
 

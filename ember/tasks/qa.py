@@ -37,6 +37,9 @@ def span_view(logits: np.ndarray, mask: np.ndarray, regression: bool = False):
 class QuestionAnswering(nn.Module):
     logits_axes = {0: "batch", 2: "seq"}  # (B, 2, T): start and end logits per token
     compare_view = staticmethod(span_view)
+    # one loss term per window (its start and end cross-entropies): fine-tuning may group windows
+    # of similar length into batches (ember.train.length_groups) without reweighting anything
+    loss_per_example = True
 
     def __init__(self, backbone: nn.Module, pad_id: int) -> None:
         super().__init__()

@@ -104,6 +104,13 @@ def _raise_cli(*args: str) -> None:
     parsed.run(parsed)
 
 
+def data_orders(run, pattern: str = "**/trainer_state.json") -> set[str]:
+    """The batch orders a run's checkpoints recorded (ember.train.length_groups)."""
+    states = [json.loads(p.read_text()) for p in run.glob(pattern)]
+    assert states, f"no checkpoint in {run}"
+    return {s["data_order"] for s in states}
+
+
 @pytest.mark.slow
 def test_pkd_and_tinybert_task_stage_cli_on_sst2(sst2_teacher, tmp_path):
     distill("--method", "pkd", "--pkd-strategy", "skip", "--teacher", str(sst2_teacher), "--student-init",
@@ -111,11 +118,16 @@ def test_pkd_and_tinybert_task_stage_cli_on_sst2(sst2_teacher, tmp_path):
     results = json.loads((tmp_path / "pkd" / "results.json").read_text())
     assert results["method"] == "pkd" and "hard_loss" in (tmp_path / "pkd" / "metrics.jsonl").read_text()
     assert "pt_loss" in (tmp_path / "pkd" / "metrics.jsonl").read_text()
+    assert data_orders(tmp_path / "pkd") == {"length-grouped"}  # PKD compares each example's [CLS]
     out = tmp_path / "tiny"
     distill("--method", "tinybert", "--teacher", str(sst2_teacher), "--student", "bert-tiny", "--student-layers",
             "2", "--unlabeled", "task", "--train-limit", "64", "--epochs", "1", "--out", str(out))
     assert (out / "intermediate" / "student.safetensors").is_file()
     assert "attention_loss" in (out / "intermediate" / "metrics.jsonl").read_text()
+    # TinyBERT's intermediate losses average over tokens, so that step keeps shuffled batches;
+    # its prediction-layer step (logits only) groups them
+    assert data_orders(out / "intermediate") == {"shuffled"}
+    assert data_orders(out, "checkpoints/*/trainer_state.json") == {"length-grouped"}
     assert json.loads((out / "results.json").read_text())["parameters"]["student"] > 0
     assert evaluate_run(out)["metrics"]["accuracy"] == pytest.approx(
         json.loads((out / "results.json").read_text())["metrics"]["accuracy"])
@@ -209,3 +221,5 @@ def test_kd_resume_after_kill_reproduces_the_uninterrupted_run(sst2_teacher, tmp
     a = json.loads((tmp_path / "full" / "results.json").read_text())
     b = json.loads((killed / "results.json").read_text())
     assert a["metrics"] == b["metrics"]
+    # KD's loss is one term per example: its batches were length-grouped, and the checkpoints say so
+    assert data_orders(killed) == {"length-grouped"}
