@@ -113,9 +113,9 @@ def run_finetuning(cfg: RunConfig, run_dir: Path, state: dict | None, tokenizer_
     lr_scale = lr_scale_fn(module, cfg.task.layer_lr_decay) if cfg.task.layer_lr_decay != 1.0 else None
     unfreeze = gradual_unfreezing(module, steps_per_epoch) if cfg.task.gradual_unfreeze else None
     # Length-grouped batches (train.group_by_length) where the loss is one term per example
-    # (classification, regression, QA's windows). A per-token loss (tagging, text-to-text) averages over a
-    # batch's tokens, so grouping would give a short sentence's tokens more weight than a long
-    # one's (measured: a CoNLL tagger that stayed at all-O on one seed of three).
+    # (classification, regression, QA's windows). A per-token loss (tagging, text-to-text)
+    # averages over a batch's tokens, so grouping would give a short sentence's tokens more weight
+    # than a long one's (measured: a CoNLL tagger that stayed at all-O on one seed of three).
     lengths = feature_lengths(train_features) if getattr(module, "loss_per_example", False) else None
     train_data = InMemoryData(train_features, lengths)
     trainer = Trainer(module, train_data, train_cfg, run_dir, evaluate=evaluate,
