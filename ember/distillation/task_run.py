@@ -190,8 +190,7 @@ def run_task_distillation(opts: TaskDistillOptions) -> dict:
     print(f"distilling ({opts.method}) {adapter.display_name}: teacher {params['teacher'] / 1e6:.2f}M -> student "
           f"{params['student'] / 1e6:.2f}M parameters, {len(features):,} transfer examples, "
           f"{train_cfg.max_steps} steps, run folder {out}")
-    lengths = feature_lengths(features) if distiller.loss_per_example else None  # length-grouped batches
-    trainer = Trainer(distiller, InMemoryData(features, lengths), train_cfg, out, evaluate=evaluate,
+    trainer = Trainer(distiller, InMemoryData(features, feature_lengths(features)), train_cfg, out, evaluate=evaluate,
                       best_metric=adapter.main_metric, on_best=save_best, progress=opts.progress)
     trainer.train(resume=opts.resume)
 

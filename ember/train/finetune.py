@@ -112,12 +112,10 @@ def run_finetuning(cfg: RunConfig, run_dir: Path, state: dict | None, tokenizer_
     # ULMFiT options: per-layer lr scales and the unfreezing hook, both functions of the step only.
     lr_scale = lr_scale_fn(module, cfg.task.layer_lr_decay) if cfg.task.layer_lr_decay != 1.0 else None
     unfreeze = gradual_unfreezing(module, steps_per_epoch) if cfg.task.gradual_unfreeze else None
-    # Length-grouped batches (train.group_by_length) where the loss is one term per example
-    # (classification, regression, QA's windows). A per-token loss (tagging, text-to-text)
-    # averages over a batch's tokens, so grouping would give a short sentence's tokens more weight
-    # than a long one's (measured: a CoNLL tagger that stayed at all-O on one seed of three).
-    lengths = feature_lengths(train_features) if getattr(module, "loss_per_example", False) else None
-    train_data = InMemoryData(train_features, lengths)
+    # The trainer groups batches by length where the head's loss is one term per example
+    # (classification, regression, QA's windows), not for a per-token loss (tagging, text-to-text:
+    # a CoNLL tagger grouped stayed at all-O on one seed of three).
+    train_data = InMemoryData(train_features, feature_lengths(train_features))
     trainer = Trainer(module, train_data, train_cfg, run_dir, evaluate=evaluate,
                       best_metric=adapter.main_metric, on_best=save_best, progress=progress,
                       lr_scale=lr_scale, before_step=unfreeze, patience=cfg.task.patience)

@@ -142,10 +142,15 @@ class Trainer:
 
     def data_order(self, name: str | None = None):
         """The order examples are trained in: length-grouped batches where ``train.group_by_length``
-        is on and the data knows its examples' lengths (fine-tuning), else a plain shuffle per epoch;
-        ``name`` asks for one of the two (a resumed checkpoint's)."""
+        is on, the module's loss is one term per example (``loss_per_example``: a per-token loss
+        averages over a batch's tokens, so grouping would reweight them) and the data knows its
+        examples' lengths (fine-tuning), else a plain shuffle per epoch; ``name`` asks for one of
+        the two (a resumed checkpoint's)."""
         lengths = self.data.lengths() if callable(getattr(self.data, "lengths", None)) else None
-        grouped = self.cfg.group_by_length if name is None else name == GROUPED
+        if name is None:
+            grouped = self.cfg.group_by_length and getattr(self.module, "loss_per_example", False)
+        else:
+            grouped = name == GROUPED
         return DataOrder(len(self.data), self.cfg.seed, lengths if grouped else None, self.cfg.batch_size)
 
     def save(self) -> None:

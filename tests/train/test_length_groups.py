@@ -84,6 +84,8 @@ def test_feature_lengths_count_inputs_and_text2text_targets_or_give_up():
 class _Toy(nn.Module):
     """Records the lengths of the examples of every batch it is trained on."""
 
+    loss_per_example = True
+
     def __init__(self):
         super().__init__()
         self.w = nn.Parameter(torch.zeros(1))
