@@ -13,6 +13,7 @@ global micro-batch). So a run resumed from the checkpoint of step s replays step
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import signal
 import time
@@ -30,7 +31,7 @@ from ember.train.distributed import DistInfo, agree, all_reduce_sums, barrier, g
 from ember.train.fsdp import full_model_state, shard
 from ember.train.host_memory import keep_freed_host_memory
 from ember.train.length_groups import GROUPED, SHUFFLED, group_by_length
-from ember.train.scaling import effective_config
+from ember.train.scaling import cpu_micro_batches, effective_config
 from ember.train.sharded_checkpoint import resume_checkpoint, save_sharded_checkpoint
 from ember.train.logging import MetricsLogger
 from ember.train.optim import build_optimizer, lr_factor, set_lr
@@ -80,6 +81,16 @@ def use_threads(num_threads: int) -> None:
         torch.set_num_threads(num_threads)
 
 
+def longest_example(module: nn.Module, data) -> int:
+    """Tokens of the longest training example where micro-batches may cut a batch without
+    changing its gradient (the module's loss is one term per example and the data knows its
+    examples' lengths, as in fine-tuning), else 0."""
+    lengths = data.lengths() if callable(getattr(data, "lengths", None)) else None
+    if not getattr(module, "loss_per_example", False) or lengths is None or not len(lengths):
+        return 0
+    return int(max(lengths))
+
+
 class TrainingInterrupted(EmberError):
     """SIGTERM/SIGINT arrived: the step finished, a checkpoint was written, training stopped."""
 
@@ -105,8 +116,11 @@ class Trainer:
         pure function of the step (e.g. gradual unfreezing) so resumed runs stay exact.
         ``patience``: stop after that many evaluations without a better ``best_metric``.
         """
+        # On a CPU, micro-batches of at most train.micro_batch_tokens where the user chose no layout;
         # grad_accum for this world size (train.micro_batch_size), lr for the batch (train.lr_scaling)
-        cfg = effective_config(cfg, dist_info.world_size)
+        longest = longest_example(module, data)
+        self.automatic_layout = longest > 0 and not cfg.micro_batch_size and cfg.grad_accum == 1
+        cfg = effective_config(cpu_micro_batches(cfg, dist_info.world_size, longest), dist_info.world_size)
         self.cfg, self.dist = cfg, dist_info
         use_threads(cfg.num_threads)
         if dist_info.is_main:
@@ -121,6 +135,10 @@ class Trainer:
         self.evaluate, self.best_metric, self.on_best = evaluate, best_metric, on_best
         self.progress = progress and dist_info.is_main
         self.micro_batch = cfg.batch_size // (cfg.grad_accum * dist_info.world_size)  # checked by world_layout
+        if self.automatic_layout and cfg.grad_accum > 1 and dist_info.is_main:
+            print(f"note: each batch of {cfg.batch_size} runs as {cfg.grad_accum} micro-batches of {self.micro_batch} "
+                  f"(at most {self.micro_batch * longest} tokens, train.micro_batch_tokens="
+                  f"{cfg.micro_batch_tokens}): the same gradient in less memory; train.micro_batch_size sets another")
         self.before_step, self.patience = before_step, patience
         lr_factor(0, cfg, 0.0)  # an unknown schedule, or "time" without max_time, fails here
         self.optimizer = build_optimizer(self.module, cfg, lr_scale)
@@ -172,7 +190,7 @@ class Trainer:
                 MetricsLogger.truncate(self.run_dir / "metrics.jsonl", 0)
             return False
         path, state = found
-        self.note_layout_change(state)
+        self.keep_layout(state)
         self.keep_data_order(state)
         self.step, self.elapsed, self.best = state["step"], state["elapsed"], state["best"]
         self.tokens = state.get("tokens", 0)  # absent in checkpoints written before it was counted
@@ -195,12 +213,23 @@ class Trainer:
                 print(f"note: the checkpoint's batches were {was}; the run goes on that way so it resumes "
                       "exactly (train.group_by_length applies to new runs)")
 
-    def note_layout_change(self, state: dict) -> None:
-        """Say so when a run resumes with another micro-batch layout: same examples per step,
-        but masks and dropout are keyed by micro-batch, so the losses differ from an
-        uninterrupted run (train.micro_batch_size keeps the layout across world sizes)."""
+    def keep_layout(self, state: dict) -> None:
+        """A run whose layout ember chose (CPU micro-batches, ``cpu_micro_batches``) resumes with its
+        checkpoint's, so one written before that choice existed, or under another
+        ``train.micro_batch_tokens``, replays exactly. Otherwise say so when a run resumes with
+        another micro-batch layout: same examples per step, but masks and dropout are keyed by
+        micro-batch, so the losses differ from an uninterrupted run (train.micro_batch_size keeps
+        the layout across world sizes)."""
         was = state.get("micro_batches")
         now = self.cfg.grad_accum * self.dist.world_size
+        if (self.automatic_layout and was is not None and was != now and was % self.dist.world_size == 0
+                and self.cfg.batch_size % was == 0):
+            self.cfg = dataclasses.replace(self.cfg, grad_accum=was // self.dist.world_size)
+            self.micro_batch = self.cfg.batch_size // was
+            if self.dist.is_main:
+                print(f"note: the checkpoint was written with {was} micro-batch(es) per step; the run goes on "
+                      "that way so it resumes exactly")
+            return
         if was is not None and was != now and self.dist.is_main:
             print(f"note: the checkpoint was written with {was} micro-batches per step, this run uses {now} "
                   f"({self.dist.world_size} rank(s) x grad_accum {self.cfg.grad_accum}); the data order is the "
@@ -267,9 +296,9 @@ class Trainer:
 
     # -- the loop -------------------------------------------------------------------------
     def train(self, resume: bool = False) -> dict:
-        cfg = self.cfg
         if resume:
             self.resume()
+        cfg = self.cfg  # after resume: a resumed run may keep its checkpoint's micro-batch layout
         model = self.module
         if self.dist.enabled and not self.sharded:
             model = nn.parallel.DistributedDataParallel(self.module)

@@ -50,6 +50,27 @@ def world_layout(cfg: TrainConfig, world_size: int) -> TrainConfig:
     return dataclasses.replace(cfg, grad_accum=cfg.batch_size // per_forward)
 
 
+def cpu_micro_batches(cfg: TrainConfig, world_size: int, longest: int) -> TrainConfig:
+    """``cfg`` with ``micro_batch_size`` set so that no forward pass on a CPU holds more than
+    ``train.micro_batch_tokens`` tokens (sequences x ``longest``, the longest example), when the
+    user chose no layout (``micro_batch_size`` 0, ``grad_accum`` 1). The caller passes
+    ``longest`` 0 where the cut would change the loss: only a loss that is one term per example
+    has, averaged over equal micro-batches, the whole batch's gradient. Activation memory grows
+    with the tokens of a forward pass while a CPU's products run as fast on 12 windows of 384 as
+    on 48 (BENCHMARKS.md), so the cut costs no speed."""
+    budget = cfg.micro_batch_tokens
+    if budget < 0:
+        raise EmberError(f"train.micro_batch_tokens={budget} must be >= 0 (0 turns CPU micro-batches off)")
+    if (budget == 0 or longest <= 0 or cfg.micro_batch_size or cfg.grad_accum != 1
+            or not cfg.device.startswith("cpu") or cfg.batch_size % world_size):
+        return cfg
+    per_rank = cfg.batch_size // world_size
+    if per_rank * longest <= budget:
+        return cfg
+    fitting = [m for m in range(1, per_rank + 1) if per_rank % m == 0 and m * longest <= budget]
+    return dataclasses.replace(cfg, micro_batch_size=max(fitting, default=1))
+
+
 def lr_scale(cfg: TrainConfig) -> float:
     """The factor ``train.lr_scaling`` applies to the peak learning rate (1 when off)."""
     if cfg.lr_scaling not in LR_SCALING:
