@@ -31,7 +31,7 @@ from ember.train.distributed import DistInfo, agree, all_reduce_sums, barrier, g
 from ember.train.fsdp import full_model_state, shard
 from ember.train.host_memory import keep_freed_host_memory
 from ember.train.length_groups import GROUPED, SHUFFLED, group_by_length
-from ember.train.scaling import cpu_micro_batches, effective_config
+from ember.train.scaling import chose_no_layout, cpu_micro_batches, effective_config
 from ember.train.sharded_checkpoint import resume_checkpoint, save_sharded_checkpoint
 from ember.train.logging import MetricsLogger
 from ember.train.optim import build_optimizer, lr_factor, set_lr
@@ -81,14 +81,9 @@ def use_threads(num_threads: int) -> None:
         torch.set_num_threads(num_threads)
 
 
-def longest_example(module: nn.Module, data) -> int:
-    """Tokens of the longest training example where micro-batches may cut a batch without
-    changing its gradient (the module's loss is one term per example and the data knows its
-    examples' lengths, as in fine-tuning), else 0."""
-    lengths = data.lengths() if callable(getattr(data, "lengths", None)) else None
-    if not getattr(module, "loss_per_example", False) or lengths is None or not len(lengths):
-        return 0
-    return int(max(lengths))
+def example_lengths(data):
+    """The tokens of each training example where the data knows them (fine-tuning), else None."""
+    return data.lengths() if callable(getattr(data, "lengths", None)) else None
 
 
 class TrainingInterrupted(EmberError):
@@ -116,10 +111,15 @@ class Trainer:
         pure function of the step (e.g. gradual unfreezing) so resumed runs stay exact.
         ``patience``: stop after that many evaluations without a better ``best_metric``.
         """
+        # Grouping batches by length and cutting them into micro-batches both need a loss that is one
+        # term per example (a per-token loss averages over a batch's tokens) and known lengths.
+        self.lengths = example_lengths(data)
+        self.loss_per_example = getattr(module, "loss_per_example", False)
+        known = self.loss_per_example and self.lengths is not None and len(self.lengths) > 0
+        longest = int(max(self.lengths)) if known else 0
+        self.automatic_layout = longest > 0 and chose_no_layout(cfg)
         # On a CPU, micro-batches of at most train.micro_batch_tokens where the user chose no layout;
         # grad_accum for this world size (train.micro_batch_size), lr for the batch (train.lr_scaling)
-        longest = longest_example(module, data)
-        self.automatic_layout = longest > 0 and not cfg.micro_batch_size and cfg.grad_accum == 1
         cfg = effective_config(cpu_micro_batches(cfg, dist_info.world_size, longest), dist_info.world_size)
         self.cfg, self.dist = cfg, dist_info
         use_threads(cfg.num_threads)
@@ -164,12 +164,8 @@ class Trainer:
         averages over a batch's tokens, so grouping would reweight them) and the data knows its
         examples' lengths (fine-tuning), else a plain shuffle per epoch; ``name`` asks for one of
         the two (a resumed checkpoint's)."""
-        lengths = self.data.lengths() if callable(getattr(self.data, "lengths", None)) else None
-        if name is None:
-            grouped = self.cfg.group_by_length and getattr(self.module, "loss_per_example", False)
-        else:
-            grouped = name == GROUPED
-        return DataOrder(len(self.data), self.cfg.seed, lengths if grouped else None, self.cfg.batch_size)
+        grouped = self.cfg.group_by_length and self.loss_per_example if name is None else name == GROUPED
+        return DataOrder(len(self.data), self.cfg.seed, self.lengths if grouped else None, self.cfg.batch_size)
 
     def save(self) -> None:
         if self.cfg.parallel == "fsdp":  # every rank writes its shard (ember.train.sharded_checkpoint)

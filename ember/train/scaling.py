@@ -50,6 +50,12 @@ def world_layout(cfg: TrainConfig, world_size: int) -> TrainConfig:
     return dataclasses.replace(cfg, grad_accum=cfg.batch_size // per_forward)
 
 
+def chose_no_layout(cfg: TrainConfig) -> bool:
+    """Whether the user left the micro-batch layout to ember (neither train.micro_batch_size nor
+    train.grad_accum set)."""
+    return not cfg.micro_batch_size and cfg.grad_accum == 1
+
+
 def cpu_micro_batches(cfg: TrainConfig, world_size: int, longest: int) -> TrainConfig:
     """``cfg`` with ``micro_batch_size`` set so that no forward pass on a CPU holds more than
     ``train.micro_batch_tokens`` tokens (sequences x ``longest``, the longest example), when the
@@ -61,8 +67,8 @@ def cpu_micro_batches(cfg: TrainConfig, world_size: int, longest: int) -> TrainC
     budget = cfg.micro_batch_tokens
     if budget < 0:
         raise EmberError(f"train.micro_batch_tokens={budget} must be >= 0 (0 turns CPU micro-batches off)")
-    if (budget == 0 or longest <= 0 or cfg.micro_batch_size or cfg.grad_accum != 1
-            or not cfg.device.startswith("cpu") or cfg.batch_size % world_size):
+    if (budget == 0 or longest <= 0 or not chose_no_layout(cfg) or not cfg.device.startswith("cpu")
+            or cfg.batch_size % world_size):
         return cfg
     per_rank = cfg.batch_size // world_size
     if per_rank * longest <= budget:
