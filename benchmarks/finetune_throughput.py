@@ -13,6 +13,8 @@ leaves this 384-wide checkpoint at chance on SST-2: 51.0% measured) and score th
 once at the end.
 
   ember         ember.finetune(task, init=RUN, train_limit, epochs=1): what `ember finetune` runs
+  ember-full-last-layer  (--full-last-layer) the same with the last layer at every position
+                (ember runs it at [CLS] alone, the only row a classifier reads: ember.nn.query_rows)
   transformers  BertForSequenceClassification.from_pretrained(HF folder) (a fresh classifier),
                 torch AdamW, each batch padded to its longest row (DataCollatorWithPadding's
                 dynamic padding), a seeded shuffle; dev in batches of 64, also padded per batch
@@ -51,6 +53,17 @@ def ember_run(task: str, run: str, limit: int, seed: int, out: Path) -> float:
                             lr=RECIPE["lr"], batch_size=RECIPE["batch"], max_length=RECIPE["max_length"],
                             overwrite=True)
     return 100 * result.metrics["accuracy"]
+
+
+def ember_full_last_layer_run(task: str, run: str, limit: int, seed: int, out: Path) -> float:
+    """``ember_run`` with the encoder's last layer computed at every position (the lever's A/B)."""
+    from ember.models.encoder import Encoder
+
+    Encoder.takes_rows = False
+    try:
+        return ember_run(task, run, limit, seed, out)
+    finally:
+        Encoder.takes_rows = True
 
 
 def _encode(tokenizer, examples, rows):
@@ -103,6 +116,8 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
     parser.add_argument("--lr", type=float, default=RECIPE["lr"])
     parser.add_argument("--cpu-time", action="store_true", help="one thread, CPU seconds of the process")
+    parser.add_argument("--full-last-layer", action="store_true",
+                        help="also time ember with its last layer at every position (ember-full-last-layer)")
     parser.add_argument("--json")
     parser.add_argument("--smoke", action="store_true", help="64 rows, one seed (CI)")
     args = parser.parse_args(argv)
@@ -117,10 +132,13 @@ def main(argv: list[str] | None = None) -> dict:
     results = {"clock": clock_name(), "train_limit": args.train_limit, "recipe": dict(RECIPE), "load_before": load(), "tasks": {}}
     with tempfile.TemporaryDirectory(prefix="ember-ft-bench-") as tmp:
         for task in args.tasks:
-            rows = {"ember": [], "transformers": []}
+            rows = {"ember": [], "transformers": []} | ({"ember-full-last-layer": []} if args.full_last_layer else {})
             for k, seed in enumerate(args.seeds):
                 sides = [("ember", lambda s=seed, t=task: ember_run(t, args.run, args.train_limit, s, Path(tmp) / t)),
                          ("transformers", lambda s=seed, t=task: transformers_run(t, args.hf, args.train_limit, s))]
+                if args.full_last_layer:
+                    sides.insert(1, ("ember-full-last-layer", lambda s=seed, t=task: ember_full_last_layer_run(
+                        t, args.run, args.train_limit, s, Path(tmp) / t)))
                 for name, fn in (sides if k % 2 == 0 else sides[::-1]):  # alternate who goes first
                     start = clock()
                     accuracy = fn()
@@ -132,12 +150,19 @@ def main(argv: list[str] | None = None) -> dict:
                        for name, runs in rows.items()}
             summary["ratio"] = summary["transformers"]["seconds"] / summary["ember"]["seconds"]
             summary["ratio_each"] = [t["seconds"] / e["seconds"] for e, t in zip(rows["ember"], rows["transformers"])]
+            if args.full_last_layer:  # what running the last layer at [CLS] alone saves, per seed
+                summary["last_layer_ratio_each"] = [f["seconds"] / e["seconds"]
+                                                    for e, f in zip(rows["ember"], rows["ember-full-last-layer"])]
             results["tasks"][task] = summary
     results["load_after"] = load()
     for task, s in results["tasks"].items():
         print(f"{task}: ember {s['ember']['seconds']:.1f} s (acc {s['ember']['accuracy']:.2f}), transformers "
               f"{s['transformers']['seconds']:.1f} s (acc {s['transformers']['accuracy']:.2f}); ember "
               f"{s['ratio']:.2f}x faster (each seed: {', '.join(f'{x:.2f}' for x in s['ratio_each'])})")
+        if "last_layer_ratio_each" in s:
+            print(f"  ember-full-last-layer {s['ember-full-last-layer']['seconds']:.1f} s (acc "
+                  f"{s['ember-full-last-layer']['accuracy']:.2f}); the last layer at [CLS] alone: "
+                  f"{', '.join(f'{x:.2f}' for x in s['last_layer_ratio_each'])}x per seed")
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2))
     return results

@@ -17,6 +17,8 @@ All have dropout 0.1 and the same shapes; the contenders run in turn in one proc
 Extra ember variants (--variants) measure one lever each:
   ember-torch-dropout  torch's dropout (F.dropout, SDPA dropout_p) instead of ember.nn.dropout
   ember-full-head   logits for all 4096 positions, loss on the masked ones (no sparse head)
+  ember-full-last-layer  the last layer at every position (ember runs its queries, feed-forward
+             and norms only at the masked rows, the only ones the loss reads: ember.nn.query_rows)
   ember-split-qkv   three separate q/k/v matmuls instead of the fused one
   ember-loop-adam   AdamW without foreach or fused kernels (one op at a time per tensor)
   ember-foreach-adam  AdamW(foreach=True) instead of the fused kernel
@@ -34,7 +36,8 @@ to the reference contenders too (--system-malloc: glibc's default for everyone).
 Utilisation = useful FLOP/s / measured fp32 matmul peak (an n=1024 matmul, the faster of
 MKL's and oneDNN's, timed in every repetition). Useful FLOPs are counted exactly per layer (all matmuls: QKV, attention scores
 and context, output, feed-forward; the MLM head at masked positions only, as those are the
-only rows the loss needs), with backward = 2 x forward. Embedding lookups, LayerNorm, GELU,
+only rows the loss needs, and for the same reason the last layer's queries, attention, output
+and feed-forward at masked positions only, its keys and values everywhere), with backward = 2 x forward. Embedding lookups, LayerNorm, GELU,
 softmax and the optimizer are not counted. Both sides get the same useful count.
 """
 
@@ -63,7 +66,7 @@ from ember.train.host_memory import keep_freed_host_memory  # noqa: E402
 from ember.train.optim import build_optimizer, parameter_groups  # noqa: E402
 
 SPECIAL = {"pad": 0, "unk": 100, "cls": 101, "sep": 102, "mask": 103}
-VARIANTS = ("ember", "ember-torch-dropout", "ember-full-head", "ember-split-qkv", "ember-loop-adam", "ember-foreach-adam",
+VARIANTS = ("ember", "ember-torch-dropout", "ember-full-head", "ember-full-last-layer", "ember-split-qkv", "ember-loop-adam", "ember-foreach-adam",
             "ember-compile", "ember-mkl", "ember-bf16")
 
 
@@ -83,9 +86,11 @@ def make_batch(cfg: ModelConfig, batch: int, length: int, mask_prob: float, seed
 def useful_flops(cfg: ModelConfig, batch: int, length: int, n_masked: int) -> float:
     """Matmul FLOPs of one training step (forward x 3), exact per layer, head at masked rows."""
     h, i, v, tokens = cfg.hidden_size, cfg.intermediate_size, cfg.vocab_size, batch * length
-    per_layer = 2 * tokens * (3 * h * h + h * h + 2 * h * i) + 2 * 2 * batch * length * length * h
+    def layer(queries: int) -> int:  # keys/values at every token, the rest at ``queries`` rows
+        return 2 * tokens * 2 * h * h + 2 * queries * (2 * h * h + 2 * h * i) + 2 * 2 * queries * length * h
+
     head = 2 * n_masked * (h * h + h * v)
-    return 3 * (cfg.num_layers * per_layer + head)
+    return 3 * ((cfg.num_layers - 1) * layer(tokens) + layer(n_masked) + head)
 
 
 def _plain_attention_forward(attn, split_qkv: bool):
@@ -125,6 +130,8 @@ def ember_step(cfg: ModelConfig, variant: str, train: TrainConfig):
     model: nn.Module = module
     if variant == "ember-full-head":
         model = _FullHead(module)
+    # the last layer everywhere; also for the variants whose attention takes no ``rows``
+    module.last_layer_at_targets = variant not in ("ember-full-last-layer", "ember-split-qkv", "ember-torch-dropout")
     if variant == "ember-split-qkv":
         for layer in module.backbone.layers:
             layer.attention.forward = _plain_attention_forward(layer.attention, split_qkv=True)

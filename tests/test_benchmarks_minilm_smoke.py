@@ -44,7 +44,10 @@ def test_finetune_throughput_smoke_runs_both_sides_on_sst2(minilm, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     hf, run = minilm
     bench = load_benchmark("finetune_throughput")
-    r = bench.main(["--hf", str(hf), "--run", str(run), "--tasks", "sst2", "--cpu-time", "--smoke"])
+    r = bench.main(["--hf", str(hf), "--run", str(run), "--tasks", "sst2", "--cpu-time", "--smoke", "--full-last-layer"])
     sst2 = r["tasks"]["sst2"]
     assert sst2["ember"]["seconds"] > 0 and sst2["transformers"]["seconds"] > 0
     assert 0 <= sst2["ember"]["accuracy"] <= 100 and len(sst2["ratio_each"]) == 1
+    # the lever's twin: the same fine-tuning with the last layer everywhere, so the same accuracy
+    assert sst2["ember-full-last-layer"]["accuracy"] == pytest.approx(sst2["ember"]["accuracy"], abs=1.0)
+    assert len(sst2["last_layer_ratio_each"]) == 1

@@ -103,11 +103,13 @@ def test_useful_flops_count_matches_a_hand_count_for_one_layer():
     bench = load_benchmark("pretrain_throughput")
     from ember.config import ModelConfig
 
-    cfg = ModelConfig(vocab_size=10, hidden_size=4, num_layers=1, num_heads=1, intermediate_size=8)
-    # per token: QKV 2*4*12 + out 2*4*4 + FFN 2*(4*8 + 8*4) = 96 + 32 + 128 = 256;
-    # attention 2 * (2 * T * H) per token with T = 3: 48; x 3 tokens (1 x 3 batch) = 912;
-    # head at 1 masked row: 2 * (4*4 + 4*10) = 112; forward 1024, training step x3
-    assert bench.useful_flops(cfg, 1, 3, 1) == 3 * 1024
+    cfg = ModelConfig(vocab_size=10, hidden_size=4, num_layers=2, num_heads=1, intermediate_size=8)
+    # first layer, per token: QKV 2*4*12 + out 2*4*4 + FFN 2*(4*8 + 8*4) = 96 + 32 + 128 = 256;
+    # attention 2 * (2 * T * H) per token with T = 3: 48; x 3 tokens (1 x 3 batch) = 912.
+    # last layer: keys and values at the 3 tokens 3 * 2*4*8 = 192, the rest at the 1 masked row
+    # (query 32 + out 32 + FFN 128 + attention 48) = 240, so 432;
+    # head at 1 masked row: 2 * (4*4 + 4*10) = 112; forward 1456, training step x3
+    assert bench.useful_flops(cfg, 1, 3, 1) == 3 * 1456
 
 
 def _tiny_sst2_run(folder: Path) -> Path:

@@ -39,6 +39,8 @@ def check_encoder_family(model: ModelConfig, what: str) -> None:
 class FusionEncoder(Encoder):
     """An ``Encoder`` whose top ``fusion_layers`` layers are ERNIE aggregators."""
 
+    takes_rows = False  # its last layer is an aggregator, computed at every position
+
     def __init__(self, cfg: ModelConfig, num_entities: int, entity_dim: int, fusion_layers: int = 0,
                  entity_heads: int = 4) -> None:
         check_encoder_family(cfg, "ERNIE's entity fusion")

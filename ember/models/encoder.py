@@ -28,6 +28,7 @@ from torch import nn
 from ember.config import ModelConfig
 from ember.nn.embeddings import InputEmbeddings
 from ember.nn.heads import Pooler
+from ember.nn.query_rows import QueryRows
 from ember.nn.transformer import TransformerLayer
 
 
@@ -110,6 +111,9 @@ def build_layers(cfg: ModelConfig) -> nn.ModuleList:
 
 
 class Encoder(nn.Module):
+    # forward(..., rows=) runs the last layer only at the rows read (ember.nn.query_rows)
+    takes_rows = True
+
     def __init__(self, cfg: ModelConfig, embeddings: bool = True) -> None:
         super().__init__()
         self.config = cfg
@@ -152,15 +156,34 @@ class Encoder(nn.Module):
         output_attentions: bool = False,
         inputs_embeds: torch.Tensor | None = None,  # (B, T, E) from an embeddings module
         language_ids: torch.Tensor | None = None,  # (B, T) XLM language of each token
+        rows: torch.Tensor | None = None,  # bool (B, T): only these rows of the output are read
     ) -> EncoderOutput:
+        """With ``rows``, last_hidden_state is (N, H), the full output's ``[rows]``, and the last
+        layer runs its queries, feed-forward and norms only there (ember.nn.query_rows: the same
+        numbers to float rounding, same dropout masks); pooled is computed as without it."""
         x, mask, is_causal = self.embed(input_ids, attention_mask, token_type_ids, position_ids,
                                         inputs_embeds, language_ids)
         hidden_states = [x] if output_hidden_states else None
         attentions = [] if output_attentions else None
-        for layer, donor in self.layer_sequence():
+        sequence = self.layer_sequence()
+        at_rows = rows is not None and not (is_causal or output_hidden_states or output_attentions)
+        for layer, donor in sequence[:-1] if at_rows else sequence:
             x, probs = layer(x, mask, need_weights=output_attentions, donor=donor, is_causal=is_causal)
             self.record(x, probs, hidden_states, attentions)
-        return self.finish(x, hidden_states, attentions)
+        if not at_rows:
+            out = self.finish(x, hidden_states, attentions)
+            if rows is not None:
+                out.last_hidden_state = out.last_hidden_state[rows]
+            return out
+        need = rows.clone()
+        if self.pooler is not None:
+            need[:, 0] = True  # the pooler reads [CLS]; as the first read row it stays at column 0
+        query_rows = QueryRows.of(need)
+        layer, donor = sequence[-1]
+        x, _ = layer(x, mask, donor=donor, rows=query_rows)  # (B, Q, H)
+        out = self.finish(x, None, None)
+        out.last_hidden_state = out.last_hidden_state[query_rows.valid & rows.gather(1, query_rows.index)]
+        return out
 
     def embed(self, input_ids, attention_mask=None, token_type_ids=None, position_ids=None, inputs_embeds=None,
               language_ids=None) -> tuple[torch.Tensor, torch.Tensor | None, bool]:

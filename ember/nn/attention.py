@@ -26,8 +26,8 @@ import torch.nn.functional as F
 from torch import nn
 from torch.autograd.function import once_differentiable
 
-from ember.nn.dropout import attend, attention_scores, forms_probabilities
-from ember.nn.onednn import dense, is_recording
+from ember.nn.dropout import attend, attention_scores, dropout_at_rows, forms_probabilities
+from ember.nn.onednn import dense, is_recording, linear
 
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,
@@ -90,7 +90,10 @@ class SelfAttention(nn.Module):
         need_weights: bool = False,
         is_causal: bool = False,  # position i attends to positions <= i (mask must be None)
         kv_cache=None,  # ember.nn.kv_cache.LayerKV: keys/values of earlier positions
+        rows=None,  # ember.nn.query_rows.QueryRows: queries only there -> (B, Q, H)
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        if rows is not None:
+            return self._at_rows(x, mask, rows), None
         b, t, h = x.shape
         qkv = dense(self.qkv, x).view(b, t, 3, self.num_heads, self.head_dim)
         dropout = self.dropout_p if self.training else 0.0
@@ -104,6 +107,29 @@ class SelfAttention(nn.Module):
                 k, v = kv_cache.update(k, v)  # (B, heads, L, d) with L = earlier + T positions
             context, probs = attention(q, k, v, mask, dropout, need_weights, is_causal)
         return dense(self.out, context.transpose(1, 2).reshape(b, t, h)), probs
+
+    def _at_rows(self, x: torch.Tensor, mask: torch.Tensor | None, rows) -> torch.Tensor:
+        """The attention output at ``rows`` only (ember.nn.query_rows): keys and values from every
+        position, queries from the rows, through the fused weight's query and key/value slices."""
+        b, t, h = x.shape
+        if type(self.qkv) is nn.Linear:
+            w, bias = self.qkv.weight, self.qkv.bias
+            q = linear(rows.gather(x), w[:h], None if bias is None else bias[:h])  # (B, Q, H)
+            kv = linear(x, w[h:], None if bias is None else bias[h:])  # (B, T, 2H)
+        else:  # e.g. an int8 layer, whose weight cannot be sliced: every query, then the rows'
+            qkv = dense(self.qkv, x)
+            q, kv = rows.gather(qkv[..., :h]), qkv[..., h:]
+        k, v = kv.view(b, t, 2, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)  # (B, heads, T, d)
+        q = q.view(b, -1, self.num_heads, self.head_dim).transpose(1, 2)  # (B, heads, Q, d)
+        if mask is not None and mask.shape[-2] != 1:  # a per-query mask (visibility, causal padding)
+            mask = rows.gather(mask, 2)
+        dropout = self.dropout_p if self.training else 0.0
+        if forms_probabilities(x.device, dropout):  # the full (B, heads, T, T) draw, used at the rows
+            probs = attention_scores(q, k, mask).softmax(-1)
+            context = dropout_at_rows(probs, dropout, True, (b, self.num_heads, t, t), rows, dim=2) @ v
+        else:
+            context = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout)
+        return dense(self.out, context.transpose(1, 2).reshape(b, q.shape[2], h))
 
 
 class MultiHeadAttention(nn.Module):

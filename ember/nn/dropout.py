@@ -96,3 +96,14 @@ def attention_scores(q: torch.Tensor, k: torch.Tensor, attn_mask: torch.Tensor |
     if attn_mask.dtype == torch.bool:
         return scores.masked_fill(~attn_mask, torch.finfo(scores.dtype).min)
     return scores + attn_mask
+
+
+def dropout_at_rows(x: torch.Tensor, p: float, training: bool, full_shape: tuple, rows, dim: int = 1) -> torch.Tensor:
+    """``dropout`` of x, the rows ``rows`` (``ember.nn.query_rows.QueryRows``) along ``dim`` of a
+    tensor of ``full_shape``, with the multiplier the whole tensor would have drawn there: the
+    random stream, and so every later mask, is the one of the full computation."""
+    if not training or p == 0.0:
+        return x
+    if x.device.type != "cpu" or p >= 1.0:
+        return F.dropout(x, p, training)
+    return x * rows.gather(_keep_scale(torch.Size(full_shape), p, x.device, x.dtype), dim)

@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from ember.nn.attention import SelfAttention
-from ember.nn.dropout import Dropout
+from ember.nn.dropout import Dropout, dropout_at_rows
 from ember.nn.feedforward import FeedForward
 
 
@@ -50,10 +50,12 @@ class TransformerLayer(nn.Module):
 
     def forward(
         self, x: torch.Tensor, mask: torch.Tensor | None = None, need_weights: bool = False,
-        donor: "TransformerLayer | None" = None, is_causal: bool = False, kv_cache=None,
+        donor: "TransformerLayer | None" = None, is_causal: bool = False, kv_cache=None, rows=None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         a = self if self.own_attention else donor  # where the attention sub-layer lives
         f = self if self.own_ffn else donor  # where the feed-forward sub-layer lives
+        if rows is not None:
+            return self._at_rows(x, mask, rows, a, f), None
         causal = {"is_causal": is_causal, "kv_cache": kv_cache} if is_causal or kv_cache is not None else {}
         if self.pre_layer_norm:
             attn, probs = a.attention(a.attention_norm(x), mask, need_weights, **causal)
@@ -64,3 +66,18 @@ class TransformerLayer(nn.Module):
             x = a.attention_norm(x + self.dropout(attn))
             x = f.ffn_norm(x + self.dropout(f.ffn(x)))
         return x, probs
+
+    def _at_rows(self, x: torch.Tensor, mask: torch.Tensor | None, rows, a: "TransformerLayer",
+                 f: "TransformerLayer") -> torch.Tensor:
+        """The layer's output (B, Q, H) at ``rows`` only (ember.nn.query_rows): every position is
+        still a key and a value; dropout applies the full layer's random draws at the rows."""
+        full = x.shape
+
+        def drop(y: torch.Tensor) -> torch.Tensor:
+            return dropout_at_rows(y, self.dropout.p, self.training, full, rows)
+
+        if self.pre_layer_norm:
+            x_rows = rows.gather(x) + drop(a.attention(a.attention_norm(x), mask, rows=rows)[0])
+            return x_rows + drop(f.ffn(f.ffn_norm(x_rows)))
+        x_rows = a.attention_norm(rows.gather(x) + drop(a.attention(x, mask, rows=rows)[0]))
+        return f.ffn_norm(x_rows + drop(f.ffn(x_rows)))

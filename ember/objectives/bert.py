@@ -98,6 +98,8 @@ class BertPretraining(nn.Module):
         self.data = data
         # data.masking decides the units masked together (ember.objectives.masking).
         self.masker = masker or build_masker(data, special_ids, cfg.vocab_size)
+        # False computes the last layer everywhere (benchmarks measure the lever with it)
+        self.last_layer_at_targets = getattr(backbone, "takes_rows", False)
 
     @property
     def sentence_head(self) -> nn.Linear | None:
@@ -133,10 +135,11 @@ class BertPretraining(nn.Module):
         return mlm, head(out.pooled) if head is not None else None
 
     def forward(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict]:
-        out = self.backbone(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
-        loss, metrics = masked_lm_loss(
-            self.mlm, out.last_hidden_state, self.backbone.word_embeddings, batch["labels"]
-        )
+        # The last layer at the masked rows only (ember.nn.query_rows): the loss reads nothing else.
+        rows = {"rows": batch["labels"] != -100} if self.last_layer_at_targets else {}
+        out = self.backbone(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"], **rows)
+        loss, metrics = masked_lm_loss(self.mlm, out.last_hidden_state, self.backbone.word_embeddings,
+                                       batch["labels"], at_targets=bool(rows))
         if self.sentence_head is not None:
             labels = batch["sentence_label"]
             logits = self.sentence_head(out.pooled)  # (B, 2)

@@ -201,9 +201,10 @@ class ElectraPretraining(nn.Module):
         labels = batch["labels"]
         where = labels != -100  # (B, T) positions the generator predicts
         targets = labels[where]  # (N,)
-        # Generator: shared embeddings (B, T, E) -> own E->H_G projection -> layers (B, T, H_G).
-        gen = self.generator(ids, attention, types, inputs_embeds=self.backbone.embeddings(ids, types))
-        mlm_logits = self.generator_head(gen.last_hidden_state[where], self.backbone.word_embeddings)  # (N, V)
+        # Generator: shared embeddings (B, T, E) -> own E->H_G projection -> layers -> (N, H_G) at
+        # the masked rows, its last layer computed only there (ember.nn.query_rows).
+        gen = self.generator(ids, attention, types, inputs_embeds=self.backbone.embeddings(ids, types), rows=where)
+        mlm_logits = self.generator_head(gen.last_hidden_state, self.backbone.word_embeddings)  # (N, V)
         mlm_loss, mlm_metrics = token_prediction_loss(mlm_logits, targets, "mlm")
         # Replacements: no gradient flows from the discriminator into the generator.
         # In eval mode the noise comes from a fixed seed, so held-out metrics of successive

@@ -65,11 +65,13 @@ def token_prediction_loss(logits: torch.Tensor, targets: torch.Tensor,
 
 
 def masked_lm_loss(head: MaskedLMHead, hidden: torch.Tensor, word_embeddings: torch.Tensor,
-                   labels: torch.Tensor) -> tuple[torch.Tensor, dict]:
+                   labels: torch.Tensor, at_targets: bool = False) -> tuple[torch.Tensor, dict]:
     """Cross-entropy at masked positions only (sparse head; same loss as the full head).
 
-    hidden (B, T, H), labels (B, T) with -100 where nothing is predicted. The head's tied
-    decoder and the loss run as one step (``token_loss``: the (N, V) logits are never kept).
+    hidden (B, T, H), or with ``at_targets`` already (N, H), its rows where labels != -100 (an
+    encoder run with ``rows=``); labels (B, T) with -100 where nothing is predicted. The head's
+    tied decoder and the loss run as one step (``token_loss``: the (N, V) logits are never kept).
     """
     where = labels != -100
-    return token_loss(head.transform(hidden[where]), word_embeddings, head.bias, labels[where], "mlm")
+    rows = hidden if at_targets else hidden[where]
+    return token_loss(head.transform(rows), word_embeddings, head.bias, labels[where], "mlm")

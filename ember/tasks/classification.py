@@ -34,13 +34,19 @@ class SequenceClassifier(BackboneWithLinearHead):
         return collate(features, self.pad_id, **self.padding)
 
     def head_logits(self, out, attention_mask: torch.Tensor) -> torch.Tensor:  # (B, num_labels)
-        """The head on one backbone pass: [CLS] (through the pooler when there is one)."""
-        pooled = out.pooled if out.pooled is not None else out.last_hidden_state[:, 0]
+        """The head on one backbone pass: [CLS] (through the pooler when there is one). A pass
+        run with ``rows`` at [CLS] (``logits``) returns those rows alone, (B, H)."""
+        hidden = out.last_hidden_state
+        pooled = out.pooled if out.pooled is not None else (hidden if hidden.dim() == 2 else hidden[:, 0])
         return self.classifier(self.dropout(pooled))
 
     def logits(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:  # (B, num_labels)
-        out = self.backbone(batch["input_ids"], batch["attention_mask"], batch.get("token_type_ids"),
-                            **extra_inputs(batch))
+        ids = batch["input_ids"]
+        rows = {}
+        if getattr(self.backbone, "takes_rows", False):  # the last layer at [CLS] only (ember.nn.query_rows)
+            rows["rows"] = torch.zeros_like(ids, dtype=torch.bool)
+            rows["rows"][:, 0] = True
+        out = self.backbone(ids, batch["attention_mask"], batch.get("token_type_ids"), **extra_inputs(batch), **rows)
         return self.head_logits(out, batch["attention_mask"])
 
     def forward(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict]:
