@@ -131,7 +131,7 @@ def ember_step(cfg: ModelConfig, variant: str, train: TrainConfig):
     if variant == "ember-full-head":
         model = _FullHead(module)
     # the last layer everywhere; also for the variants whose attention takes no ``rows``
-    module.last_layer_at_targets = variant not in ("ember-full-last-layer", "ember-split-qkv", "ember-torch-dropout")
+    module.backbone.takes_rows = variant not in ("ember-full-last-layer", "ember-split-qkv", "ember-torch-dropout")
     if variant == "ember-split-qkv":
         for layer in module.backbone.layers:
             layer.attention.forward = _plain_attention_forward(layer.attention, split_qkv=True)

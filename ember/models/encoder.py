@@ -111,7 +111,8 @@ def build_layers(cfg: ModelConfig) -> nn.ModuleList:
 
 
 class Encoder(nn.Module):
-    # forward(..., rows=) runs the last layer only at the rows read (ember.nn.query_rows)
+    # forward(..., rows=) runs the last layer only at the rows read (ember.nn.query_rows); callers
+    # (MLM, classification) ask for it where this is True; set False to compute it everywhere
     takes_rows = True
 
     def __init__(self, cfg: ModelConfig, embeddings: bool = True) -> None:

@@ -102,8 +102,6 @@ def dropout_at_rows(x: torch.Tensor, p: float, training: bool, full_shape: tuple
     """``dropout`` of x, the rows ``rows`` (``ember.nn.query_rows.QueryRows``) along ``dim`` of a
     tensor of ``full_shape``, with the multiplier the whole tensor would have drawn there: the
     random stream, and so every later mask, is the one of the full computation."""
-    if not training or p == 0.0:
-        return x
-    if x.device.type != "cpu" or p >= 1.0:
-        return F.dropout(x, p, training)
+    if not training or p == 0.0 or x.device.type != "cpu" or p >= 1.0:
+        return dropout(x, p, training)  # nothing to drop, or torch's own kernel (its own draws)
     return x * rows.gather(_keep_scale(torch.Size(full_shape), p, x.device, x.dtype), dim)

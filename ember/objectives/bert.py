@@ -98,8 +98,6 @@ class BertPretraining(nn.Module):
         self.data = data
         # data.masking decides the units masked together (ember.objectives.masking).
         self.masker = masker or build_masker(data, special_ids, cfg.vocab_size)
-        # False computes the last layer everywhere (benchmarks measure the lever with it)
-        self.last_layer_at_targets = getattr(backbone, "takes_rows", False)
 
     @property
     def sentence_head(self) -> nn.Linear | None:
@@ -136,7 +134,7 @@ class BertPretraining(nn.Module):
 
     def forward(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict]:
         # The last layer at the masked rows only (ember.nn.query_rows): the loss reads nothing else.
-        rows = {"rows": batch["labels"] != -100} if self.last_layer_at_targets else {}
+        rows = {"rows": batch["labels"] != -100} if getattr(self.backbone, "takes_rows", False) else {}
         out = self.backbone(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"], **rows)
         loss, metrics = masked_lm_loss(self.mlm, out.last_hidden_state, self.backbone.word_embeddings,
                                        batch["labels"], at_targets=bool(rows))

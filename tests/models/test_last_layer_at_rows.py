@@ -93,12 +93,12 @@ def test_bert_pretraining_last_layer_at_masked_rows_gives_the_full_loss_on_real_
     special = {"pad": 0, "unk": 1, "cls": 2, "sep": 3, "mask": 4}
     torch.manual_seed(0)
     module = BertPretraining(build_backbone(cfg), special, DataConfig(nsp=True)).train()
-    assert module.last_layer_at_targets
+    assert module.backbone.takes_rows
     batch = module.make_batch(pairs, np.random.default_rng(0))
     assert bool((batch["attention_mask"] == 0).any())  # pairs of several lengths: padded rows too
     results = {}
     for at_targets in (False, True):
-        module.last_layer_at_targets = at_targets
+        module.backbone.takes_rows = at_targets
         (loss, metrics), after = _run(lambda: module(batch))
         results[at_targets] = (loss, metrics, after, _grads(module, loss))
     (loss_f, m_f, after_f, g_f), (loss_r, m_r, after_r, g_r) = results[False], results[True]
