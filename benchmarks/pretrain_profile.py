@@ -2,7 +2,7 @@
 step and for transformers with logits only at the masked rows (see pretrain_throughput.py).
 
     PYTHONPATH=. OMP_NUM_THREADS=1 .venv/bin/python benchmarks/pretrain_profile.py \
-        --preset bert-mini [--steps 3] [--json out.json]
+        --preset bert-mini [--steps 3] [--bf16] [--json out.json]
 
 Each operator's self time (one thread; the profiler's clock is wall time, so on a loaded
 machine the shares mean more than the milliseconds) is put in one bucket by its name: matmuls
@@ -10,7 +10,9 @@ machine the shares mean more than the milliseconds) is put in one bucket by its 
 and softmax of attention with dropout, and their backward), norms
 (LayerNorm), dropout (mask drawing and applying), activation (GELU), embedding gradient,
 head and loss (log-softmax, NLL; ember's fused softmax cross-entropy), optimizer (AdamW's
-foreach ops, gradient clipping) and the rest (element-wise adds, copies, views). The batch is
+foreach ops, gradient clipping), dtype conversions (the copies inside `.to(dtype)`: autocast's
+fp32 <-> bf16 casts of weights and activations with --bf16, dropout's masks) and the rest
+(element-wise adds, layout copies, views). The batch is
 built before timing (data: 0 here; what `ember pretrain`'s data side costs is in
 prepare_throughput.py). Freed memory is kept for reuse as in `ember pretrain` (--system-malloc: not).
 """
@@ -27,6 +29,7 @@ from torch import nn
 from torch.profiler import ProfilerActivity, profile, record_function
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _gpu import bf16_step  # noqa: E402
 from pretrain_throughput import ember_step, make_batch, reference_step  # noqa: E402
 
 from ember.config import TrainConfig, model_preset  # noqa: E402
@@ -47,6 +50,9 @@ BUCKETS = (
     ("dropout", ("dropout", "bernoulli", "random_", "bitwise_and", "::ge")),
     ("embedding gradient", ("embedding", "index_add", "index_put", "scatter_add")),
 )
+
+
+CASTS = "dtype conversions"
 
 
 def bucket(name: str) -> str:
@@ -92,6 +98,10 @@ def profile_step(step, batch: dict, steps: int) -> dict[str, float]:
             key = "optimizer"
         elif _under(event, (PROFILER_RANGE,)):  # ember's fused softmax and loss (ember.nn.linear_cross_entropy)
             key = "head and loss"
+        elif event.cpu_parent is not None and event.cpu_parent.name == "aten::_to_copy":
+            key = CASTS  # the copy inside a .to(dtype): autocast's fp32 <-> bf16 casts, dropout's masks
+        elif event.name == "aten::_to_copy":
+            key = CASTS
         else:
             key = bucket(event.name)
         totals[key] = totals.get(key, 0.0) + event.self_cpu_time_total / 1e6
@@ -107,6 +117,9 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--json")
     parser.add_argument("--system-malloc", action="store_true",
                         help="glibc's default malloc instead of keeping freed memory (see pretrain_throughput.py)")
+    parser.add_argument("--bf16", action="store_true",
+                        help="both sides under CPU bf16 autocast (what --dtype bfloat16 trains with; fast with AMX); "
+                             "casts between fp32 and bf16 get their own bucket")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     if not args.system_malloc:
@@ -115,10 +128,13 @@ def main(argv: list[str] | None = None) -> dict:
     batch = make_batch(cfg, args.batch, args.length, 0.15)
     sides = {"ember": ember_step(cfg, "ember", TrainConfig()),
              "transformers (masked rows)": reference_step(cfg, masked_rows=True)}
+    if args.bf16:
+        sides = {name: bf16_step(step, "cpu") for name, step in sides.items()}
     table = {name: profile_step(step, batch, args.steps) for name, step in sides.items()}
-    labels = [b for b, _ in BUCKETS] + ["other (element-wise, copies)"]
+    labels = [b for b, _ in BUCKETS] + [CASTS, "other (element-wise, copies)"]
     names = list(table)
-    print(f"{args.preset}, {args.batch}x{args.length}, self CPU ms per step (share), 1 thread")
+    precision = "bf16 autocast" if args.bf16 else "fp32"
+    print(f"{args.preset}, {args.batch}x{args.length}, {precision}, self CPU ms per step (share), 1 thread")
     print(f"{'':30s}" + "".join(f"{n:>30s}" for n in names))
     for label in labels + ["total"]:
         cells = []

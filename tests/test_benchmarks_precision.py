@@ -44,7 +44,7 @@ def test_precision_race_says_which_run_is_missing_its_evaluations(tmp_path):
 def test_head_dropout_ab_smoke_times_both_versions_of_each_component(tmp_path):
     bench = load_benchmark("head_dropout_ab")
     result = bench.main(["--against", str(BENCHMARKS.parent), "--smoke"])  # this checkout against itself
-    assert set(result) == {"head", "head-bf16", "dropout"}
+    assert set(result) == {"head", "head-bf16", "dropout", "dropout-bf16"}
     assert all(r["before_ms"] > 0 and r["after_ms"] > 0 and r["speedup"] > 0 for r in result.values())
     with pytest.raises(bench.EmberError, match="must be an ember checkout"):
         bench.main(["--against", str(tmp_path), "--smoke"])

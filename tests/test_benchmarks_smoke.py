@@ -35,6 +35,21 @@ def test_pretrain_throughput_smoke_reports_rates_ratio_and_utilisation(tmp_path)
     assert json.loads(out.read_text())[0]["masked"] == result["masked"]
 
 
+def test_rows_lever_smoke_times_bert_and_spanbert_on_real_batches(wiki_prepared, tmp_path):
+    bench = load_benchmark("rows_lever")
+    out = tmp_path / "rows.json"
+    results = bench.main(["--smoke", "--cpu-time", "--data", str(wiki_prepared), "--json", str(out)])
+    by_name = {r["objective"]: r for r in results}
+    assert set(by_name) == {"bert", "spanbert"}
+    for result in results:
+        assert all(rate > 0 for rate in result["tokens_per_s"].values()) and len(result["ratio_each"]) == 2
+    assert set(by_name["spanbert"]["tokens_per_s"]) == {"rows", "everywhere", "before"} and by_name["spanbert"]["ratio_vs_before"] > 0
+    # BERT reads its masked rows; SpanBERT reads those and its spans' boundaries besides
+    assert by_name["bert"]["read"] == by_name["bert"]["masked"]
+    assert by_name["spanbert"]["read"] > by_name["spanbert"]["masked"]
+    assert json.loads(out.read_text())[1]["read"] == by_name["spanbert"]["read"]
+
+
 def test_lm_loss_step_smoke_times_gpt_and_t5_with_and_without_the_fused_head(tmp_path):
     from ember.nn import linear_cross_entropy
 
@@ -97,6 +112,9 @@ def test_pretrain_profile_buckets_a_step_and_names_the_matmuls():
     table = bench.main(["--preset", "bert-tiny", "--batch", "2", "--length", "16", "--steps", "1"])
     assert set(table) == {"ember", "transformers (masked rows)"}
     assert all(side["matmuls"] > 0 for side in table.values())
+    bf16 = bench.main(["--preset", "bert-tiny", "--batch", "2", "--length", "16", "--steps", "1", "--bf16"])
+    # autocast casts every weight to bf16 and its gradient back: both sides convert dtypes
+    assert all(side["dtype conversions"] > 0 and side["matmuls"] > 0 for side in bf16.values())
 
 
 def test_useful_flops_count_matches_a_hand_count_for_one_layer():

@@ -15,7 +15,9 @@ position embedding of the target inside it:
 
 then the vocabulary decoder tied to the input embeddings (with its own bias). The second
 layer plus decoder is exactly BERT's MLM head, so ``MaskedLMHead`` is reused for it.
-Loss = MLM cross-entropy + SBO cross-entropy, both averaged over the masked tokens. No NSP:
+Loss = MLM cross-entropy + SBO cross-entropy, both averaged over the masked tokens, which with
+the span boundaries are the only rows either loss reads: the encoder's last layer runs its
+queries and feed-forward only there (``rows=``, as BERT's MLM does at its masked rows). No NSP:
 SpanBERT trains on single contiguous segments (§3.3), so ``pair_mode`` is "none".
 
 The boundaries always exist: masked tokens are never [CLS]/[SEP], so s-1 >= 0 ([CLS] at
@@ -33,9 +35,11 @@ from ember.data.pairs import SegmentPair
 from ember.models.encoder import init_weights
 from ember.nn.activations import activation
 from ember.nn.heads import MaskedLMHead
+from ember.nn.lm_loss import token_loss
+from ember.nn.onednn import dense, linear
 from ember.objectives.bert import BertPretraining
 from ember.objectives.masking import Masker, build_masker
-from ember.objectives.mlm import masked_lm_loss, token_prediction_loss
+from ember.objectives.mlm import masked_lm_loss
 
 
 def build(cfg, special_ids: dict) -> "SpanBertPretraining":
@@ -58,12 +62,17 @@ class SpanBoundaryHead(nn.Module):
         # W2 + GeLU + LayerNorm + tied decoder: the MLM head's shape.
         self.output = MaskedLMHead(hidden_size, vocab_size, act, layer_norm_eps, embedding_size)
 
+    def transform(self, left: torch.Tensor, right: torch.Tensor, offset: torch.Tensor) -> torch.Tensor:
+        """left, right (N, H) boundary states, offset (N,) position in the span -> y (N, E), what
+        the tied decoder reads."""
+        h0 = torch.cat([left, right, self.position(offset)], dim=-1)  # (N, 3H)
+        h1 = self.norm(self.act(dense(self.dense, h0)))  # (N, H)
+        return self.output.transform(h1)
+
     def forward(self, left: torch.Tensor, right: torch.Tensor, offset: torch.Tensor,
                 word_embeddings: torch.Tensor) -> torch.Tensor:
-        """left, right (N, H) boundary states, offset (N,) position in the span -> logits (N, V)."""
-        h0 = torch.cat([left, right, self.position(offset)], dim=-1)  # (N, 3H)
-        h1 = self.norm(self.act(self.dense(h0)))  # (N, H)
-        return self.output(h1, word_embeddings)
+        """The same inputs -> logits (N, V)."""
+        return linear(self.transform(left, right, offset), word_embeddings, self.output.bias)
 
 
 class SpanBertPretraining(BertPretraining):
@@ -84,15 +93,29 @@ class SpanBertPretraining(BertPretraining):
         return batch
 
     def forward(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict]:
-        out = self.backbone(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
-        hidden, labels = out.last_hidden_state, batch["labels"]  # (B, T, H), (B, T)
-        embeddings = self.backbone.word_embeddings
-        mlm_loss, metrics = masked_lm_loss(self.mlm, hidden, embeddings, labels)
+        labels = batch["labels"]  # (B, T)
         where = labels != -100
         rows, cols = where.nonzero(as_tuple=True)  # (N,) each, the order masked_lm_loss uses
         start, end = batch["span_start"][where], batch["span_end"][where]  # (N,)
-        logits = self.sbo(hidden[rows, start - 1], hidden[rows, end], cols - start, embeddings)
-        sbo_loss, sbo_metrics = token_prediction_loss(logits, labels[where], "sbo")
+        left, right = (rows, start - 1), (rows, end)  # each target's span boundaries
+        if getattr(self.backbone, "takes_rows", False):
+            # the last layer only at the rows the two losses read, masked tokens and span boundaries
+            # (ember.nn.query_rows); `slot` maps a (b, t) position to its row of the (R, H) output
+            read = where.clone()
+            read[left], read[right] = True, True
+            out = self.backbone(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"], rows=read)
+            slot = torch.full_like(labels, -1)
+            slot[read] = torch.arange(int(read.sum()), device=labels.device)
+            hidden = out.last_hidden_state  # (R, H)
+            at_targets, at_left, at_right = hidden[slot[where]], hidden[slot[left]], hidden[slot[right]]
+        else:
+            hidden = self.backbone(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"]).last_hidden_state
+            at_targets, at_left, at_right = hidden[where], hidden[left], hidden[right]
+        embeddings = self.backbone.word_embeddings
+        mlm_loss, metrics = masked_lm_loss(self.mlm, at_targets, embeddings, labels, at_targets=True)
+        # the tied decoder and its loss as one step, like the MLM's (the (N, V) logits are never kept)
+        sbo_loss, sbo_metrics = token_loss(self.sbo.transform(at_left, at_right, cols - start), embeddings,
+                                           self.sbo.output.bias, labels[where], "sbo")
         metrics.update(sbo_metrics)
         loss = mlm_loss + sbo_loss
         n = int(batch["input_ids"].shape[0])

@@ -28,6 +28,23 @@ def _grads(module: torch.nn.Module, loss: torch.Tensor) -> dict[str, torch.Tenso
     return {n: p.grad.clone() for n, p in module.named_parameters() if p.grad is not None}
 
 
+def _assert_rows_give_the_full_step(module: torch.nn.Module, batch: dict, metric_names: tuple[str, ...]) -> None:
+    """module(batch) with its backbone's last layer everywhere and at the read rows: the same
+    loss, metrics, gradients of every parameter and next random draw."""
+    results = {}
+    for takes_rows in (False, True):
+        module.backbone.takes_rows = takes_rows
+        (loss, metrics), after = _run(lambda: module(batch))
+        results[takes_rows] = (loss, metrics, after, _grads(module, loss))
+    (loss_f, m_f, after_f, g_f), (loss_r, m_r, after_r, g_r) = results[False], results[True]
+    torch.testing.assert_close(loss_r, loss_f, atol=1e-6, rtol=1e-6)
+    assert all(m_r[name] == m_f[name] for name in metric_names)
+    assert after_r == after_f
+    assert g_f.keys() == g_r.keys()
+    for name in g_f:
+        torch.testing.assert_close(g_r[name], g_f[name], atol=1e-5, rtol=1e-4, msg=name)
+
+
 @pytest.mark.parametrize("pre_layer_norm", [False, True], ids=["post-ln", "pre-ln"])
 @pytest.mark.parametrize("share_layers", ["none", "all"], ids=["bert", "albert-shared"])
 def test_encoder_last_layer_at_rows_matches_full_layer_outputs_grads_and_dropout(pre_layer_norm, share_layers):
@@ -96,17 +113,30 @@ def test_bert_pretraining_last_layer_at_masked_rows_gives_the_full_loss_on_real_
     assert module.backbone.takes_rows
     batch = module.make_batch(pairs, np.random.default_rng(0))
     assert bool((batch["attention_mask"] == 0).any())  # pairs of several lengths: padded rows too
-    results = {}
-    for at_targets in (False, True):
-        module.backbone.takes_rows = at_targets
-        (loss, metrics), after = _run(lambda: module(batch))
-        results[at_targets] = (loss, metrics, after, _grads(module, loss))
-    (loss_f, m_f, after_f, g_f), (loss_r, m_r, after_r, g_r) = results[False], results[True]
-    torch.testing.assert_close(loss_r, loss_f, atol=1e-6, rtol=1e-6)
-    assert m_r["mlm_acc"] == m_f["mlm_acc"] and m_r["nsp_acc"] == m_f["nsp_acc"]
-    assert after_r == after_f
-    for name in g_f:
-        torch.testing.assert_close(g_r[name], g_f[name], atol=1e-5, rtol=1e-4, msg=name)
+    _assert_rows_give_the_full_step(module, batch, ("mlm_acc", "nsp_acc"))
+
+
+def test_spanbert_last_layer_at_masked_and_boundary_rows_gives_the_full_loss_on_real_text(wiki_prepared):
+    """SpanBERT (MLM + span-boundary objective) with span masking on real Wikipedia segments,
+    dropout on: its last layer at the masked tokens and the spans' boundary tokens gives the loss,
+    metrics, gradients and random draws of the full layer."""
+    from ember.objectives.masking import build_masker
+    from ember.objectives.spanbert import SpanBertPretraining
+
+    corpus = TokenCorpus(wiki_prepared, "train")
+    special = {**corpus.special_token_ids, "tokenizer_path": str(corpus.tokenizer_path)}
+    data = DataConfig(masking="span", nsp=False, max_predictions=0)
+    cfg = ModelConfig(vocab_size=2000, hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64,
+                      max_position=64)
+    torch.manual_seed(0)
+    module = SpanBertPretraining(build_backbone(cfg), special, data, build_masker(data, special, 2000, seed=0)).train()
+    segments = SegmentPairDataset(corpus, 64, module.pair_mode, short_seq_prob=0.5, seed=0)
+    batch = module.make_batch([segments.example(i) for i in range(16)], np.random.default_rng(0))
+    masked = batch["labels"] != -100
+    boundaries_unmasked = ~masked.gather(1, batch["span_end"].clamp(min=0)) & masked
+    assert bool(boundaries_unmasked.any())  # the SBO reads rows the MLM does not
+    assert bool((batch["attention_mask"] == 0).any())
+    _assert_rows_give_the_full_step(module, batch, ("mlm_acc", "sbo_acc"))
 
 
 def test_sequence_classifier_last_layer_at_cls_gives_the_full_loss_on_real_sst2():
@@ -130,17 +160,9 @@ def test_sequence_classifier_last_layer_at_cls_gives_the_full_loss_on_real_sst2(
                       intermediate_size=64, max_position=128)
     torch.manual_seed(0)
     classifier = SequenceClassifier(build_backbone(cfg), num_labels=2, pad_id=0).train()
-    results = {}
-    for at_cls in (False, True):
-        classifier.backbone.takes_rows = at_cls
-        (loss, metrics), after = _run(lambda: classifier(batch))
-        results[at_cls] = (loss, metrics, after, _grads(classifier, loss))
-    (loss_f, m_f, after_f, g_f), (loss_r, m_r, after_r, g_r) = results[False], results[True]
-    torch.testing.assert_close(loss_r, loss_f, atol=1e-6, rtol=1e-6)
-    assert m_r["accuracy"] == m_f["accuracy"] and after_r == after_f
-    for name in g_f:
-        torch.testing.assert_close(g_r[name], g_f[name], atol=1e-5, rtol=1e-4, msg=name)
+    _assert_rows_give_the_full_step(classifier, batch, ("accuracy",))
     classifier.eval()
+    classifier.backbone.takes_rows = True
     with torch.no_grad():
         at_cls = classifier.logits(batch)
         classifier.backbone.takes_rows = False

@@ -59,6 +59,8 @@ def test_spanbert_sbo_predicts_each_span_token_from_its_boundaries_and_offset():
                              out.norm.weight, out.norm.bias, 1e-12)
             logits = emb @ y + out.bias  # (V,)
             losses.append(F.cross_entropy(logits[None], torch.tensor([original])))
+            module_logits = sbo(x[row, s - 1][None], x[row, e][None], torch.tensor([i - s]), emb)  # (1, V)
+            torch.testing.assert_close(module_logits[0], logits, atol=1e-5, rtol=1e-5)
         expected_sbo = torch.stack(losses).mean()
     sbo_sum, n = metrics["sbo_loss"]
     assert n == 6 and metrics["mlm_loss"][1] == 6
