@@ -1,5 +1,6 @@
-"""ember.train.precision: bf16 autocast is offered where it is fast, and a bf16 run on a CPU
-without AMX is told so before it starts; float32 and GPUs are left alone."""
+"""ember.train.precision: bf16 autocast is offered where it is fast; a bf16 run on a CPU without
+AMX is warned before it starts, a float32 run on a CPU with AMX is told bf16 is faster there,
+and GPUs are left alone."""
 
 from __future__ import annotations
 
@@ -26,6 +27,17 @@ def test_bf16_on_a_cpu_warns_only_without_amx(monkeypatch, capsys, amx):
 def test_float32_and_gpu_runs_get_no_precision_warning(monkeypatch, device, dtype):
     monkeypatch.setattr(precision, "cpu_has_fast_bf16", lambda: False)
     assert check_speed(device, dtype) is None
+
+
+@pytest.mark.parametrize("device, amx, noted", [("cpu", True, True), ("cpu", False, False), ("cuda", True, False)])
+def test_float32_on_an_amx_cpu_is_told_bf16_is_faster(monkeypatch, capsys, device, amx, noted):
+    monkeypatch.setattr(precision, "cpu_has_fast_bf16", lambda: amx)
+    message = check_speed(device, "float32")
+    if noted:
+        assert message.startswith("note:") and "--dtype bfloat16" in message
+        assert message in capsys.readouterr().err
+    else:
+        assert message is None and capsys.readouterr().err == ""
 
 
 def test_cpu_bf16_probe_answers_with_a_bool():
