@@ -111,3 +111,21 @@ def bpe_corpus(root, vocab_size: int, max_docs: int, valid_fraction: float):
 def wiki_bpe(tmp_path_factory):
     """A byte-level BPE (1k vocab, with <|endoftext|>) and token shards of 60 real articles."""
     return bpe_corpus(tmp_path_factory.mktemp("wiki-bpe"), 1000, 60, 0.1)
+
+
+@pytest.fixture(scope="session")
+def en_ru(tmp_path_factory):
+    """A shared byte-level BPE (alpha 0.5) and a prepared corpus with en and ru streams, from
+    real Wikipedia articles and Chekhov's prose."""
+    from ember.data.language_mix import LanguageBalancedSentences
+    from ember.data.multilingual import prepare_multilingual
+    from ember.tokenizers import train_tokenizer
+
+    root = tmp_path_factory.mktemp("en-ru")
+    langs = {"en": [str(real_data("wiki-en", "AA", "wiki_00.gz"))], "ru": [str(real_data("ruslit", "Chekhov") / "*.txt")]}
+    tok = train_tokenizer(LanguageBalancedSentences(langs, 0.5, max_documents=12), kind="bpe", vocab_size=800,
+                          lowercase=False, progress=False)
+    tok.save(str(root / "tokenizer.json"))
+    prepare_multilingual(langs, [], root / "tokenizer.json", root / "prepared", max_docs=12, valid_fraction=0.1,
+                         progress=False)
+    return root / "prepared"

@@ -35,21 +35,6 @@ def test_pretrain_throughput_smoke_reports_rates_ratio_and_utilisation(tmp_path)
     assert json.loads(out.read_text())[0]["masked"] == result["masked"]
 
 
-def test_rows_lever_smoke_times_bert_and_spanbert_on_real_batches(wiki_prepared, tmp_path):
-    bench = load_benchmark("rows_lever")
-    out = tmp_path / "rows.json"
-    results = bench.main(["--smoke", "--cpu-time", "--data", str(wiki_prepared), "--json", str(out)])
-    by_name = {r["objective"]: r for r in results}
-    assert set(by_name) == {"bert", "spanbert"}
-    for result in results:
-        assert all(rate > 0 for rate in result["tokens_per_s"].values()) and len(result["ratio_each"]) == 2
-    assert set(by_name["spanbert"]["tokens_per_s"]) == {"rows", "everywhere", "before"} and by_name["spanbert"]["ratio_vs_before"] > 0
-    # BERT reads its masked rows; SpanBERT reads those and its spans' boundaries besides
-    assert by_name["bert"]["read"] == by_name["bert"]["masked"]
-    assert by_name["spanbert"]["read"] > by_name["spanbert"]["masked"]
-    assert json.loads(out.read_text())[1]["read"] == by_name["spanbert"]["read"]
-
-
 def test_lm_loss_step_smoke_times_gpt_and_t5_with_and_without_the_fused_head(tmp_path):
     from ember.nn import linear_cross_entropy
 

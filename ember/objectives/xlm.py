@@ -231,21 +231,28 @@ class XlmPretraining(nn.Module):
 
     # ---- model -----------------------------------------------------------------------------
 
-    def hidden(self, batch: dict[str, torch.Tensor]):
-        """The backbone's output; language ids go in only when the model has the table."""
+    def hidden(self, batch: dict[str, torch.Tensor], rows: torch.Tensor | None = None):
+        """The backbone's output; language ids go in only when the model has the table. With
+        ``rows`` (B, T) bool, last_hidden_state is (N, H) at those rows (``Encoder(rows=)``)."""
         languages = batch.get("language_ids") if self.backbone.config.num_languages else None
+        read = {} if rows is None else {"rows": rows}
         return self.backbone(batch["input_ids"], batch.get("attention_mask"),
-                             position_ids=batch.get("position_ids"), language_ids=languages)
+                             position_ids=batch.get("position_ids"), language_ids=languages, **read)
 
     def logits(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         """Full-vocabulary logits (B, T, V): for inference and parity."""
         return self.lm(self.hidden(batch).last_hidden_state, self.backbone.word_embeddings)
 
     def forward(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict]:
-        hidden = self.hidden(batch).last_hidden_state  # (B, T, H)
         labels = batch["labels"]
         where = labels != -100  # (B, T)
-        logits = self.lm(hidden[where], self.backbone.word_embeddings)  # (N, V), predicted positions only
+        # the last layer at the predicted rows only (ember.nn.query_rows: MLM's and TLM's masked
+        # tokens; a causal encoder without padding runs it everywhere and returns the same rows)
+        if getattr(self.backbone, "takes_rows", False):
+            at_targets = self.hidden(batch, rows=where).last_hidden_state  # (N, H)
+        else:
+            at_targets = self.hidden(batch).last_hidden_state[where]
+        logits = self.lm(at_targets, self.backbone.word_embeddings)  # (N, V), predicted positions only
         targets = labels[where]
         per_token = F.cross_entropy(logits.float(), targets, reduction="none")  # (N,)
         loss = per_token.mean()

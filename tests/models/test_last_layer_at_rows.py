@@ -139,6 +139,29 @@ def test_spanbert_last_layer_at_masked_and_boundary_rows_gives_the_full_loss_on_
     _assert_rows_give_the_full_step(module, batch, ("mlm_acc", "sbo_acc"))
 
 
+@pytest.mark.parametrize("mode", ["mlm", "clm"])
+def test_xlm_last_layer_at_predicted_rows_gives_the_full_loss_on_real_en_ru(en_ru, mode):
+    """XLM with language embeddings on real English and Russian streams, dropout on: MLM runs its
+    last layer at the masked tokens; CLM (a causal encoder, every token predicted) falls back to
+    the whole layer. Loss, per-language metrics, gradients and random draws are the full layer's."""
+    import dataclasses
+
+    from ember.config import XlmConfig, model_preset
+    from ember.objectives.xlm import XlmPretraining
+
+    corpus = TokenCorpus(en_ru, "train")
+    cfg = dataclasses.replace(model_preset("xlm-mini"), vocab_size=corpus.vocab_size, hidden_size=32, num_layers=2,
+                              num_heads=2, intermediate_size=64, max_position=64, num_languages=2,
+                              languages="en,ru", causal=mode == "clm")
+    data = DataConfig(max_seq_length=64)
+    torch.manual_seed(0)
+    module = XlmPretraining(build_backbone(cfg), corpus.special_token_ids, data, XlmConfig(), mode).train()
+    examples = module.build_dataset(corpus, data, seed=0)
+    batch = module.make_batch([examples.example(i) for i in range(12)], np.random.default_rng(0))
+    assert set(batch["language_ids"].unique().tolist()) == {0, 1}  # both languages in the batch
+    _assert_rows_give_the_full_step(module, batch, (f"{'lm' if mode == 'clm' else 'mlm'}_acc",))
+
+
 def test_sequence_classifier_last_layer_at_cls_gives_the_full_loss_on_real_sst2():
     """Fine-tuning a classifier on real SST-2 sentences (the real MiniLM tokenizer; a small random
     encoder with its pooler, dropout on): the last layer run at [CLS] alone gives the loss,

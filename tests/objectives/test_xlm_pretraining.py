@@ -9,30 +9,11 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import real_data
 
 TINY = ["--set", "model.hidden_size=32", "--set", "model.num_layers=2", "--set", "model.num_heads=2",
         "--set", "model.intermediate_size=128", "--set", "model.max_position=64", "--set", "data.max_seq_length=64",
         "--set", "data.eval_examples=32", "--set", "train.log_every=1", "--set", "train.num_threads=1",
         "--no-progress"]
-
-
-@pytest.fixture(scope="module")
-def en_ru(tmp_path_factory):
-    """A shared byte-level BPE (alpha 0.5) and a prepared corpus with en and ru streams, from
-    real Wikipedia articles and Chekhov's prose."""
-    from ember.data.language_mix import LanguageBalancedSentences
-    from ember.data.multilingual import prepare_multilingual
-    from ember.tokenizers import train_tokenizer
-
-    root = tmp_path_factory.mktemp("en-ru")
-    langs = {"en": [str(real_data("wiki-en", "AA", "wiki_00.gz"))], "ru": [str(real_data("ruslit", "Chekhov") / "*.txt")]}
-    tok = train_tokenizer(LanguageBalancedSentences(langs, 0.5, max_documents=12), kind="bpe", vocab_size=800,
-                          lowercase=False, progress=False)
-    tok.save(str(root / "tokenizer.json"))
-    prepare_multilingual(langs, [], root / "tokenizer.json", root / "prepared", max_docs=12, valid_fraction=0.1,
-                         progress=False)
-    return root / "prepared"
 
 
 def metrics(run):
