@@ -123,6 +123,19 @@ class _FullHead(nn.Module):
         return F.cross_entropy(logits.flatten(0, 1), batch["labels"].flatten()), {}
 
 
+def training_step(model: nn.Module, module: nn.Module, optimizer, max_grad_norm: float):
+    """One step as `ember pretrain` runs it: ``model(batch)`` (``module`` or a wrapper of it)
+    forward and backward, ``module``'s gradients clipped, the optimizer's update."""
+    def step(batch):
+        loss, _ = model(batch)
+        loss.backward()
+        nn.utils.clip_grad_norm_(module.parameters(), max_grad_norm)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        return loss
+    return step
+
+
 def ember_step(cfg: ModelConfig, variant: str, train: TrainConfig):
     torch.manual_seed(0)
     module = BertPretraining(build_backbone(cfg), SPECIAL, DataConfig(nsp=False), "none").to(train.device)
@@ -151,14 +164,7 @@ def ember_step(cfg: ModelConfig, variant: str, train: TrainConfig):
     else:  # what the trainer runs: fused AdamW
         optimizer = build_optimizer(module, train)
 
-    def step(batch):
-        loss, _ = model(batch)
-        loss.backward()
-        nn.utils.clip_grad_norm_(module.parameters(), train.max_grad_norm)
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        return loss
-
+    step = training_step(model, module, optimizer, train.max_grad_norm)
     if variant == "ember-bf16":
         import _gpu
 

@@ -33,6 +33,7 @@ from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _bench import add_common_args, alternate, apply_common_args, clock, load, median, run_cli  # noqa: E402
+from pretrain_throughput import training_step  # noqa: E402
 
 from ember.config import DataConfig, TrainConfig, model_preset  # noqa: E402
 from ember.errors import EmberError  # noqa: E402
@@ -112,18 +113,6 @@ def xlm_objective(corpus: TokenCorpus, args):
     return build, batch, batch["labels"] != -100
 
 
-def training_step(module: nn.Module, train: TrainConfig):
-    optimizer = build_optimizer(module, train)
-
-    def step(batch: dict) -> None:
-        loss, _ = module(batch)
-        loss.backward()
-        nn.utils.clip_grad_norm_(module.parameters(), train.max_grad_norm)
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-    return step
-
-
 def run_objective(objective: str, args) -> dict:
     if objective == "xlm":
         build, batch, read = xlm_objective(TokenCorpus(args.xlm_data, "train"), args)
@@ -138,7 +127,7 @@ def run_objective(objective: str, args) -> dict:
     for name, (at_rows, through_logits) in contenders.items():
         module = build(through_logits).train()
         module.backbone.takes_rows = at_rows
-        step = training_step(module, train)
+        step = training_step(module, module, build_optimizer(module, train), train.max_grad_norm)
         for _ in range(args.warmup):
             step(batch)
         steps[name] = step
