@@ -98,10 +98,8 @@ def profile_step(step, batch: dict, steps: int) -> dict[str, float]:
             key = "optimizer"
         elif _under(event, (PROFILER_RANGE,)):  # ember's fused softmax and loss (ember.nn.linear_cross_entropy)
             key = "head and loss"
-        elif event.cpu_parent is not None and event.cpu_parent.name == "aten::_to_copy":
-            key = CASTS  # the copy inside a .to(dtype): autocast's fp32 <-> bf16 casts, dropout's masks
-        elif event.name == "aten::_to_copy":
-            key = CASTS
+        elif "aten::_to_copy" in (event.name, getattr(event.cpu_parent, "name", None)):
+            key = CASTS  # a .to(dtype) and the copy inside it: autocast's fp32 <-> bf16 casts, dropout's masks
         else:
             key = bucket(event.name)
         totals[key] = totals.get(key, 0.0) + event.self_cpu_time_total / 1e6
