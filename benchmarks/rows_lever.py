@@ -13,7 +13,8 @@ the span-boundary objective reads; SpanBERT also runs 'before', the step as embe
 its span-boundary loss went through the fused head: last layer everywhere, (N, V) logits and
 F.cross_entropy), and, with --xlm-data (a corpus prepared with language codes), XLM's MLM over
 its language streams with language embeddings (Lample & Conneau 2019; its rows are the masked
-tokens). A step is forward, backward, clipping and fused AdamW,
+tokens; 'before' is its step with the last layer everywhere and its tied head's logits handed to
+F.cross_entropy, before the head was fused). A step is forward, backward, clipping and fused AdamW,
 dropout 0.1, as `ember pretrain` runs it; both contenders start from the same weights and
 read the same batch. The outputs, gradients and dropout masks of the two are the same
 (tests/models/test_last_layer_at_rows.py); only the time differs.
@@ -105,9 +106,21 @@ def xlm_objective(corpus: TokenCorpus, args):
                               languages=",".join(codes) if len(codes) > 1 else "")
     data = DataConfig(max_seq_length=args.length)
 
+    class XlmThroughLogits(XlmPretraining):
+        """XLM as ember ran it before its head was fused: the last layer everywhere, the (N, V)
+        logits at the masked rows, per-token F.cross_entropy and argmax (the twin for 'before')."""
+
+        def forward(self, batch):
+            where = batch["labels"] != -100
+            logits = self.lm(self.hidden(batch).last_hidden_state[where], self.backbone.word_embeddings)
+            targets = batch["labels"][where]
+            per_token = F.cross_entropy(logits.float(), targets, reduction="none")
+            return per_token.mean(), {"mlm_acc": (int((logits.argmax(-1) == targets).sum()), len(targets))}
+
     def build(through_logits: bool = False) -> nn.Module:
         torch.manual_seed(0)
-        return XlmPretraining(build_backbone(cfg), corpus.special_token_ids, data, XlmConfig(), "mlm")
+        cls = XlmThroughLogits if through_logits else XlmPretraining
+        return cls(build_backbone(cfg), corpus.special_token_ids, data, XlmConfig(), "mlm")
     examples = build().build_dataset(corpus, data, seed=0)
     batch = build().make_batch([examples.example(i) for i in range(args.batch)], np.random.default_rng(0))
     return build, batch, batch["labels"] != -100
@@ -120,8 +133,8 @@ def run_objective(objective: str, args) -> dict:
         build, batch, read = masked_objective(objective, TokenCorpus(args.data, "train"), args)
     masked = batch["labels"] != -100
     train = TrainConfig()
-    contenders = {"rows": (True, False), "everywhere": (False, False)}  # (takes_rows, SBO through logits)
-    if objective == "spanbert":
+    contenders = {"rows": (True, False), "everywhere": (False, False)}  # (takes_rows, head through logits)
+    if objective in ("spanbert", "xlm"):
         contenders["before"] = (False, True)
     steps = {}
     for name, (at_rows, through_logits) in contenders.items():
@@ -151,7 +164,8 @@ def run_objective(objective: str, args) -> dict:
     if "before" in rates:
         before = [a / b for a, b in zip(rates["rows"], rates["before"])]
         result["ratio_vs_before"], result["ratio_vs_before_each"] = median(rates["rows"]) / median(rates["before"]), before
-        print(f"  against the step before (last layer everywhere, SBO through its logits) "
+        print(f"  against the step before (last layer everywhere, {'SBO' if objective == 'spanbert' else 'head'} "
+              f"through its logits) "
               f"{result['tokens_per_s']['before']:,.0f} tokens/s: {result['ratio_vs_before']:.2f}x (median of the "
               f"per-repetition ratios {median(before):.2f}x)", flush=True)
     return result

@@ -19,7 +19,8 @@ def test_rows_lever_smoke_times_bert_spanbert_and_xlm_on_real_batches(wiki_prepa
     assert set(by_name) == {"bert", "spanbert", "xlm"}
     for result in results:
         assert all(rate > 0 for rate in result["tokens_per_s"].values()) and len(result["ratio_each"]) == 2
-    assert set(by_name["spanbert"]["tokens_per_s"]) == {"rows", "everywhere", "before"} and by_name["spanbert"]["ratio_vs_before"] > 0
+    for name in ("spanbert", "xlm"):  # both also run their step as ember ran it before their heads were fused
+        assert set(by_name[name]["tokens_per_s"]) == {"rows", "everywhere", "before"} and by_name[name]["ratio_vs_before"] > 0
     # BERT and XLM read their masked rows; SpanBERT reads those and its spans' boundaries besides
     assert by_name["bert"]["read"] == by_name["bert"]["masked"] and by_name["xlm"]["read"] == by_name["xlm"]["masked"]
     assert by_name["spanbert"]["read"] > by_name["spanbert"]["masked"]

@@ -34,11 +34,11 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from ember.errors import EmberError
 from ember.nn.heads import TiedLMHead
+from ember.nn.linear_cross_entropy import linear_cross_entropy
 from ember.objectives.mlm import mask_tokens
 
 MODES = {"xlm_clm": "clm", "xlm_mlm": "mlm", "tlm": "tlm", "xlm_mlm_tlm": "mlm_tlm"}
@@ -252,11 +252,12 @@ class XlmPretraining(nn.Module):
             at_targets = self.hidden(batch, rows=where).last_hidden_state  # (N, H)
         else:
             at_targets = self.hidden(batch).last_hidden_state[where]
-        logits = self.lm(at_targets, self.backbone.word_embeddings)  # (N, V), predicted positions only
         targets = labels[where]
-        per_token = F.cross_entropy(logits.float(), targets, reduction="none")  # (N,)
+        # the tied head (h E^T + b) and each predicted token's loss and hit in one fused step: the
+        # (N, V) logits are never kept (ember.nn.linear_cross_entropy, per row for the metrics)
+        per_token, correct = linear_cross_entropy(at_targets, self.backbone.word_embeddings, self.lm.bias,
+                                                  targets, reduction="none")  # (N,) fp32, (N,) bool
         loss = per_token.mean()
-        correct = logits.argmax(-1) == targets
         # Metric groups: CLM "lm"; MLM streams "mlm" and TLM pairs "tlm". The names are fixed
         # by the mode while training (DDP all-reduces them by name, so every rank must report
         # the same ones, a group without predictions as (0, 0)); held-out evaluation (main

@@ -125,10 +125,41 @@ def test_linear_cross_entropy_normalises_bf16_logits_in_fp32_as_the_ordinary_pat
     torch.testing.assert_close(loss, F.cross_entropy(F.linear(x, w, b).float(), targets))
 
 
+@pytest.mark.parametrize("autocast", [False, True], ids=["fp32", "bf16-autocast"])
+def test_linear_cross_entropy_per_row_losses_hits_and_weighted_gradients(kernel, autocast):
+    """reduction="none": each row's loss and hit as F.cross_entropy(reduction="none") and argmax
+    give them, and gradients under a different upstream weight per row (a caller's weighted sum)."""
+    x, w, b, targets = _inputs(2 * ROWS_PER_CHUNK + 7)
+    targets[:3] = F.linear(x[:3], w, b).argmax(-1)
+    weights = torch.linspace(0.2, 3.0, x.shape[0])
+    params = (x, w, b)
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+        losses, hits = linear_cross_entropy(x, w, b, targets, reduction="none")
+    assert type(losses.grad_fn).__name__ == "_LinearCrossEntropyBackward"  # the fused step ran
+    assert losses.shape == hits.shape == targets.shape and hits.dtype == torch.bool
+    (losses * weights).sum().backward()
+    fused = _grads(params)
+    for p in params:
+        p.grad = None
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+        logits = F.linear(x, w, b)
+    ref_losses = F.cross_entropy(logits.float(), targets, reduction="none")
+    (ref_losses * weights).sum().backward()
+    torch.testing.assert_close(losses, ref_losses, **(dict(rtol=1e-6, atol=1e-6) if not autocast else {}))
+    assert torch.equal(hits, logits.argmax(-1) == targets) and int(hits[:3].sum()) == 3
+    for got, want in zip(fused, _grads(params)):
+        # bf16 rounds the logits' gradient before the per-row weight scales it (the ordinary
+        # path after): products of such rows agree to bf16's precision of the largest entries
+        atol = 2e-2 * float(want.abs().max()) if autocast else 1e-5
+        torch.testing.assert_close(got, want, rtol=2e-2 if autocast else 1e-5, atol=atol)
+
+
 def test_linear_cross_entropy_rejects_mismatched_targets():
     x, w, b, targets = _inputs(8)
     with pytest.raises(ValueError, match=r"targets \(N,\)"):
         linear_cross_entropy(x, w, b, targets[:5])
+    with pytest.raises(ValueError, match="'mean' or 'none'"):
+        linear_cross_entropy(x, w, b, targets, reduction="sum")
 
 
 def _wiki_sentences(n: int) -> list[str]:

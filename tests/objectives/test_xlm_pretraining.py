@@ -99,6 +99,42 @@ def test_xlm_causal_encoder_never_reads_the_future():
     torch.testing.assert_close(a, padded, atol=1e-5, rtol=0)
 
 
+def test_xlm_mlm_loss_and_per_language_metrics_match_its_full_logits_on_real_en_ru(en_ru):
+    """The fused head's per-token losses and hits (ember.nn.linear_cross_entropy, reduction
+    "none") give XLM's loss and its per-language metrics as F.cross_entropy and argmax over the
+    model's full logits do, on real English and Russian streams (eval mode, no dropout)."""
+    import dataclasses
+
+    import torch.nn.functional as F
+
+    from ember.config import DataConfig, XlmConfig, model_preset
+    from ember.data.shards import TokenCorpus
+    from ember.models import build_backbone
+    from ember.objectives.xlm import XlmPretraining
+
+    corpus = TokenCorpus(en_ru, "train")
+    cfg = dataclasses.replace(model_preset("xlm-mini"), vocab_size=corpus.vocab_size, hidden_size=32, num_heads=2,
+                              num_layers=2, intermediate_size=64, max_position=64, num_languages=2, languages="en,ru")
+    data = DataConfig(max_seq_length=64)
+    torch.manual_seed(0)
+    module = XlmPretraining(build_backbone(cfg), corpus.special_token_ids, data, XlmConfig(), "mlm").eval()
+    examples = module.build_dataset(corpus, data, seed=0)
+    batch = module.make_batch([examples.example(i) for i in range(12)], np.random.default_rng(0))
+    with torch.no_grad():
+        loss, metrics = module(batch)
+        where = batch["labels"] != -100
+        logits = module.logits(batch)[where]  # (N, V)
+    targets, language = batch["labels"][where], batch["language_ids"][where]
+    per_token = F.cross_entropy(logits, targets, reduction="none")
+    torch.testing.assert_close(loss, per_token.mean(), rtol=1e-5, atol=1e-5)
+    assert metrics["mlm_acc"] == (int((logits.argmax(-1) == targets).sum()), int(where.sum()))
+    for lang, code in enumerate(("en", "ru")):
+        chosen = language == lang
+        total, n = metrics[f"mlm_{code}_loss"]
+        assert n == int(chosen.sum()) > 0
+        assert abs(total - float(per_token[chosen].sum())) < 1e-3 * n
+
+
 def test_xlm_clm_pretrain_on_real_en_ru_learns_and_reports_perplexity(tmp_path, en_ru):
     from ember.cli import main
 
