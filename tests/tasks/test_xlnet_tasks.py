@@ -207,7 +207,11 @@ def test_xlnet_runs_export_to_onnx_int8_and_hf_and_agree_on_real_inputs(wordpiec
     for task, limit in (("sst2", 100), ("conll2003", 50), ("squad2", 10)):
         where = run if task == "sst2" else task_run(tmp_path, task, wordpiece)
         hf = export_run(where, "hf", tmp_path / f"hf-{task}", limit=limit)["verification"]
-        assert hf["max_abs_diff"] < 1e-4 and hf["prediction_agreement"] == 1.0, task
+        assert hf["max_abs_diff"] < 1e-4, task
+        # with every logit within 1e-4, a differing prediction can only be a near-tie flipped by
+        # float rounding: this few-step QA model's start/end logits are nearly flat over a window
+        # (one of 164 flipped in one CI run at a 7.6e-6 difference), its classifiers' are not
+        assert hf["prediction_agreement"] >= (0.98 if task == "squad2" else 1.0), task
 
 
 def test_xlnet_permutation_lm_run_serves_embed_only(wordpiece, tmp_path):
