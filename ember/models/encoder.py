@@ -110,9 +110,20 @@ def build_layers(cfg: ModelConfig) -> nn.ModuleList:
     return nn.ModuleList(layer() for _ in range(cfg.num_layers))
 
 
+def output_at_rows(backbone: nn.Module, rows: torch.Tensor, *args, **kwargs):
+    """``backbone(*args, **kwargs)`` with last_hidden_state (N, H), the output at ``rows`` (bool
+    (B, T)) only: a backbone whose ``takes_rows`` is True runs its last layer only there
+    (``Encoder(rows=)``), any other computes every position and hands back those rows."""
+    if getattr(backbone, "takes_rows", False):
+        return backbone(*args, rows=rows, **kwargs)
+    out = backbone(*args, **kwargs)
+    out.last_hidden_state = out.last_hidden_state[rows]
+    return out
+
+
 class Encoder(nn.Module):
     # forward(..., rows=) runs the last layer only at the rows read (ember.nn.query_rows); callers
-    # (MLM, classification) ask for it where this is True; set False to compute it everywhere
+    # ask for it through output_at_rows; set False to compute it everywhere
     takes_rows = True
 
     def __init__(self, cfg: ModelConfig, embeddings: bool = True) -> None:

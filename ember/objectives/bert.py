@@ -16,6 +16,7 @@ from torch import nn
 
 from ember.config import DataConfig
 from ember.data.pairs import SegmentPair
+from ember.models.encoder import output_at_rows
 from ember.nn.heads import MaskedLMHead
 from ember.objectives.masking import Masker, MaskedBatch, build_masker
 from ember.objectives.mlm import masked_lm_loss
@@ -134,10 +135,10 @@ class BertPretraining(nn.Module):
 
     def forward(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict]:
         # The last layer at the masked rows only (ember.nn.query_rows): the loss reads nothing else.
-        rows = {"rows": batch["labels"] != -100} if getattr(self.backbone, "takes_rows", False) else {}
-        out = self.backbone(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"], **rows)
+        out = output_at_rows(self.backbone, batch["labels"] != -100, batch["input_ids"], batch["attention_mask"],
+                             batch["token_type_ids"])
         loss, metrics = masked_lm_loss(self.mlm, out.last_hidden_state, self.backbone.word_embeddings,
-                                       batch["labels"], at_targets=bool(rows))
+                                       batch["labels"], at_targets=True)
         if self.sentence_head is not None:
             labels = batch["sentence_label"]
             logits = self.sentence_head(out.pooled)  # (B, 2)

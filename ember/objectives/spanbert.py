@@ -32,7 +32,7 @@ import torch
 from torch import nn
 
 from ember.data.pairs import SegmentPair
-from ember.models.encoder import init_weights
+from ember.models.encoder import init_weights, output_at_rows
 from ember.nn.activations import activation
 from ember.nn.heads import MaskedLMHead
 from ember.nn.lm_loss import token_loss
@@ -98,19 +98,15 @@ class SpanBertPretraining(BertPretraining):
         rows, cols = where.nonzero(as_tuple=True)  # (N,) each, the order masked_lm_loss uses
         start, end = batch["span_start"][where], batch["span_end"][where]  # (N,)
         left, right = (rows, start - 1), (rows, end)  # each target's span boundaries
-        if getattr(self.backbone, "takes_rows", False):
-            # the last layer only at the rows the two losses read, masked tokens and span boundaries
-            # (ember.nn.query_rows); `slot` maps a (b, t) position to its row of the (R, H) output
-            read = where.clone()
-            read[left], read[right] = True, True
-            out = self.backbone(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"], rows=read)
-            slot = torch.full_like(labels, -1)
-            slot[read] = torch.arange(int(read.sum()), device=labels.device)
-            hidden = out.last_hidden_state  # (R, H)
-            at_targets, at_left, at_right = hidden[slot[where]], hidden[slot[left]], hidden[slot[right]]
-        else:
-            hidden = self.backbone(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"]).last_hidden_state
-            at_targets, at_left, at_right = hidden[where], hidden[left], hidden[right]
+        # the last layer only at the rows the two losses read, masked tokens and span boundaries
+        # (ember.nn.query_rows); `slot` maps a (b, t) position to its row of the (R, H) output
+        read = where.clone()
+        read[left], read[right] = True, True
+        hidden = output_at_rows(self.backbone, read, batch["input_ids"], batch["attention_mask"],
+                                batch["token_type_ids"]).last_hidden_state  # (R, H)
+        slot = torch.full_like(labels, -1)
+        slot[read] = torch.arange(int(read.sum()), device=labels.device)
+        at_targets, at_left, at_right = hidden[slot[where]], hidden[slot[left]], hidden[slot[right]]
         embeddings = self.backbone.word_embeddings
         mlm_loss, metrics = masked_lm_loss(self.mlm, at_targets, embeddings, labels, at_targets=True)
         # the tied decoder and its loss as one step, like the MLM's (the (N, V) logits are never kept)

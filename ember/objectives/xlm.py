@@ -37,6 +37,7 @@ import torch
 from torch import nn
 
 from ember.errors import EmberError
+from ember.models.encoder import output_at_rows
 from ember.nn.heads import TiedLMHead
 from ember.nn.linear_cross_entropy import linear_cross_entropy
 from ember.objectives.mlm import mask_tokens
@@ -235,9 +236,9 @@ class XlmPretraining(nn.Module):
         """The backbone's output; language ids go in only when the model has the table. With
         ``rows`` (B, T) bool, last_hidden_state is (N, H) at those rows (``Encoder(rows=)``)."""
         languages = batch.get("language_ids") if self.backbone.config.num_languages else None
-        read = {} if rows is None else {"rows": rows}
-        return self.backbone(batch["input_ids"], batch.get("attention_mask"),
-                             position_ids=batch.get("position_ids"), language_ids=languages, **read)
+        args = (batch["input_ids"], batch.get("attention_mask"))
+        kwargs = {"position_ids": batch.get("position_ids"), "language_ids": languages}
+        return self.backbone(*args, **kwargs) if rows is None else output_at_rows(self.backbone, rows, *args, **kwargs)
 
     def logits(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         """Full-vocabulary logits (B, T, V): for inference and parity."""
@@ -248,10 +249,7 @@ class XlmPretraining(nn.Module):
         where = labels != -100  # (B, T)
         # the last layer at the predicted rows only (ember.nn.query_rows: MLM's and TLM's masked
         # tokens; a causal encoder without padding runs it everywhere and returns the same rows)
-        if getattr(self.backbone, "takes_rows", False):
-            at_targets = self.hidden(batch, rows=where).last_hidden_state  # (N, H)
-        else:
-            at_targets = self.hidden(batch).last_hidden_state[where]
+        at_targets = self.hidden(batch, rows=where).last_hidden_state  # (N, H)
         targets = labels[where]
         # the tied head (h E^T + b) and each predicted token's loss and hit in one fused step: the
         # (N, V) logits are never kept (ember.nn.linear_cross_entropy, per row for the metrics)
