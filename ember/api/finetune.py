@@ -99,8 +99,9 @@ def finetune(task: str, out: str | Path, init="random", *, model: str = "", toke
     one run per seed in ``out/seed-N`` and their summary in ``out/summary.json``.
 
     ``task`` is a built-in task (sst2, conll2003, squad2, ...) or one of your own data's kinds
-    (classify, pair, regression, tag, qa: ``ember.tasks.custom``), whose labels are discovered from
-    the training data and kept in the run (RUN/task.json).
+    (classify, pair, regression, tag, qa, text2text: ``ember.tasks.custom``), whose labels are discovered
+    from the training data and kept in the run (RUN/task.json); text2text (input -> target texts)
+    needs a T5 run.
 
     ``train`` / ``dev`` / ``test``: a file (CSV, TSV, JSONL; CoNLL columns for tag, SQuAD JSON for
     qa) or data from Python (a pandas DataFrame, a ``datasets.Dataset``, a dict of columns, a list
@@ -213,13 +214,19 @@ def _custom_file(kind: str, data, out: Path, name: str, resume: bool, column, pa
     from ember.api.task_data import write_input
     from ember.runs.folder import RUN_INPUTS
 
-    if kind not in ("classify", "pair", "regression"):
-        raise EmberError(f"{name}= data from Python works for classify, pair and regression; a {kind} task reads "
-                         f"its own file format ({'CoNLL columns or JSONL' if kind == 'tag' else 'SQuAD JSON'})")
-    roles = {column or "text": (column, ("text", "sentence", "sentence1"), True)}
-    if kind != "classify" or pair_column is not None:
-        roles[pair_column or "text_pair"] = (pair_column, ("text_pair", "sentence2", "hypothesis"), kind == "pair")
-    roles[label_column or "label"] = (label_column, ("label", "score", "target"), True)
+    if kind == "text2text":  # an input and a target text per row
+        from ember.tasks.text2text_custom import INPUT_COLUMNS, TARGET_COLUMNS
+
+        roles = {column or "input": (column, INPUT_COLUMNS, True),
+                 label_column or "target": (label_column, TARGET_COLUMNS, True)}
+    elif kind not in ("classify", "pair", "regression"):
+        raise EmberError(f"{name}= data from Python works for classify, pair, regression and text2text; a {kind} "
+                         f"task reads its own file format ({'CoNLL columns or JSONL' if kind == 'tag' else 'SQuAD JSON'})")
+    else:
+        roles = {column or "text": (column, ("text", "sentence", "sentence1"), True)}
+        if kind != "classify" or pair_column is not None:
+            roles[pair_column or "text_pair"] = (pair_column, ("text_pair", "sentence2", "hypothesis"), kind == "pair")
+        roles[label_column or "label"] = (label_column, ("label", "score", "target"), True)
     lines = "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows(data, roles, f"{name}= data"))
     return write_input(out / RUN_INPUTS / f"{name}.jsonl", lines, f"{name}= data", resume)
 

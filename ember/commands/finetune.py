@@ -26,24 +26,28 @@ def register(sub) -> None:
         "  ember finetune --task sst2 --init runs/bert-mini --out runs/sst2-ulmfit --ulmfit --epochs 6\n"
         "  ember finetune --task sst2 --init runs/minilm --out runs/sst2-kbert --knowledge wordnet.tsv\n"
         "  ember finetune --task classify --train tickets.csv --dev tickets-dev.csv --text-column body \\\n"
-        "      --label-column queue --init runs/bert-mini --out runs/tickets",
+        "      --label-column queue --init runs/bert-mini --out runs/tickets\n"
+        "  ember finetune --task text2text --train pairs.jsonl --dev pairs-dev.jsonl --init runs/t5-mini \\\n"
+        "      --out runs/rewrite        # T5: input -> target texts, scored by exact match, token F1, BLEU",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--task", required=True,
                    help="sst2, cola, mrpc, rte, stsb, qnli, snli, nsmc, rusentiment, conll2003, squad or squad2 (GPT runs: "
                    "the GLUE-style ones); or your own files: classify, pair, regression (CSV/TSV/JSONL), tag (CoNLL "
-                   "columns or JSONL), qa (SQuAD JSON) with --train and --dev")
-    c = p.add_argument_group("your own data (--task classify|pair|regression|tag|qa)")
+                   "columns or JSONL), qa (SQuAD JSON), text2text (input and target texts; T5 runs) with --train and --dev")
+    c = p.add_argument_group("your own data (--task classify|pair|regression|tag|qa|text2text)")
     c.add_argument("--train", dest="train", help="training file (.csv, .tsv, .jsonl; tag: CoNLL columns or "
                    ".jsonl; qa: SQuAD .json); its labels are the task's label set")
     c.add_argument("--dev", dest="dev", help="dev file (same layout): picks the best epoch")
     c.add_argument("--test", dest="test", help="test file, scored once with the best-on-dev weights")
     c.add_argument("--text-column", dest="column", help="text column (default: text, sentence, sentence1, review, content or "
-                   "document; tag JSONL: tokens or words)")
+                   "document; tag JSONL: tokens or words; text2text: the input, default input, inputs, source, text, "
+                   "document or question)")
     c.add_argument("--text-pair-column", dest="pair_column", help="second text column for pair/regression (default: text_pair, "
                    "sentence2, hypothesis, ... beside its first)")
     c.add_argument("--label-column", help="label column (default: label, labels, score or target; tag JSONL: "
-                   "tags or ner_tags)")
+                   "tags or ner_tags; text2text: the target text, default target, targets, output, summary, "
+                   "answer or label)")
     p.add_argument("--init", default="random",
                    help="pre-training run folder, HF checkpoint folder, or 'random' (default)")
     p.add_argument("--model", default="", help="model preset for --init random (e.g. bert-mini)")

@@ -81,8 +81,9 @@ def register(subparsers) -> None:
                         help="fraction of documents held out as the valid split, chosen by a "
                              "seeded hash; 0 for none (default: 0.01)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the holdout hash (default: 0)")
-    parser.add_argument("--max-docs", type=int, metavar="N",
-                        help="stop after N non-empty documents (default: all)")
+    parser.add_argument("--max-docs", "--max-documents", dest="max_docs", type=int, metavar="N",
+                        help="stop after N non-empty documents (default: all; --max-documents, as "
+                             "ember tokenizer train spells it, works too)")
     parser.add_argument("--shard-tokens", type=int, default=50_000_000, metavar="N",
                         help="start a new shard after about N tokens (default: 50,000,000)")
     parser.add_argument("--overwrite", action="store_true",

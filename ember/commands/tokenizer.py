@@ -63,8 +63,9 @@ def register(subparsers) -> None:
                             "0 otherwise); span corruption needs them")
     train.add_argument("--min-frequency", type=int, default=2,
                        help="ignore merges seen fewer times than this (wordpiece/bpe; default: 2)")
-    train.add_argument("--max-documents", type=int, metavar="N",
-                       help="train on the first N non-empty documents only (default: all)")
+    train.add_argument("--max-documents", "--max-docs", dest="max_documents", type=int, metavar="N",
+                       help="train on the first N non-empty documents only (default: all; --max-docs, as "
+                            "ember prepare spells it, works too)")
     train.add_argument("--format", dest="fmt", default="auto",
                        choices=["auto", "text", "lines", "jsonl", "wiki"],
                        help="input format: text = blank-line separated documents, lines = one "

@@ -75,7 +75,8 @@ LAZY_ADAPTERS = {
 ALIASES = {"conll": "conll2003", "conll03": "conll2003", "ner": "conll2003"}
 # Custom tasks on the user's own files (`ember finetune --task classify --train F --dev F`):
 # kind -> "module:function" that rebuilds the adapter from its task record (RUN/task.json).
-CUSTOM_TASKS = {kind: "ember.tasks.custom:from_record" for kind in ("classify", "pair", "regression", "tag", "qa")}
+CUSTOM_TASKS = {kind: "ember.tasks.custom:from_record"
+                for kind in ("classify", "pair", "regression", "tag", "qa", "text2text")}
 TASK_RECORD = "task.json"  # in a run folder: what rebuilds a custom task (the adapter's ``record()``)
 
 # Backbone families whose input format or head differs from the encoders' ([CLS] head, the
@@ -116,6 +117,10 @@ def get_adapter(task: str | TaskAdapter, model=None, language: str = "") -> Task
         adapter = copy.copy(adapter)  # never change an adapter the caller passed in
         adapter.language = language
     family = getattr(model, "family", None)
+    if getattr(adapter, "needs_decoder", False) and family != "t5":
+        raise EmberError(f"--task {adapter.name} trains a model to write its target texts, which takes an "
+                         f"encoder-decoder: this is a {family or 'bert'} model. Start from a T5 run (ember pretrain "
+                         "--recipe t5-mini, or a T5 checkpoint imported with ember convert --from-hf)")
     if family in FAMILY_ADAPTERS:
         adapter = _load(FAMILY_ADAPTERS[family], f"fine-tuning a {family} model")(adapter, model)
     if getattr(model, "num_languages", 0):

@@ -1,6 +1,6 @@
 """Custom tasks: fine-tune on your own labelled files with the built-in tasks' heads and metrics.
 
-    ember finetune --task classify|pair|regression|tag|qa --train FILE --dev FILE [--test FILE]
+    ember finetune --task classify|pair|regression|tag|qa|text2text --train FILE --dev FILE [--test FILE]
 
 * ``classify`` (one text -> a class), ``pair`` (two texts -> a class), ``regression`` (one or
   two texts -> a number): CSV, TSV or JSON Lines (``ember.tasks.table_files``), columns named
@@ -15,6 +15,8 @@
 * ``qa``: SQuAD v1.1/v2.0 JSON; ``SquadAdapter``'s head, decoding and official EM/F1. The
   task has unanswerable questions (SQuAD 2.0 scoring, a tuned no-answer threshold) when the
   training file has any.
+* ``text2text``: an input and a target text per row, for an encoder-decoder (T5) run
+  (``ember.tasks.text2text_custom``): exact match, token F1 and BLEU.
 
 Labels are the values found in the training file (sorted; numerically when they are all
 integers), as ``run_glue.py`` / ``run_ner.py`` discover them. A dev or test label the
@@ -39,7 +41,7 @@ from ember.tasks.squad_task import HPARAMS as SQUAD_HPARAMS, SquadAdapter
 from ember.tasks.table_files import Table, label_cell, pick_column, read_table, text_cell
 from ember.tasks.tagging import ConllNerAdapter, is_bio
 
-KINDS = ("classify", "pair", "regression", "tag", "qa")
+KINDS = ("classify", "pair", "regression", "tag", "qa", "text2text")
 SPLITS = ("train", "dev", "test")
 TEXT_COLUMNS = ("text", "sentence", "sentence1", "review", "content", "document")
 PAIR_COLUMNS = (("text", "text_pair"), ("sentence1", "sentence2"), ("premise", "hypothesis"),
@@ -72,6 +74,13 @@ def custom_task(kind: str, train: str | Path, dev: str | Path, test: str | Path 
                                      label_column))
     elif kind == "tag":
         record.update(text_column=text_column, label_column=label_column)
+    elif kind == "text2text":
+        from ember.tasks.text2text_custom import text2text_columns
+
+        if text_pair_column:
+            raise EmberError("--task text2text reads one input column (--text-column) and one target column "
+                             "(--label-column); join two texts into the input yourself, as T5 does")
+        record.update(text2text_columns(read_table(files["train"]), text_column, label_column))
     elif text_column or text_pair_column or label_column:
         raise EmberError("--task qa reads SQuAD JSON (question, context, answers); the column options "
                          "do not apply to it")
@@ -97,8 +106,11 @@ def content_sha256(path: Path) -> str:
 def from_record(record: dict, check: bool = True):
     """The adapter a run's ``task.json`` describes."""
     kind = record.get("kind")
-    cls = {"classify": CustomClassifyAdapter, "pair": CustomClassifyAdapter,
-           "regression": CustomClassifyAdapter, "tag": CustomTagAdapter, "qa": CustomQaAdapter}.get(kind)
+    if kind == "text2text":
+        from ember.tasks.text2text_custom import CustomText2TextAdapter as cls
+    else:
+        cls = {"classify": CustomClassifyAdapter, "pair": CustomClassifyAdapter,
+               "regression": CustomClassifyAdapter, "tag": CustomTagAdapter, "qa": CustomQaAdapter}.get(kind)
     if cls is None or "files" not in record:
         raise EmberError(f"task record {record!r} names no custom task kind ({', '.join(KINDS)}) and files")
     adapter = cls(record)

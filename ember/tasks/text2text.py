@@ -16,7 +16,9 @@ and use this. The task's reader and official metric stay the encoder adapter's; 
 * Predictions are greedy decodes (T5 decodes greedily but for its long-output tasks, which get
   beam search, §3.7), batched by input length, of at most the longest valid target + 1 tokens
   (the extra one shows a model that goes on past a label), parsed back to a class id, score
-  or span. Invalid outputs count as wrong and their share is the metric ``invalid``.
+  or span. Invalid outputs count as wrong and their share is the metric ``invalid``. Your own
+  input -> target files (``--task text2text``, ``ember.tasks.text2text_custom``) decode free
+  text, scored by exact match, token F1 and BLEU.
 
 Fine-tuning defaults (``T5_TRAIN``, ``Text2TextAdapter.hparams``): the paper fine-tunes with
 Adafactor at a constant learning rate of 0.001 (§3.1.3) - the T5 code's Adafactor, with
@@ -152,6 +154,8 @@ class Text2TextAdapter:
     def score(self, module, examples, features, batch_size, device) -> dict[str, float]:
         parsed = [self.template.parse(out, ex) for out, ex in zip(self.outputs(module, features, batch_size), examples)]
         invalid = float(np.mean([not p.valid for p in parsed]))
+        if self.kind == "generate":  # your own targets, scored as text (ember.tasks.text2text_custom)
+            return {**self.inner.metrics_of([p.value for p in parsed], examples), "invalid": invalid}
         if self.kind == "answer":
             from ember.tasks.squad_metrics import squad_evaluate
 
@@ -202,8 +206,11 @@ class Text2TextAdapter:
 
         from ember.tasks.scoring import Seq2SeqScoreMethod
 
+        generic = [Seq2SeqGenerateMethod(ctx), Seq2SeqScoreMethod(ctx)]
+        if self.kind == "generate":  # free text out: generate is the task's own method
+            return generic
         task_method = Text2TextAnswerMethod if self.kind == "answer" else Text2TextClassifyMethod
-        return [task_method(self, ctx), Seq2SeqGenerateMethod(ctx), Seq2SeqScoreMethod(ctx)]
+        return [task_method(self, ctx), *generic]
 
 
 def adapt(adapter, model) -> Text2TextAdapter:

@@ -48,6 +48,7 @@ class Text2TextEncoder:
         self.tokenizer.no_padding()
         self.eos_id = end_of_text_id(tokenizer)  # T5's </s>
         self._fixed: dict[str, list[int]] = {}  # the prefixes repeat: tokenized once
+        self.longest_target = 0  # tokens with </s>, over every target encoded here (free-text budget)
 
     def ids(self, text: str) -> list[int]:
         return self.tokenizer.encode(text, add_special_tokens=False).ids
@@ -91,6 +92,7 @@ class Text2TextEncoder:
                              f"beyond the decoder's limit of {limit} (model.max_position, the most tokens ember "
                              "decodes); use a model with a larger model.max_position (relative positions allow "
                              "it) or leave such examples out of the file")
+        self.longest_target = max(self.longest_target, len(labels))
         return labels
 
     def check_targets(self) -> None:
@@ -104,7 +106,12 @@ class Text2TextEncoder:
                                  "it (T5's layout: `ember tokenizer train --kind unigram`)")
 
     def budget(self, decoder_limit: int) -> int:
-        """Tokens to decode per input: the longest fixed target + 1 (free answers: ANSWER_TOKENS)."""
+        """Tokens to decode per input: the longest fixed target + 1 (free answers: ANSWER_TOKENS;
+        free text: twice the longest target encoded so far, at least ANSWER_TOKENS, or the decoder's
+        limit before any target was seen), never beyond the decoder's limit."""
+        if self.template.kind == "generate":
+            return min(max(2 * self.longest_target, ANSWER_TOKENS) if self.longest_target else decoder_limit,
+                       decoder_limit)
         targets = self.template.target_texts()
         longest = max((len(self.ids(t)) for t in targets), default=0)
         want = longest + 1 if self.template.kind == "classify" else max(longest + 1, ANSWER_TOKENS)

@@ -27,6 +27,8 @@ input starts with a task prefix and names each field, the target is the label as
   kind as prefix ("classify sentence: ...", "pair sentence1: ... sentence2: ...") and the
   training file's labels as the words; qa takes SQuAD's; regression is refused (STS-B's 0.2
   rounding on a 0-5 scale does not fit an arbitrary target).
+* Your own input -> target pairs (``ember.tasks.text2text_custom``, ``--task text2text``): the
+  input as written, no prefix; every output is valid and is scored as text (``text_metrics``).
 * SQuAD (Appendix D): "question: ... context: ...", no task prefix; the target is the first
   reference answer (the one BERT trains on too). SQuAD 2.0 is not in the paper: ember's
   target for an unanswerable question is the word "unanswerable" (``NO_ANSWER``).
@@ -182,6 +184,27 @@ class SquadTemplate:
         return Parsed(text, _normalised_run(text, example.context))
 
 
+class FreeTextTemplate:
+    """Your own input -> target texts (``ember.tasks.text2text_custom``): the input as written, no
+    prefix; any output is valid and is scored against the target as text."""
+
+    kind = "generate"
+    is_regression = False
+    is_pair = False
+
+    def pieces(self, example) -> list[tuple[str, bool]]:
+        return [(clean(example.source), True)]
+
+    def target(self, example) -> str:
+        return clean(example.target)
+
+    def target_texts(self) -> list[str]:
+        return []  # free text: nothing to check against the tokenizer in advance
+
+    def parse(self, output: str, example=None) -> Parsed:
+        return Parsed(clean(output), True)
+
+
 def custom_format(kind: str, is_pair: bool):
     """The input format of a custom classify/pair task: "classify sentence: ..." or "pair
     sentence1: ... sentence2: ...", the task kind as its prefix (as "sst2" / "mrpc" are)."""
@@ -201,6 +224,8 @@ def template_for(adapter):
         return GlueTemplate(name, adapter.spec, custom_format(name, adapter.spec.text_b is not None))
     if name == "qa":
         return SquadTemplate(adapter.with_no_answer)
+    if name == "text2text":  # your own input -> target texts
+        return FreeTextTemplate()
     if name == "regression":
         raise EmberError("--task regression with a T5 model: T5 predicts a number as text rounded to STS-B's "
                          "0.2 steps on its 0-5 scale (Raffel et al. 2020, §2.4), which does not fit an arbitrary "

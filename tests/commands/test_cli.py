@@ -89,3 +89,12 @@ def test_pretrain_sizes_the_vocabulary_to_the_corpus_tokenizer(wiki_prepared, tm
                  "--no-progress", *sets, "--set", f"model.vocab_size={corpus_vocab + 8}")
     assert done.returncode == 0, done.stderr
     assert load_run_config(tmp_path / "run2").model.vocab_size == corpus_vocab + 8
+
+
+@pytest.mark.parametrize("spelling", ["--max-docs", "--max-documents"])
+def test_tokenizer_and_prepare_take_either_spelling_of_the_document_limit(spelling):
+    parser = build_parser()
+    tok = parser.parse_args(["tokenizer", "train", "corpus", "--kind", "bpe", "--vocab-size", "100", "--out", "t.json",
+                             spelling, "7"])
+    prep = parser.parse_args(["prepare", "corpus", "--tokenizer", "t.json", "--out", "shards", spelling, "7"])
+    assert tok.max_documents == 7 and prep.max_docs == 7
