@@ -48,3 +48,13 @@ def backend_of(args) -> str:
         if getattr(args, flag, False):
             return flag.replace("_", "-")
     return ""
+
+
+def stopped_line(result, out) -> str:
+    """The last line of a corpus-level run (pre-training, pre-training distillation): where it
+    stopped and its last held-out numbers, so a run with --no-progress still shows how it ended."""
+    trained = result.result
+    metrics = sorted(result.metrics.items(), key=lambda kv: kv[0] != "loss")  # the loss first
+    held_out = ", ".join(f"{k} {v:.4g}" for k, v in metrics if isinstance(v, (int, float)))
+    return (f"stopped at step {trained['step']} after {trained['elapsed'] / 60:.1f} min; "
+            + (f"held-out {held_out}; " if held_out else "") + f"run folder: {out}")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 
-from ember.commands.common import add_train_options, train_overrides
+from ember.commands.common import add_train_options, stopped_line, train_overrides
 
 EXAMPLES = """examples:
   # Hinton KD: a fine-tuned SST-2 teacher labels 50k Wikipedia sentences + SST-2 train text
@@ -102,7 +102,7 @@ def run(args) -> int:
                      overwrite=args.overwrite, progress=not args.no_progress, **options)
     r = result.result
     if corpus_level:
-        print(f"stopped at step {r['step']} after {r['elapsed'] / 60:.1f} min; run folder: {args.out}")
+        print(stopped_line(result, args.out))
         return 0
     main = next(iter(r["metrics"]))
     line = "  ".join(f"{k}={v:.4f}" for k, v in r["metrics"].items())

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ember.commands.common import add_train_options, train_overrides
+from ember.commands.common import add_train_options, stopped_line, train_overrides
 
 
 
@@ -41,6 +41,5 @@ def run(args) -> int:
             overrides.append(f"{key}={getattr(args, flag)}")
     result = pretrain(args.recipe, args.out, data=args.data, overrides=overrides, resume=args.resume,
                       overwrite=args.overwrite, progress=not args.no_progress)
-    trained = result.result
-    print(f"stopped at step {trained['step']} after {trained['elapsed'] / 60:.1f} min; run folder: {args.out}")
+    print(stopped_line(result, args.out))
     return 0

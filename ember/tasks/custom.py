@@ -34,7 +34,7 @@ import math
 from pathlib import Path
 
 from ember.errors import EmberError
-from ember.fileio import sha256_file
+from ember.tasks.custom_files import CustomFiles, content_sha256
 from ember.tasks.glue import BertHParams, Example, TaskSpec
 from ember.tasks.glue_adapter import GlueAdapter
 from ember.tasks.squad_task import HPARAMS as SQUAD_HPARAMS, SquadAdapter
@@ -91,18 +91,6 @@ def custom_task(kind: str, train: str | Path, dev: str | Path, test: str | Path 
     return adapter
 
 
-def content_sha256(path: Path) -> str:
-    """SHA-256 of a file, or of a folder's files (a saved ``datasets`` folder): names and contents."""
-    if path.is_file():
-        return sha256_file(path)
-    import hashlib
-
-    digest = hashlib.sha256()
-    for file in sorted(p for p in path.rglob("*") if p.is_file()):
-        digest.update(f"{file.relative_to(path)}\0{sha256_file(file)}\n".encode())
-    return digest.hexdigest()
-
-
 def from_record(record: dict, check: bool = True):
     """The adapter a run's ``task.json`` describes."""
     kind = record.get("kind")
@@ -152,57 +140,10 @@ def _sorted_labels(values) -> list[str]:
         return sorted(values)
 
 
-class _CustomFiles:
-    """What the three custom adapters share: the record, its files, and ``report_splits``."""
-
-    check_unchanged = True
-
-    def _init_record(self, record: dict) -> None:
-        self.record_data = dict(record)
-        self.files = {split: Path(p) for split, p in record["files"].items()}
-        self._checked: set[str] = set()
-        train = self.files["train"]
-        self.display = f"{record['kind']} ({train.name})"
-
-    def record(self) -> dict:
-        """What RUN/task.json keeps (``from_record`` rebuilds the adapter from it)."""
-        return dict(self.record_data)
-
-    @property
-    def report_splits(self) -> tuple[str, ...]:
-        return ("test",) if "test" in self.files else ()
-
-    def split_file(self, split: str, path=None) -> Path:
-        if path is not None:
-            return Path(path)
-        if split not in self.files:
-            if Path(split).is_file():  # a labelled file given where a split is expected
-                return Path(split)
-            raise EmberError(f"this {self.record_data['kind']} task has the splits {', '.join(self.files)} "
-                             f"(its files: {', '.join(str(p) for p in self.files.values())}), not {split!r}")
-        file = self.files[split]
-        if not file.exists():
-            raise EmberError(f"the {split} file this run was trained with is gone: {file} (recorded in the run's "
-                             "task.json); put it back or give a labelled file (ember evaluate RUN --file FILE)")
-        digest = self.record_data.get("sha256", {}).get(split)
-        if self.check_unchanged and digest and split not in self._checked:
-            self._checked.add(split)
-            if content_sha256(file) != digest:
-                print(f"warning: {file} has changed since the run was trained (its SHA-256 differs from task.json)")
-        return file
-
-    def _unseen(self, where: str, label: str) -> EmberError:
-        labels = self.record_data["labels"]
-        shown = ", ".join(labels[:20]) + (", ..." if len(labels) > 20 else "")
-        return EmberError(f"{where}: label {label!r} does not occur in the training file {self.files['train']} "
-                          f"(its labels: {shown}); the model has no output for it: add examples of it to the "
-                          "training file or drop the row")
-
-
 # -- classify / pair / regression ---------------------------------------------------------
 
 
-class CustomClassifyAdapter(_CustomFiles, GlueAdapter):
+class CustomClassifyAdapter(CustomFiles, GlueAdapter):
     """One or two text columns and a label (or a number) column of the user's files."""
 
     def __init__(self, record: dict) -> None:
@@ -297,7 +238,7 @@ class CustomClassifyAdapter(_CustomFiles, GlueAdapter):
 # -- tag ------------------------------------------------------------------------------------
 
 
-class CustomTagAdapter(_CustomFiles, ConllNerAdapter):
+class CustomTagAdapter(CustomFiles, ConllNerAdapter):
     """Words and a tag per word: CoNLL columns, or JSON Lines with a list of each."""
 
     def __init__(self, record: dict) -> None:
@@ -374,7 +315,7 @@ class CustomTagAdapter(_CustomFiles, ConllNerAdapter):
 # -- qa -------------------------------------------------------------------------------------
 
 
-class CustomQaAdapter(_CustomFiles, SquadAdapter):
+class CustomQaAdapter(CustomFiles, SquadAdapter):
     """SQuAD-format JSON of the user's; SQuAD 2.0 scoring when the training file has unanswerable
     questions, SQuAD 1.1 otherwise."""
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ember.errors import EmberError
-from ember.tasks.custom import _CustomFiles
+from ember.tasks.custom_files import CustomFiles
 from ember.tasks.glue import BertHParams
 from ember.tasks.table_files import Table, pick_column, read_table, text_cell
 
@@ -53,7 +53,7 @@ def text2text_columns(table: Table, text: str | None, target: str | None) -> dic
     return {"text_column": source, "label_column": target}
 
 
-class CustomText2TextAdapter(_CustomFiles):
+class CustomText2TextAdapter(CustomFiles):
     """The task's reader and metric; ``ember.tasks.text2text.Text2TextAdapter`` wraps it for a T5 run."""
 
     needs_decoder = True  # ember.tasks.base.get_adapter: only an encoder-decoder produces text

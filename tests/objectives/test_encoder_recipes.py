@@ -132,7 +132,7 @@ def bpe_prepared(tmp_path_factory):
     return bpe_corpus(tmp_path_factory.mktemp("bpe"), 2000, 150, 0.05)
 
 
-def test_roberta_mini_pretraining_loss_goes_down_on_real_text_with_byte_level_bpe(bpe_prepared, tmp_path):
+def test_roberta_mini_pretraining_loss_goes_down_on_real_text_with_byte_level_bpe(bpe_prepared, tmp_path, capsys):
     from ember.data.packing import build_pretraining_dataset
     from ember.data.shards import TokenCorpus
 
@@ -143,6 +143,11 @@ def test_roberta_mini_pretraining_loss_goes_down_on_real_text_with_byte_level_bp
     code = main(["pretrain", "--recipe", "roberta-mini", "--data", str(bpe_prepared), "--out", str(run),
                  *QUICK_RUN, *with_sets(TINY_MODEL)])
     assert code == 0
+    # the last line says how the run ended: its last held-out evaluation, as metrics.jsonl has it
+    held_out = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    held_out = [r for r in held_out if r["split"] == "eval"][-1]
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert last.startswith("stopped at step 40 after ") and f"held-out loss {held_out['loss']:.4g}," in last
     losses = train_losses(run)
     assert len(losses) == 40
     assert np.mean(losses[-10:]) < np.mean(losses[:5]) - 0.6
