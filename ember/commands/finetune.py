@@ -28,7 +28,7 @@ def register(sub) -> None:
         "  ember finetune --task classify --train tickets.csv --dev tickets-dev.csv --text-column body \\\n"
         "      --label-column queue --init runs/bert-mini --out runs/tickets\n"
         "  ember finetune --task text2text --train pairs.jsonl --dev pairs-dev.jsonl --init runs/t5-mini \\\n"
-        "      --out runs/rewrite        # T5: input -> target texts, scored by exact match, token F1, BLEU",
+        "      --out runs/rewrite        # T5: input -> target texts; exact match, token F1, BLEU, ROUGE",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--task", required=True,

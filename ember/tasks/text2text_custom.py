@@ -12,8 +12,9 @@ target is the text to produce. Whitespace runs count as one space in both.
 
 There is no label set, so every decoded output is valid, and it is scored against its target
 by ``ember.tasks.text_metrics``: exact match, SQuAD's token F1 (the run's main metric, which
-picks the best epoch: it credits partial outputs, where exact match is all or nothing) and
-corpus BLEU (sacrebleu's default), all on a 0-100 scale.
+picks the best epoch: it credits partial outputs, where exact match is all or nothing),
+corpus BLEU (sacrebleu's default) and ROUGE-1/2/L F-measures (rouge-score's defaults), all on a
+0-100 scale.
 
 Only an encoder-decoder can be fine-tuned to produce text here: ``ember.tasks.base.get_adapter``
 refuses this task for an encoder, GPT, XLNet or LSTM run before anything is written.

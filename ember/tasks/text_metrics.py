@@ -13,6 +13,11 @@ All scores are on a 0-100 scale.
   punctuation and the articles a/an/the (``ember.tasks.squad_metrics``), averaged over pairs.
 - ``exact_match``: the share of predictions equal to their reference after collapsing runs of
   whitespace and stripping the ends (case and punctuation count).
+- ``rouge1``, ``rouge2``, ``rougeL``: ROUGE-1, ROUGE-2 and sentence-level ROUGE-L F-measures
+  (Lin 2004, "ROUGE: A Package for Automatic Evaluation of Summaries"; clipped n-gram overlap,
+  longest common subsequence), averaged over pairs, equal to Google's ``rouge-score`` with its
+  defaults (no stemmer): lowercase, every run of characters other than a-z and 0-9 is a space
+  (so non-ASCII letters split words or vanish: "Café" is "caf"), split on whitespace.
 """
 
 from __future__ import annotations
@@ -116,10 +121,59 @@ def token_f1(prediction: str, reference: str) -> float:
     return f1_score(reference, prediction)
 
 
+# rouge-score's default tokenizer (its tokenize.py) keeps only lower-case ASCII letters and digits
+_NON_ALPHANUMERIC = re.compile(r"[^a-z0-9]+")
+
+
+def tokenize_rouge(text: str) -> list[str]:
+    """rouge-score's default tokens: lower-cased runs of a-z and 0-9 ("Café!" -> ["caf"])."""
+    # Python's full Unicode lower() comes first, as in rouge-score: the Kelvin sign (U+212A) becomes
+    # "k" and "İ" becomes "i" plus a combining dot; every other non-ASCII character is a separator.
+    return _NON_ALPHANUMERIC.sub(" ", text.lower()).split()
+
+
+def _lcs_length(a: list[str], b: list[str]) -> int:
+    """Length of the longest common subsequence: the O(len(a) * len(b)) dynamic programme, one row."""
+    if len(a) < len(b):
+        a, b = b, a  # the row runs over the shorter list
+    row = [0] * (len(b) + 1)  # row[j]: LCS of the tokens of a seen so far and b[:j]
+    for x in a:
+        diagonal = 0  # the previous row's row[j - 1]
+        for j, y in enumerate(b, 1):
+            above = row[j]
+            row[j] = diagonal + 1 if x == y else max(above, row[j - 1])
+            diagonal = above
+    return row[-1]
+
+
+def _f_measure(overlap: int, prediction_count: int, reference_count: int) -> float:
+    # Lin 2004 with beta = 1 (rouge-score's F): an empty side has precision or recall 0
+    precision, recall = overlap / max(prediction_count, 1), overlap / max(reference_count, 1)
+    return 2 * precision * recall / (precision + recall) if precision + recall > 0 else 0.0
+
+
+def rouge_scores(prediction: str, reference: str) -> dict[str, float]:
+    """{"rouge1", "rouge2", "rougeL"} F-measures in [0, 1], equal to rouge-score's defaults
+    (``RougeScorer(["rouge1", "rouge2", "rougeL"]).score(reference, prediction)``)."""
+    pred, ref = tokenize_rouge(prediction), tokenize_rouge(reference)
+    scores = {}
+    for n in (1, 2):  # ROUGE-N (Lin 2004, §2): clipped n-gram matches over each side's n-grams
+        pred_ngrams, ref_ngrams = _ngram_counts(pred, n), _ngram_counts(ref, n)
+        overlap = sum((pred_ngrams & ref_ngrams).values())
+        scores[f"rouge{n}"] = _f_measure(overlap, sum(pred_ngrams.values()), sum(ref_ngrams.values()))
+    # ROUGE-L (Lin 2004, §3.1): the LCS over the prediction's and the reference's lengths
+    scores["rougeL"] = _f_measure(_lcs_length(pred, ref), len(pred), len(ref))
+    return scores
+
+
 def generation_metrics(predictions: Sequence[str], references: Sequence[str]) -> dict[str, float]:
-    """{"exact_match", "f1", "bleu"}, each on a 0-100 scale (EM and F1 averaged over pairs)."""
+    """{"exact_match", "f1", "bleu", "rouge1", "rouge2", "rougeL"}, each on a 0-100 scale (all but
+    BLEU averaged over pairs; ROUGE as Hugging Face ``evaluate``'s without bootstrapping, x 100)."""
     _check_pairs(predictions, references)
     pairs = list(zip(predictions, references))
+    rouge = [rouge_scores(p, r) for p, r in pairs]
     return {"exact_match": 100.0 * sum(exact_match(p, r) for p, r in pairs) / len(pairs),
             "f1": 100.0 * sum(token_f1(p, r) for p, r in pairs) / len(pairs),
-            "bleu": corpus_bleu(predictions, references)}
+            "bleu": corpus_bleu(predictions, references),
+            **{key: 100.0 * sum(r[key] for r in rouge) / len(pairs)
+               for key in ("rouge1", "rouge2", "rougeL")}}

@@ -1,7 +1,9 @@
-"""ember.tasks.text_metrics against sacrebleu (BLEU, 13a) and hand-computed golden values."""
+"""ember.tasks.text_metrics against sacrebleu (BLEU, 13a), rouge-score (ROUGE) and hand-computed
+golden values."""
 
 from __future__ import annotations
 
+import json
 import math
 import random
 
@@ -12,8 +14,10 @@ from ember.tasks.text_metrics import (
     corpus_bleu,
     exact_match,
     generation_metrics,
+    rouge_scores,
     token_f1,
     tokenize_13a,
+    tokenize_rouge,
 )
 
 
@@ -133,4 +137,124 @@ def test_token_f1_and_exact_match_follow_squad_normalisation():
                                 ["New  York", "Eiffel Tower", "The cat sat on a mat."])
     assert scores["exact_match"] == pytest.approx(100 / 3)
     assert scores["f1"] == pytest.approx(800 / 9)
-    assert scores["bleu"] == 0.0 and set(scores) == {"exact_match", "f1", "bleu"}
+    assert scores["bleu"] == 0.0
+    assert set(scores) == {"exact_match", "f1", "bleu", "rouge1", "rouge2", "rougeL"}
+
+
+ROUGE_CRAFTED = [  # (prediction, reference)
+    ("Hello, World!!! 42 times.", "hello world -- 42 TIMES"),
+    ("state-of-the-art U.S.A. e-mail", "state of the art usa email"),
+    ("Pi = 3.14; e = 2.718", "pi is 3 14 and e is 2 718"),
+    ("Café naïve résumé", "cafe naive resume"),  # é, ï split words: caf, na ve, r sum
+    ("Caf\u00e9 au lait", "Cafe\u0301 au lait"),  # precomposed é vs e + combining accent
+    ("서울은 한국의 수도 Seoul", "Seoul is the capital"),  # Hangul vanishes
+    ("Москва — столица России", "Moscow is the capital of Russia"),  # so does Cyrillic
+    ("Москва", "Москва"),  # nothing left on either side: 0, not 1
+    ("\u212a is the Kelvin sign", "k is the kelvin sign"),  # lower() maps it to ASCII k
+    ("\u0130stanbul", "i stanbul"),  # İ lowers to i + combining dot
+    ("", "the cat sat on the mat"), ("the cat", ""), ("", ""), ("...", "!!!"),
+    ("the the the the cat", "the cat the cat"), ("a a a a a a", "a a"),  # clipping
+    ("cat", "cat"), ("cat", "dog"), ("mat the on sat cat the", "the cat sat on the mat"),
+    ("one\ttwo\nthree  four", "one two three four five"),
+]
+
+
+def _squad_texts() -> list[str]:
+    """Multi-sentence paragraphs: the contexts of the SQuAD 2.0 dev half."""
+    data = json.loads(real_data("squad2-dev-half", "dev-v2.0.json").read_text(encoding="utf-8"))
+    return [par["context"] for article in data["data"] for par in article["paragraphs"]]
+
+
+def _rouge_reference():
+    pytest.importorskip("rouge_score")
+    from rouge_score import rouge_scorer
+
+    return rouge_scorer.RougeScorer(["rouge1", "rouge2", "rougeL"], use_stemmer=False)
+
+
+def test_rouge_tokenization_matches_rouge_score():
+    pytest.importorskip("rouge_score")
+    from rouge_score.tokenize import tokenize
+
+    rng = random.Random(0)  # letters around the ASCII range, digits, punctuation, case
+    alphabet = list("aZ9 .,-'_\t\néÉßİıﬁ²①Ｆ한글ЖжΣς") + ["\u212a", "\u0301", "\u00a0"]
+    fuzz = ["".join(rng.choice(alphabet) for _ in range(rng.randint(0, 20))) for _ in range(2000)]
+    lines = _real_lines()[:4000] + [s for pair in ROUGE_CRAFTED for s in pair] + fuzz
+    assert [tokenize_rouge(line) for line in lines] == [tokenize(line, None) for line in lines]
+    # non-ASCII letters are separators, after Python's Unicode lower-casing
+    assert tokenize_rouge("Café au LAIT, 2-for-1!") == ["caf", "au", "lait", "2", "for", "1"]
+    assert tokenize_rouge("Привет, 세계") == []
+    assert tokenize_rouge("\u212aelvin \u0130stanbul") == ["kelvin", "i", "stanbul"]
+
+
+def test_rouge_matches_rouge_score_on_real_sentences():
+    scorer = _rouge_reference()
+    pairs = _sentence_pairs(500)
+    texts = _squad_texts()[:60]
+    for i, text in enumerate(texts):  # paragraphs "summarised" by truncated paragraphs
+        words = text.split()
+        pairs += [(" ".join(words[: len(words) // 4]), text),  # the lead: high precision
+                  (text, " ".join(words[: 30 + 7 * i % 50])),  # the reverse
+                  (" ".join(words[::2]), " ".join(words[1::2])),  # interleaved halves
+                  (text, texts[i - 1])]  # a neighbouring paragraph, often of the same article
+    pairs += ROUGE_CRAFTED
+    assert len(pairs) > 700
+    for prediction, reference in pairs:
+        expected = scorer.score(reference, prediction)  # rouge-score takes the target first
+        ours = rouge_scores(prediction, reference)
+        assert set(ours) == {"rouge1", "rouge2", "rougeL"}
+        for key, value in ours.items():
+            assert value == pytest.approx(expected[key].fmeasure, abs=1e-12), \
+                (key, prediction, reference)
+    assert all(v == 0.0 for v in rouge_scores("", "").values())  # unlike token_f1's 1.0
+
+
+def test_rouge_golden_values():
+    # "the cat sat on the mat" vs "the cat lay on the mat", 6 tokens each.
+    # ROUGE-1: the x2, cat, on, mat match (clipped: "the" twice on both sides) -> 5/6 both ways.
+    # ROUGE-2: 5 bigrams each; "the cat", "on the", "the mat" match -> P = R = F = 3/5.
+    # ROUGE-L: LCS "the cat on the mat", 5 tokens -> P = R = F = 5/6.
+    scores = rouge_scores("the cat sat on the mat", "the cat lay on the mat")
+    assert scores == pytest.approx({"rouge1": 5 / 6, "rouge2": 3 / 5, "rougeL": 5 / 6}, abs=1e-15)
+    # pred "the the the cat" (4 tokens) vs ref "the cat sat on the mat" (6 tokens).
+    # ROUGE-1: "the" clipped to the reference's 2, plus "cat": 3 -> P = 3/4, R = 1/2,
+    #   F = 2 * 3/8 / (5/4) = 3/5 (unclipped, 4 matches would give P = 1, R = 2/3).
+    # ROUGE-2: pred "the the" x2, "the cat"; only "the cat" matches -> P = 1/3, R = 1/5,
+    #   F = 2 * 1/15 / (8/15) = 1/4.
+    # ROUGE-L: LCS is 2 ("the cat", or "the ... the") -> P = 1/2, R = 1/3, F = (1/3) / (5/6) = 2/5.
+    scores = rouge_scores("the the the cat", "the cat sat on the mat")
+    assert scores == pytest.approx({"rouge1": 3 / 5, "rouge2": 1 / 4, "rougeL": 2 / 5}, abs=1e-15)
+    # the tokenizer: "Café, 2-for-1!" is caf 2 for 1, "cafe 2 for 1" is cafe 2 for 1:
+    # ROUGE-1 3/4, ROUGE-2 2/3 ("2 for", "for 1"), ROUGE-L 3/4 ("2 for 1").
+    scores = rouge_scores("Café, 2-for-1!", "cafe 2 for 1")
+    assert scores == pytest.approx({"rouge1": 3 / 4, "rouge2": 2 / 3, "rougeL": 3 / 4}, abs=1e-15)
+    # an empty prediction scores 0. Reversed word order keeps ROUGE-1 at 1 and drops ROUGE-2 to 0;
+    # pred "mat the on sat cat the" and ref "the cat sat on the mat" still share the subsequence
+    # "the on the" (or "the sat the"), so ROUGE-L is 3/6 = 1/2.
+    assert rouge_scores("", "the cat") == {"rouge1": 0.0, "rouge2": 0.0, "rougeL": 0.0}
+    reordered = rouge_scores("mat the on sat cat the", "the cat sat on the mat")
+    assert reordered == {"rouge1": 1.0, "rouge2": 0.0, "rougeL": 0.5}
+
+
+def test_generation_metrics_rouge_is_the_mean_f_measure_times_100():
+    predictions = ["the cat sat on the mat", "the the the cat", "", "Paris"]
+    references = ["the cat lay on the mat", "the cat sat on the mat", "anything", "paris."]
+    scores = generation_metrics(predictions, references)
+    assert set(scores) == {"exact_match", "f1", "bleu", "rouge1", "rouge2", "rougeL"}
+    # per pair (golden values above; "Paris" vs "paris." is one matching token, no bigrams):
+    # ROUGE-1 5/6, 3/5, 0, 1; ROUGE-2 3/5, 1/4, 0, 0; ROUGE-L 5/6, 2/5, 0, 1
+    assert scores["rouge1"] == pytest.approx(100 * (5 / 6 + 3 / 5 + 0 + 1) / 4)
+    assert scores["rouge2"] == pytest.approx(100 * (3 / 5 + 1 / 4 + 0 + 0) / 4)
+    assert scores["rougeL"] == pytest.approx(100 * (5 / 6 + 2 / 5 + 0 + 1) / 4)
+    pairs = _sentence_pairs(200)  # and on real pairs, against rouge-score's per-pair F-measures
+    predictions, references = [p for p, _ in pairs], [r for _, r in pairs]
+    scores = generation_metrics(predictions, references)
+    for key in ("rouge1", "rouge2", "rougeL"):
+        per_pair = [rouge_scores(p, r)[key] for p, r in pairs]
+        assert scores[key] == pytest.approx(100 * sum(per_pair) / len(per_pair), abs=1e-12)
+        assert 0 < scores[key] < 100
+    scorer = _rouge_reference()
+    expected = [scorer.score(r, p) for p, r in pairs]
+    for key in ("rouge1", "rouge2", "rougeL"):
+        mean = 100 * sum(e[key].fmeasure for e in expected) / len(expected)
+        assert scores[key] == pytest.approx(mean, abs=1e-9)
