@@ -16,7 +16,7 @@
   task has unanswerable questions (SQuAD 2.0 scoring, a tuned no-answer threshold) when the
   training file has any.
 * ``text2text``: an input and a target text per row, for an encoder-decoder (T5) run
-  (``ember.tasks.text2text_custom``): exact match, token F1 and BLEU.
+  (``ember.tasks.text2text_custom``): exact match, token F1, BLEU and ROUGE.
 
 Labels are the values found in the training file (sorted; numerically when they are all
 integers), as ``run_glue.py`` / ``run_ner.py`` discover them. A dev or test label the
@@ -40,6 +40,7 @@ from ember.tasks.glue_adapter import GlueAdapter
 from ember.tasks.squad_task import HPARAMS as SQUAD_HPARAMS, SquadAdapter
 from ember.tasks.table_files import Table, label_cell, pick_column, read_table, text_cell
 from ember.tasks.tagging import ConllNerAdapter, is_bio
+from ember.tasks.text2text_custom import CustomText2TextAdapter, text2text_columns
 
 KINDS = ("classify", "pair", "regression", "tag", "qa", "text2text")
 SPLITS = ("train", "dev", "test")
@@ -75,8 +76,6 @@ def custom_task(kind: str, train: str | Path, dev: str | Path, test: str | Path 
     elif kind == "tag":
         record.update(text_column=text_column, label_column=label_column)
     elif kind == "text2text":
-        from ember.tasks.text2text_custom import text2text_columns
-
         if text_pair_column:
             raise EmberError("--task text2text reads one input column (--text-column) and one target column "
                              "(--label-column); join two texts into the input yourself, as T5 does")
@@ -94,11 +93,8 @@ def custom_task(kind: str, train: str | Path, dev: str | Path, test: str | Path 
 def from_record(record: dict, check: bool = True):
     """The adapter a run's ``task.json`` describes."""
     kind = record.get("kind")
-    if kind == "text2text":
-        from ember.tasks.text2text_custom import CustomText2TextAdapter as cls
-    else:
-        cls = {"classify": CustomClassifyAdapter, "pair": CustomClassifyAdapter,
-               "regression": CustomClassifyAdapter, "tag": CustomTagAdapter, "qa": CustomQaAdapter}.get(kind)
+    cls = {"classify": CustomClassifyAdapter, "pair": CustomClassifyAdapter, "regression": CustomClassifyAdapter,
+           "tag": CustomTagAdapter, "qa": CustomQaAdapter, "text2text": CustomText2TextAdapter}.get(kind)
     if cls is None or "files" not in record:
         raise EmberError(f"task record {record!r} names no custom task kind ({', '.join(KINDS)}) and files")
     adapter = cls(record)

@@ -18,7 +18,7 @@ and use this. The task's reader and official metric stay the encoder adapter's; 
   (the extra one shows a model that goes on past a label), parsed back to a class id, score
   or span. Invalid outputs count as wrong and their share is the metric ``invalid``. Your own
   input -> target files (``--task text2text``, ``ember.tasks.text2text_custom``) decode free
-  text, scored by exact match, token F1 and BLEU.
+  text, scored by exact match, token F1, BLEU and ROUGE.
 
 Fine-tuning defaults (``T5_TRAIN``, ``Text2TextAdapter.hparams``): the paper fine-tunes with
 Adafactor at a constant learning rate of 0.001 (§3.1.3) - the T5 code's Adafactor, with
