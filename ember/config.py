@@ -222,6 +222,11 @@ class TaskConfig:
     # The language of the task's texts ("" = the task's own: "en" for GLUE, "ko" NSMC, "ru"
     # RuSentiment); a model with language embeddings (XLM) gives every token this language's id.
     language: str = ""
+    # How a text-to-text (T5) run decodes its outputs at evaluation, `ember predict` and the
+    # task's served method: 1 = greedy (T5's choice for most tasks); beam search with a length
+    # penalty for long outputs (Raffel et al. 2020, §3.7: 4 beams, penalty 0.6 for WMT and CNN/DM).
+    num_beams: int = 1
+    length_penalty: float = 1.0
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ and use this. The task's reader and official metric stay the encoder adapter's; 
   so a fine-tuned run holds exactly T5ForConditionalGeneration's weights (`ember convert
   --to-hf` exports it as is).
 * Predictions are greedy decodes (T5 decodes greedily but for its long-output tasks, which get
-  beam search, §3.7), batched by input length, of at most the longest valid target + 1 tokens
+  beam search, §3.7: ``--set task.num_beams=4 --set task.length_penalty=0.6``), batched by input length, of at most the longest valid target + 1 tokens
   (the extra one shows a model that goes on past a label), parsed back to a class id, score
   or span. Invalid outputs count as wrong and their share is the metric ``invalid``. Your own
   input -> target files (``--task text2text``, ``ember.tasks.text2text_custom``) decode free
@@ -44,7 +44,7 @@ from ember.tasks.glue import BertHParams
 from ember.tasks.text2text_encoding import (
     NO_GRAPH_REASON,
     Text2TextEncoder,
-    greedy_decode,
+    batched_decode,
 )
 from ember.tasks.text2text_templates import template_for
 
@@ -82,11 +82,13 @@ class Text2TextModel(nn.Module):
         return seq2seq_loss(self.backbone, batch)
 
     @torch.no_grad()
-    def generate(self, features: list[dict], max_new_tokens: int, eos_id: int, batch_size: int = 64) -> list[list[int]]:
+    def generate(self, features: list[dict], max_new_tokens: int, eos_id: int, batch_size: int = 64,
+                 num_beams: int = 1, length_penalty: float = 1.0) -> list[list[int]]:
         was_training = self.training
         self.eval()
         try:
-            return greedy_decode(self.backbone, [f["input_ids"] for f in features], max_new_tokens, eos_id, batch_size)
+            return batched_decode(self.backbone, [f["input_ids"] for f in features], max_new_tokens, eos_id,
+                                  batch_size, num_beams, length_penalty)
         finally:
             self.train(was_training)
 
@@ -104,6 +106,7 @@ class Text2TextAdapter:
         self.name, self.display_name, self.kind = inner.name, inner.display_name, self.template.kind
         self.report_splits = getattr(inner, "report_splits", ())
         self.train_defaults = dict(T5_TRAIN)
+        self.decoding = {"num_beams": 1, "length_penalty": 1.0}  # greedy; ``set_decoding`` from task.*
         self._encoder: Text2TextEncoder | None = None
         self._tokenizer = None
 
@@ -121,6 +124,13 @@ class Text2TextAdapter:
 
     def label_names(self):
         return self.inner.label_names()
+
+    def set_decoding(self, task_cfg) -> None:
+        """Decode as the run's ``task.num_beams`` / ``task.length_penalty`` say (greedy by default)."""
+        if task_cfg.num_beams < 1 or task_cfg.length_penalty <= 0:
+            raise EmberError(f"task.num_beams={task_cfg.num_beams}, task.length_penalty={task_cfg.length_penalty}: "
+                             "use 1 beam (greedy) or more, and a positive length penalty (T5: 4 beams, 0.6)")
+        self.decoding = {"num_beams": task_cfg.num_beams, "length_penalty": task_cfg.length_penalty}
 
     def encoder(self, tokenizer, max_length: int) -> Text2TextEncoder:
         """The encoder for this tokenizer and length (checked once: it can spell every label)."""
@@ -144,11 +154,11 @@ class Text2TextAdapter:
         return Text2TextModel(backbone, pad_id)
 
     def outputs(self, module: Text2TextModel, features, batch_size: int = 64) -> list[str]:
-        """The greedy output text of each feature (the encoder of the last ``load``)."""
+        """The output text of each feature, decoded as ``decoding`` says (the encoder of the last ``load``)."""
         enc = self._encoder
         if enc is None:
             raise EmberError("load() the examples first: the outputs are decoded with their tokenizer")
-        ids = module.generate(features, enc.budget(self.decoder_limit), enc.eos_id, batch_size)
+        ids = module.generate(features, enc.budget(self.decoder_limit), enc.eos_id, batch_size, **self.decoding)
         return [enc.tokenizer.decode(x) for x in ids]
 
     def score(self, module, examples, features, batch_size, device) -> dict[str, float]:

@@ -1,5 +1,5 @@
 """Text-to-text inputs and outputs as token ids: encoding a task's examples with its template,
-and greedy decoding in length-sorted batches (ember.tasks.text2text's training and scoring and
+and decoding (greedy or beam search) in length-sorted batches (ember.tasks.text2text's training and scoring and
 ember.tasks.text2text_methods' serving share both).
 
 Input = the template's pieces tokenized without the tokenizer's template, then ``</s>``; too long
@@ -118,13 +118,14 @@ class Text2TextEncoder:
         return min(want, decoder_limit)
 
 
-def greedy_decode(backbone, inputs: list[list[int]], max_new_tokens: int, eos_id: int,
-                  batch_size: int = 64) -> list[list[int]]:
-    """Greedy output ids (without </s>) of each input, in input order; batches are formed by
-    input length to save padding (greedy decoding of an input does not depend on its batch)."""
+def batched_decode(backbone, inputs: list[list[int]], max_new_tokens: int, eos_id: int, batch_size: int = 64,
+                   num_beams: int = 1, length_penalty: float = 1.0) -> list[list[int]]:
+    """The output ids (without </s>) of each input, in input order: greedy, or beam search with
+    ``num_beams`` > 1; batches are formed by input length to save padding (neither decoding of
+    an input depends on its batch)."""
     from ember.seq2seq_generation import Seq2SeqGenerationConfig, seq2seq_generate_ids
 
-    cfg = Seq2SeqGenerationConfig(max_new_tokens=max_new_tokens)
+    cfg = Seq2SeqGenerationConfig(max_new_tokens=max_new_tokens, num_beams=num_beams, length_penalty=length_penalty)
     order = np.argsort([len(x) for x in inputs], kind="stable")
     out: list = [None] * len(inputs)
     for first in range(0, len(order), batch_size):

@@ -11,8 +11,8 @@
   deterministic settings (greedy or beam, same max_new_tokens, beams, penalty, early stop)
   are decoded together; a sampling request alone, with its seed. max_new_tokens is capped by
   the server's limit and the decoder's limit (model.max_position).
-* ``classify`` (``Text2TextClassifyMethod``): texts (and pairs) in the task's template, greedy
-  decoding as in evaluation, and per input the label (or STS-B score) the output parses to,
+* ``classify`` (``Text2TextClassifyMethod``): texts (and pairs) in the task's template, the run's
+  decoding as in evaluation (greedy unless ``task.num_beams`` > 1), and per input the label (or STS-B score) the output parses to,
   ``valid`` (false when the output is no label; the label is then null) and the raw output.
 * ``answer`` (``Text2TextAnswerMethod``): a SQuAD question and context -> the answer text
   ("" = no answer, SQuAD 2.0), ``valid`` (the output is a run of the context's words) and the
@@ -39,7 +39,7 @@ from ember.tasks.requests import (
     text_field,
     texts_field,
 )
-from ember.tasks.text2text_encoding import NO_GRAPH_REASON, greedy_decode
+from ember.tasks.text2text_encoding import NO_GRAPH_REASON, batched_decode
 
 MAX_BEAMS = 8  # beams per input of one request (each beam is a decoder row)
 MAX_LENGTH_PENALTY = 10.0
@@ -112,7 +112,7 @@ class Seq2SeqGenerateMethod(GenerateMethod):
 
 
 class _Text2TextTaskMethod:
-    """Shared by classify and answer: the fine-tuned task's encoding, greedy decoding, parsing."""
+    """Shared by classify and answer: the fine-tuned task's encoding, its decoding, parsing."""
 
     def __init__(self, adapter, ctx) -> None:
         self.adapter, self.template, self.model = adapter, adapter.template, ctx.model
@@ -122,11 +122,12 @@ class _Text2TextTaskMethod:
         self.lock = threading.Lock()
 
     def decode(self, examples) -> list[tuple[dict, str]]:
-        """(feature, output text) per example, greedy, in batches of at most max_batch inputs."""
+        """(feature, output text) per example, decoded as in evaluation (greedy unless the run set
+        task.num_beams), in batches of at most max_batch inputs."""
         features, _ = self.encoder(examples)
         with self.lock:
-            ids = greedy_decode(self.model, [f["input_ids"] for f in features], self.budget, self.encoder.eos_id,
-                                self.max_batch)
+            ids = batched_decode(self.model, [f["input_ids"] for f in features], self.budget, self.encoder.eos_id,
+                                 self.max_batch, **self.adapter.decoding)
             self.counters["forwards"] += -(-len(features) // self.max_batch)  # decoding loops run
         return [(f, self.encoder.tokenizer.decode(x)) for f, x in zip(features, ids)]
 

@@ -174,3 +174,41 @@ def test_text2text_takes_rows_from_python(lead_files, t5_glue_tokenizer, tmp_pat
                             max_length=24, progress=False, overrides=TINY_T5)
     assert json.loads((tmp_path / "tuples" / "task.json").read_text())["text_column"] == "input"
     assert tuples.metrics["f1"] >= 0
+
+
+def test_text2text_beam_search_setting_reaches_predict_and_equals_the_generation_library(lead_files, lead_run,
+                                                                                         tmp_path):
+    """task.num_beams / task.length_penalty in a run's config.yaml: `ember predict` (and evaluate,
+    serving) decode with them; each output equals ember.seq2seq_generation's beam search (itself
+    checked token for token against transformers' generate in tests/tasks/test_t5_generate.py)."""
+    import dataclasses
+    import shutil
+
+    from ember.cli import main
+    from ember.config import TaskConfig, load_yaml, run_config_from_dict, save_yaml
+    from ember.seq2seq_generation import Seq2SeqGenerationConfig, load_seq2seq_lm, seq2seq_generate_ids
+    from ember.tasks.task_model import load_run_adapter
+
+    _, _, dev = lead_files
+    run, _ = lead_run
+    beams = tmp_path / "beams"
+    shutil.copytree(run, beams)
+    cfg = run_config_from_dict(load_yaml(beams / "config.yaml"))
+    save_yaml(dataclasses.replace(cfg, task=dataclasses.replace(cfg.task, num_beams=4, length_penalty=0.6)),
+              beams / "config.yaml")
+    pairs = [json.loads(line) for line in dev.read_text().splitlines()[:24]]
+    source = write_jsonl(tmp_path / "in.jsonl", [{"id": p["id"], "source": p["source"]} for p in pairs])
+    model, tok = load_seq2seq_lm(run)
+    inputs = [tok.encode(p["source"], add_special_tokens=False).ids + [tok.token_to_id("</s>")] for p in pairs]
+    for folder, setting in ((run, {}), (beams, {"num_beams": 4, "length_penalty": 0.6})):
+        assert main(["predict", str(folder), "--input", str(source), "--out", str(tmp_path / "p.jsonl")]) == 0
+        rows = [json.loads(line) for line in (tmp_path / "p.jsonl").read_text().splitlines()]
+        gen = Seq2SeqGenerationConfig(max_new_tokens=cfg.model.max_position, **setting)
+        expected = [tok.decode(ids) for ids in seq2seq_generate_ids(model, inputs, gen, tok.token_to_id("</s>"))]
+        assert [r["output"] for r in rows] == [" ".join(e.split()) for e in expected], setting
+    assert load_run_adapter(beams, run_config_from_dict(load_yaml(beams / "config.yaml"))).decoding == \
+        {"num_beams": 4, "length_penalty": 0.6}
+    assert set(ember.evaluate(beams)["metrics"]) >= {"exact_match", "f1", "bleu"}
+    adapter = get_adapter(custom_task("text2text", *lead_files[1:]), model_preset("t5-tiny"))
+    with pytest.raises(EmberError, match="task.num_beams=0"):
+        adapter.set_decoding(TaskConfig(num_beams=0))
