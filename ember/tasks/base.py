@@ -108,10 +108,12 @@ def _load(target: str, what: str):
                          "this ember installation does not support it yet") from None
 
 
-def get_adapter(task: str | TaskAdapter, model=None, language: str = "") -> TaskAdapter:
+def get_adapter(task: str | TaskAdapter, model=None, language: str = "", settings=None) -> TaskAdapter:
     """The adapter of a task name (case and ``-``/``_`` insensitive, as ``get_task``), for the
     backbone family of ``model`` (a ModelConfig; None = an encoder); ``language`` overrides the
-    language of the task's texts (``task.language``; "" = the task's own)."""
+    language of the task's texts (``task.language``; "" = the task's own); ``settings``, a run's
+    TaskConfig, gives the adapter the run's task options it takes (a T5 run's decoding,
+    ``task.num_beams`` / ``task.length_penalty``)."""
     adapter = _get_adapter(task)
     if language:
         adapter = copy.copy(adapter)  # never change an adapter the caller passed in
@@ -125,6 +127,8 @@ def get_adapter(task: str | TaskAdapter, model=None, language: str = "") -> Task
         adapter = _load(FAMILY_ADAPTERS[family], f"fine-tuning a {family} model")(adapter, model)
     if getattr(model, "num_languages", 0):
         adapter = _load(LANGUAGE_ADAPTER, "a model with language embeddings")(adapter, model)
+    if settings is not None and hasattr(adapter, "set_decoding"):
+        adapter.set_decoding(settings)
     return adapter
 
 

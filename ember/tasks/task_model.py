@@ -89,10 +89,8 @@ def load_run_adapter(run_dir: Path, cfg: RunConfig, task: str = "") -> TaskAdapt
     other = bool(task) and (not own or get_adapter(task).name != get_adapter(own).name)
     from ember.tasks.knowledge import run_knowledge
 
-    adapter = get_adapter(task or own, cfg.model, "" if other else cfg.task.language)
-    if hasattr(adapter, "set_decoding"):  # a T5 run decodes as it did in fine-tuning (task.num_beams)
-        adapter.set_decoding(cfg.task)
-    adapter = run_knowledge(run_dir, cfg, adapter)
+    adapter = run_knowledge(run_dir, cfg, get_adapter(task or own, cfg.model, "" if other else cfg.task.language,
+                                                      cfg.task))
     if other:
         if own:  # an imported classifier (`ember convert --from-hf`) names no task to compare with
             _check_labels(run_dir, cfg, adapter)

@@ -85,11 +85,10 @@ class CustomText2TextAdapter(CustomFiles):
         pick_column(table, source, (), f"the run's input column {source!r}", "")
         if require_target:
             pick_column(table, target, (), f"the run's target column {target!r}", "")
-        pairs = []
+        pairs = []  # an input file's targets, if it has any, are not read: predict only decodes
         for n, (where, row) in enumerate(table.rows):
-            wanted = require_target or (row.get(target) is not None and target in table.columns)
             pairs.append(TextPair(str(row.get("id", row.get("guid", f"{file.stem}-{n}"))), text_cell(row, source, where),
-                                  text_cell(row, target, where) if wanted else None))
+                                  text_cell(row, target, where) if require_target else None))
         if not pairs:
             raise EmberError(f"{file}: no rows")
         return pairs

@@ -65,10 +65,8 @@ def run_finetuning(cfg: RunConfig, run_dir: Path, state: dict | None, tokenizer_
 
     check_options(cfg)
     # K-BERT / ERNIE inputs, if asked (ember.tasks.knowledge); a custom task's adapter from its files
-    adapter = get_adapter(task if task is not None else cfg.task.name, cfg.model, cfg.task.language)
-    if hasattr(adapter, "set_decoding"):  # a T5 run decodes its outputs as task.num_beams says
-        adapter.set_decoding(cfg.task)
-    cfg, adapter = with_knowledge(cfg, adapter)
+    cfg, adapter = with_knowledge(cfg, get_adapter(task if task is not None else cfg.task.name, cfg.model,
+                                                   cfg.task.language, cfg.task))
     if hasattr(adapter, "model_config"):  # a family that fine-tunes another shape (XLNet: no memory)
         cfg = dataclasses.replace(cfg, model=adapter.model_config(cfg.model))
     tokenizer = load_tokenizer(tokenizer_path)
