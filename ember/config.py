@@ -227,6 +227,9 @@ class TaskConfig:
     # penalty for long outputs (Raffel et al. 2020, §3.7: 4 beams, penalty 0.6 for WMT and CNN/DM).
     num_beams: int = 1
     length_penalty: float = 1.0
+    # the most tokens decoded per output; 0 = the task's own budget (its longest label + 1; your
+    # own targets: twice the longest seen; at most model.max_position)
+    max_new_tokens: int = 0
 
 
 @dataclass(frozen=True)

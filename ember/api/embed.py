@@ -19,6 +19,7 @@ from typing import Sequence
 import numpy as np
 
 from ember.errors import EmberError
+from ember.tasks.batching import inference_progress, length_sorted_batches
 
 
 def load_embedder(run: str | Path, backend: str = "", max_length: int | None = None, batch_size: int = 32,
@@ -54,27 +55,16 @@ def embed_with(predictor, texts: Sequence[str], pooling: str | None = None, laye
     # so an error names the text's index in the whole list.
     request = method.parse({"texts": texts, **options}, Limits(max_texts=len(texts), max_chars=10**9))
     lengths = [len(ids) for ids, _, _ in method.encoder(texts)]
-    order = sorted(range(len(texts)), key=lambda i: lengths[i])
     out = np.empty((len(texts), predictor.info.hidden_size), dtype=np.float32)
     truncated = 0
-    bar = None
-    if progress:
-        from tqdm import tqdm
-
-        bar = tqdm(total=len(texts), unit="text", desc="embedding", dynamic_ncols=True)
-    step = predictor.max_batch
-    for first in range(0, len(order), step):
-        chunk = order[first : first + step]
-        response = predictor.run("embed", [{**request, "texts": [texts[i] for i in chunk], "pairs": None}])[0]
-        if isinstance(response, Exception):
-            raise response
-        for i, result in zip(chunk, response["results"]):
-            out[i] = result["embedding"]
-            truncated += bool(result["truncated"])
-        if bar is not None:
-            bar.update(len(chunk))
-    if bar is not None:
-        bar.close()
+    with inference_progress("embedding", progress, unit="text"):
+        for chunk in length_sorted_batches(lengths, predictor.max_batch):
+            response = predictor.run("embed", [{**request, "texts": [texts[i] for i in chunk], "pairs": None}])[0]
+            if isinstance(response, Exception):
+                raise response
+            for i, result in zip(chunk, response["results"]):
+                out[i] = result["embedding"]
+                truncated += bool(result["truncated"])
     return out, truncated
 
 

@@ -8,11 +8,15 @@ from pathlib import Path
 
 def evaluate(run: str | Path, split: str = "", file: str | Path | None = None, task: str = "", data=None,
              column: str | None = None, pair_column: str | None = None, label_column: str | None = None,
-             zero_shot: bool = False, **similarity) -> dict:
+             zero_shot: bool = False, progress: bool = False, num_beams: int | None = None,
+             length_penalty: float | None = None, max_new_tokens: int | None = None, **similarity) -> dict:
     """{"task", "split", "metrics"} of ``run`` on ``split`` (default: the split it was selected
     on), on a labelled ``file`` in the task's layout, or on ``data`` from Python (a DataFrame, a
     ``datasets.Dataset``, a dict of columns, a list of tuples or dicts; columns as in
-    ``ember.finetune``); SQuAD 2.0 uses the run's tuned threshold.
+    ``ember.finetune``); SQuAD 2.0 uses the run's tuned threshold. ``progress``: a progress bar
+    while the model runs over the rows. A text-to-text (T5) run decodes as its ``task.num_beams``,
+    ``task.length_penalty`` and ``task.max_new_tokens`` say, unless ``num_beams``,
+    ``length_penalty`` or ``max_new_tokens`` are given here.
 
     ``zero_shot``: no head, any encoder run: the cosine similarity of the two sentences' pooled
     embeddings against the gold scores (STS-B, or a ``file`` with sentence1/sentence2/score),
@@ -25,18 +29,22 @@ def evaluate(run: str | Path, split: str = "", file: str | Path | None = None, t
     from ember.errors import EmberError
     from ember.tasks.task_model import evaluate_run
 
+    decoding = {"num_beams": num_beams, "length_penalty": length_penalty, "max_new_tokens": max_new_tokens}
     if zero_shot:
         if data is not None:
             raise EmberError("zero_shot=True reads a task's pairs or a file; data= is for fine-tuned runs")
+        if any(v is not None for v in decoding.values()):
+            raise EmberError("num_beams / length_penalty / max_new_tokens decode a T5 run's outputs; "
+                             "zero-shot similarity decodes nothing")
         from ember.api.embed import evaluate_similarity
 
-        return evaluate_similarity(run, task, split, file, **similarity)
+        return evaluate_similarity(run, task, split, file, progress=progress, **similarity)
     if similarity:
         raise EmberError(f"{', '.join(sorted(similarity))}: only with zero_shot=True (--zero-shot)")
     if data is None:
         if (column, pair_column, label_column) != (None, None, None):
             raise EmberError("column= / pair_column= / label_column= name the columns of data=; pass the data too")
-        return evaluate_run(Path(run), split, str(file) if file is not None else None, task)
+        return evaluate_run(Path(run), split, str(file) if file is not None else None, task, progress, decoding)
     import tempfile
 
     from ember.api.task_data import task_spec, write_split
@@ -47,6 +55,6 @@ def evaluate(run: str | Path, split: str = "", file: str | Path | None = None, t
     spec = task_spec(task or load_run_config(run, expect_kind="finetune").task.name)
     with tempfile.TemporaryDirectory(prefix="ember-evaluate-") as tmp:
         path = write_split(spec, data, Path(tmp) / "data.tsv", "data=", column, pair_column, label_column)
-        result = evaluate_run(Path(run), "", str(path), task)
+        result = evaluate_run(Path(run), "", str(path), task, progress, decoding)
         n = len(path.read_text(encoding="utf-8").splitlines()) - spec.has_header
     return {**result, "split": f"data from Python ({n} examples)"}

@@ -35,6 +35,7 @@ from ember.api.data import texts
 from ember.api.sources import layout, run_of_hf_folder
 from ember.errors import EmberError
 from ember.serve import BACKENDS
+from ember.tasks.batching import length_sorted_batches
 
 DEFAULT_INPUTS = {"text": "texts"}
 # Every inference method ember has, for the message naming what a model can do instead.
@@ -147,9 +148,8 @@ class Model:
         if self._predictor.runner is None:  # its own decoding loop: the whole list as one request
             chunks = [list(range(n))]
         else:  # similar lengths together, one forward pass per chunk (bounded memory)
-            order = sorted(range(n), key=lambda i: len(values[i]) + sum(len(c[i]) for c in companions.values()))
-            size = self._predictor.max_batch
-            chunks = [order[k : k + size] for k in range(0, n, size)]
+            chunks = length_sorted_batches([len(values[i]) + sum(len(c[i]) for c in companions.values())
+                                            for i in range(n)], self._predictor.max_batch)
         limits = _python_limits()
         results: list = [None] * n
         for chunk in chunks:

@@ -50,6 +50,22 @@ def backend_of(args) -> str:
     return ""
 
 
+def add_decoding_options(parser) -> None:
+    """How a text-to-text (T5) run decodes its outputs here; ``decoding_of`` reads them back."""
+    group = parser.add_argument_group("decoding (text-to-text T5 runs; default: the run's task.* settings)")
+    group.add_argument("--num-beams", type=int, metavar="N",
+                       help="beams (1 = greedy, the default; T5 used 4 for its long outputs, Raffel et al. §3.7)")
+    group.add_argument("--length-penalty", type=float, metavar="A",
+                       help="beam score = log p / length^A (T5: 0.6; default 1.0)")
+    group.add_argument("--max-new-tokens", type=int, metavar="N",
+                       help="the most tokens written per output (default: the task's budget: its longest "
+                            "label + 1, or twice the longest target seen; without targets, model.max_position)")
+
+
+def decoding_of(args) -> dict:
+    return {k: getattr(args, k) for k in ("num_beams", "length_penalty", "max_new_tokens")}
+
+
 def stopped_line(result, out) -> str:
     """The last line of a corpus-level run (pre-training, pre-training distillation): where it
     stopped and its last held-out numbers, so a run with --no-progress still shows how it ended."""

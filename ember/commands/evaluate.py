@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 
+from ember.commands.common import add_decoding_options, decoding_of
+
 
 def register(sub) -> None:
     p = sub.add_parser("evaluate", help="score a fine-tuned run on dev (or a labelled file); --zero-shot: any encoder's embeddings on STS",
@@ -29,6 +31,8 @@ def register(sub) -> None:
     zero.add_argument("--pooling", choices=["mean", "cls"], help="default: the run's (RUN/embedding.json; else mean)")
     zero.add_argument("--layer", type=int, help="hidden layer to pool (0 = embeddings, -1 = last, the default)")
     zero.add_argument("--max-length", type=int, help="tokens per sentence (default: the run's)")
+    add_decoding_options(p)
+    p.add_argument("--no-progress", action="store_true", help="no progress bar (for logs)")
     p.set_defaults(run=run)
 
 
@@ -36,6 +40,7 @@ def run(args) -> int:
     from ember.api import evaluate
 
     options = {k: getattr(args, k) for k in ("pooling", "layer", "max_length") if getattr(args, k) is not None}
-    result = evaluate(args.run_dir, args.split, args.file, args.task, zero_shot=args.zero_shot, **options)
+    result = evaluate(args.run_dir, args.split, args.file, args.task, zero_shot=args.zero_shot,
+                      progress=not args.no_progress, **decoding_of(args), **options)
     print(json.dumps(result, indent=2))
     return 0

@@ -107,6 +107,7 @@ def _layer_loss(method: str, opts: TaskDistillOptions, s, t):
 def run_task_distillation(opts: TaskDistillOptions) -> dict:
     from ember.tasks.glue_adapter import GlueAdapter
     from ember.tasks.base import get_adapter, read_task_record, write_task_record
+    from ember.tasks.batching import inference_progress
     from ember.tokenizers import load_tokenizer, special_token_ids
     from ember.config import ENCODER_FAMILIES
     from ember.tasks.task_model import load_task_module
@@ -166,8 +167,9 @@ def run_task_distillation(opts: TaskDistillOptions) -> dict:
 
     batch = teacher_cfg.task.eval_batch_size
 
-    def evaluate(m):
-        return adapter.score(m.student, dev_examples, dev_features, batch, device)
+    def evaluate(m, model=None):
+        with inference_progress(f"evaluating {teacher_cfg.task.eval_split}", opts.progress):
+            return adapter.score(m.student if model is None else model, dev_examples, dev_features, batch, device)
 
     def save_best(m, metrics):
         save_weights(m.student.state_dict(), out / "model.safetensors", {"task": adapter.name})
@@ -195,8 +197,8 @@ def run_task_distillation(opts: TaskDistillOptions) -> dict:
     trainer.train(resume=opts.resume)
 
     student.load_state_dict(load_weights(out / "model.safetensors"))
-    final = adapter.score(student, dev_examples, dev_features, batch, device)
-    teacher_metrics = adapter.score(teacher, dev_examples, dev_features, batch, device)
+    final = evaluate(None, student)
+    teacher_metrics = evaluate(None, teacher)
     main = adapter.main_metric
     results = {"task": adapter.display_name, "split": teacher_cfg.task.eval_split, "metrics": final,
                "teacher_metrics": teacher_metrics,

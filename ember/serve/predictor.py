@@ -22,6 +22,7 @@ from typing import Sequence
 from ember.errors import EmberError
 from ember.serve.graph import ServeInfo
 from ember.serve.inputs import pad_arrays
+from ember.tasks.batching import length_sorted_batches
 
 
 def inference_context(info: ServeInfo, tokenizer, max_length: int | None = None, max_batch: int = 32,
@@ -89,11 +90,9 @@ class Predictor:
         """Per row: (logits trimmed to the row's length, hidden (L+1, n, H) or None)."""
         if self.runner is None:
             raise EmberError(f"{self.info.display_name} has no inference graph to run rows through")
-        order = sorted(range(len(rows)), key=lambda i: len(rows[i][0]))
         out: list = [None] * len(rows)
         with self._lock:
-            for first in range(0, len(order), self.max_batch):
-                chunk = order[first : first + self.max_batch]
+            for chunk in length_sorted_batches([len(ids) for ids, _ in rows], self.max_batch):
                 logits, hidden = self.runner(pad_arrays([rows[i] for i in chunk], self.info.pad_id), need_hidden)
                 self.ctx.counters["forwards"] += 1
                 for j, i in enumerate(chunk):

@@ -16,17 +16,17 @@ from typing import Sequence
 import numpy as np
 
 from ember.serve.inputs import pad_arrays
+from ember.tasks.batching import length_sorted_batches
 
 
 def compare(reference, candidate, rows: Sequence[tuple[list, list]], view, pad_id: int,
             batch_size: int = 32, regression: bool = False) -> dict:
     """``view(logits, attention_mask, regression) -> (real positions, predictions or None)`` is the
     inference model's ``compare_view``: which logits are real and what they predict."""
-    order = np.argsort([len(ids) for ids, _ in rows], kind="stable")
     max_diff, diff_sum, n_values, agree, n_preds = 0.0, 0.0, 0, 0, 0
     seconds = {"reference": 0.0, "candidate": 0.0}
-    for start in range(0, len(order), batch_size):
-        arrays = pad_arrays([rows[i] for i in order[start : start + batch_size]], pad_id)
+    for chunk in length_sorted_batches([len(ids) for ids, _ in rows], batch_size):
+        arrays = pad_arrays([rows[i] for i in chunk], pad_id)
         outs = {}
         for name, runner in (("reference", reference), ("candidate", candidate)):
             t0 = time.perf_counter()

@@ -13,6 +13,7 @@ import torch
 import torch.nn.functional as F
 
 from ember.nn.linear_head import BackboneWithLinearHead
+from ember.tasks.batching import length_sorted_batches
 from ember.tasks.featurize import collate, extra_inputs
 from ember.tasks.inference import encode_texts, sequence_view, softmax
 from ember.tasks.requests import TEXT_FIELDS, body_schema, parse_texts
@@ -65,10 +66,8 @@ class SequenceClassifier(BackboneWithLinearHead):
         """Logits (N, num_labels) in input order; batches are formed by length to save padding."""
         was_training = self.training
         self.eval()
-        order = np.argsort([len(f["input_ids"]) for f in features], kind="stable")
         out = np.zeros((len(features), self.num_labels), dtype=np.float32)
-        for start in range(0, len(order), batch_size):
-            idx = order[start : start + batch_size]
+        for idx in length_sorted_batches([len(f["input_ids"]) for f in features], batch_size):
             batch = self.make_batch([{**features[i], "label": None} for i in idx])
             batch = {k: v.to(device) for k, v in batch.items()}
             out[idx] = self.logits(batch).float().cpu().numpy()

@@ -4,6 +4,7 @@ warning when one changed since training) and the test split to report."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 from ember.errors import EmberError
@@ -58,7 +59,8 @@ class CustomFiles:
         if self.check_unchanged and digest and split not in self._checked:
             self._checked.add(split)
             if content_sha256(file) != digest:
-                print(f"warning: {file} has changed since the run was trained (its SHA-256 differs from task.json)")
+                print(f"warning: {file} has changed since the run was trained (its SHA-256 differs from task.json)",
+                      file=sys.stderr)
         return file
 
     def _unseen(self, where: str, label: str) -> EmberError:

@@ -10,6 +10,7 @@ backbones change the input format and the head through their own subclass (GPT-1
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -45,7 +46,7 @@ class GlueAdapter:
         features, n_truncated = self.encode(examples, tokenizer, max_length)
         if n_truncated:
             print(f"{self.spec.display_name} {split}: truncated {n_truncated} of {len(examples)} examples "
-                  f"to {max_length} tokens (raise --max-length to keep more)")
+                  f"to {max_length} tokens (raise --max-length to keep more)", file=sys.stderr)
         return examples, features
 
     def build_module(self, backbone, pad_id):

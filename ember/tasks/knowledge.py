@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import sys
 from pathlib import Path
 
 from ember.config import RunConfig
@@ -57,7 +58,7 @@ class _WithKnowledge:
     def _report(inputs, before, what: str) -> None:
         new = inputs.stats.since(before)
         if new.sentences:
-            print(f"knowledge ({what}): {new.line()}")
+            print(f"knowledge ({what}): {new.line()}", file=sys.stderr)
 
     def build_module(self, backbone, pad_id):
         if self.entity_vectors is not None:  # fresh fine-tuning: the TransE table from its file

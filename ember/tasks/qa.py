@@ -25,6 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ember.tasks.batching import length_sorted_batches
 from ember.tasks.featurize import EXTRA_INPUTS, collate, extra_inputs
 
 
@@ -86,10 +87,8 @@ class QuestionAnswering(nn.Module):
         """(start_logits, end_logits) per feature, each of the feature's length, in input order."""
         was_training = self.training
         self.eval()
-        order = np.argsort([len(f["input_ids"]) for f in features], kind="stable")
         out: list = [None] * len(features)
-        for first in range(0, len(order), batch_size):
-            idx = order[first:first + batch_size]
+        for idx in length_sorted_batches([len(f["input_ids"]) for f in features], batch_size):
             batch = self.make_batch([{**features[i], "start_position": None} for i in idx])  # no targets
             batch = {k: v.to(device) for k, v in batch.items()}
             start, end = (t.cpu().numpy() for t in self.logits(batch))

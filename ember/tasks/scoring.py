@@ -33,6 +33,7 @@ import torch
 import torch.nn.functional as F
 
 from ember.errors import RequestError
+from ember.tasks.batching import length_sorted_batches
 from ember.tasks.requests import check_fields, texts_field
 
 
@@ -40,12 +41,6 @@ def _gather(logits: torch.Tensor, targets: list[int]) -> np.ndarray:
     """log softmax(logits (M, V))[m, targets[m]] -> (M,) float32."""
     logp = F.log_softmax(logits.float(), dim=-1)
     return logp[torch.arange(len(targets)), torch.tensor(targets, dtype=torch.long)].cpu().numpy()
-
-
-def _length_sorted(rows: Sequence, length, batch_size: int):
-    """Chunks of at most ``batch_size`` row indices, rows of similar length together."""
-    order = sorted(range(len(rows)), key=lambda i: length(rows[i]))
-    return [order[first : first + batch_size] for first in range(0, len(order), batch_size)]
 
 
 @torch.no_grad()
@@ -56,7 +51,7 @@ def causal_logprobs(model, rows: Sequence[tuple[list[int], int]], batch_size: in
     (V, H) output layer."""
     device = next(model.parameters()).device
     out: list = [None] * len(rows)
-    for chunk in _length_sorted(rows, lambda r: len(r[0]), batch_size):
+    for chunk in length_sorted_batches([len(r[0]) for r in rows], batch_size):
         width = max(len(rows[i][0]) for i in chunk)
         ids = torch.zeros(len(chunk), width, dtype=torch.long)
         for b, i in enumerate(chunk):
@@ -84,7 +79,7 @@ def seq2seq_logprobs(model, rows: Sequence[tuple[list[int], list[int]]], pad_id:
     masked; targets are right-padded, which a causal decoder never looks ahead to."""
     device = next(model.parameters()).device
     out: list = [None] * len(rows)
-    for chunk in _length_sorted(rows, lambda r: (len(r[0]), len(r[1])), batch_size):
+    for chunk in length_sorted_batches([(len(r[0]), len(r[1])) for r in rows], batch_size):
         width_in = max(len(rows[i][0]) for i in chunk)
         width_out = max(len(rows[i][1]) for i in chunk)
         ids = torch.full((len(chunk), width_in), pad_id, dtype=torch.long)

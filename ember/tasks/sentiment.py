@@ -35,6 +35,7 @@ CSV record spanning lines, the line where it starts).
 from __future__ import annotations
 
 import hashlib
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -192,7 +193,7 @@ class SentimentAdapter(GlueAdapter):
         features, n_truncated = encode_examples(examples, tokenizer, max_length)
         if n_truncated:
             print(f"{self.spec.display_name} {split}: truncated {n_truncated} of {len(examples)} examples "
-                  f"to {max_length} tokens (raise --max-length to keep more)")
+                  f"to {max_length} tokens (raise --max-length to keep more)", file=sys.stderr)
         return examples, features
 
     def metrics_of(self, predictions, labels) -> dict[str, float]:
@@ -247,4 +248,4 @@ def warn_if_tokenizer_mangles(tokenizer, examples, name: str) -> None:
     if lost:
         print(f"warning: this tokenizer's normalizer changes {name} letters {lost[:20]!r} (accent "
               "stripping decomposes Hangul into jamo and й into и); train a tokenizer with "
-              "`ember tokenizer train`, which keeps them")
+              "`ember tokenizer train`, which keeps them", file=sys.stderr)

@@ -15,6 +15,7 @@ can only lower recall, never flatter the score) and the number of such sentences
 from __future__ import annotations
 
 import re
+import sys
 from pathlib import Path
 from typing import NamedTuple, Sequence
 
@@ -26,6 +27,7 @@ from torch import nn
 
 from ember.errors import EmberError
 from ember.nn.linear_head import BackboneWithLinearHead
+from ember.tasks.batching import length_sorted_batches
 from ember.tasks.featurize import collate, extra_inputs
 from ember.tasks.glue import BertHParams
 from ember.tasks.inference import token_view
@@ -121,10 +123,8 @@ class TokenClassifier(BackboneWithLinearHead):
         """Per sentence, a label id per word (-1 where the word has no sub-token), input order."""
         was_training = self.training
         self.eval()
-        order = np.argsort([len(f["input_ids"]) for f in features], kind="stable")
         out: list[np.ndarray] = [np.empty(0, dtype=np.int64)] * len(features)
-        for start in range(0, len(order), batch_size):
-            idx = order[start : start + batch_size]
+        for idx in length_sorted_batches([len(f["input_ids"]) for f in features], batch_size):
             batch = collate_tagged([{k: v for k, v in features[i].items() if k != "labels"} for i in idx],
                                    self.pad_id)
             batch = {k: v.to(device) for k, v in batch.items()}
@@ -302,7 +302,7 @@ class ConllNerAdapter:
         if n_truncated:
             print(f"{self.display_name} {split if path is None else path}: truncated {n_truncated} of "
                   f"{len(sentences)} sentences to {max_length} sub-tokens; their cut-off words count as O "
-                  "(raise --max-length to keep them)")
+                  "(raise --max-length to keep them)", file=sys.stderr)
         return sentences, features
 
     def read(self, split: str, path: str | Path | None = None, limit: int | None = None) -> list:

@@ -7,6 +7,7 @@ distillation load a fine-tuned model without importing ``ember.train``.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -78,6 +79,25 @@ def build_task_module(cfg: RunConfig, adapter: TaskAdapter, state: dict | None, 
     return adapter.build_module(backbone, pad_id)
 
 
+DECODING_SETTINGS = ("num_beams", "length_penalty", "max_new_tokens")  # TaskConfig fields a T5 run decodes with
+
+
+def with_decoding(cfg: RunConfig, decoding: dict | None) -> RunConfig:
+    """``cfg`` with a text-to-text (T5) run's decoding settings (``DECODING_SETTINGS``; None
+    values keep the run's) replaced for this evaluation or prediction; refused for other runs."""
+    given = {k: v for k, v in (decoding or {}).items() if v is not None}
+    unknown = set(given) - set(DECODING_SETTINGS)
+    if unknown:
+        raise EmberError(f"unknown decoding settings {sorted(unknown)}; known: {', '.join(DECODING_SETTINGS)}")
+    if not given:
+        return cfg
+    if cfg.model.family != "t5":
+        flags = ", ".join("--" + k.replace("_", "-") for k in given)
+        raise EmberError(f"{flags}: only a text-to-text (T5) run decodes its outputs; this run is a "
+                         f"{cfg.model.family} model, whose predictions come from its head")
+    return dataclasses.replace(cfg, task=dataclasses.replace(cfg.task, **given))
+
+
 def load_run_adapter(run_dir: Path, cfg: RunConfig, task: str = "") -> TaskAdapter:
     """The run's task adapter (a custom task's from RUN/task.json) with the settings tuned during
     fine-tuning (RUN/tuned.json).
@@ -127,18 +147,24 @@ def load_task_module(run_dir: Path, cfg: RunConfig, adapter: TaskAdapter, pad_id
     return module.eval()
 
 
-def evaluate_run(run_dir: Path, split: str = "", path: str | None = None, task: str = "") -> dict:
-    """Score a fine-tuned run folder on a labelled split (or file) with the task's metric."""
+def evaluate_run(run_dir: Path, split: str = "", path: str | None = None, task: str = "",
+                 progress: bool = False, decoding: dict | None = None) -> dict:
+    """Score a fine-tuned run folder on a labelled split (or file) with the task's metric
+    (``progress``: a bar over the rows while the model runs; ``decoding``: a T5 run's
+    ``with_decoding`` settings for this evaluation)."""
+    from ember.tasks.batching import inference_progress
     from ember.tokenizers import load_tokenizer
 
-    cfg = load_run_config(run_dir, expect_kind="finetune")
+    cfg = with_decoding(load_run_config(run_dir, expect_kind="finetune"), decoding)
     adapter = load_run_adapter(run_dir, cfg, task)
     split = split or cfg.task.eval_split
     tokenizer = load_tokenizer(Path(run_dir) / "tokenizer.json")
     module = load_task_module(run_dir, cfg, adapter, pad_token_id(tokenizer))
     examples, features = adapter.load(split, tokenizer, cfg.task.max_length, path=path)
-    result = {"task": adapter.display_name, "split": split if path is None else str(path),
-              "metrics": adapter.score(module, examples, features, cfg.task.eval_batch_size, cfg.train.device)}
+    where = split if path is None else str(path)
+    with inference_progress(f"evaluating {Path(where).name if path else where}", progress):
+        metrics = adapter.score(module, examples, features, cfg.task.eval_batch_size, cfg.train.device)
+    result = {"task": adapter.display_name, "split": where, "metrics": metrics}
     if getattr(adapter, "with_no_answer", False):  # SQuAD 2.0: say which threshold was used
         result["null_threshold"] = adapter.null_threshold
     return result

@@ -32,6 +32,7 @@ context), so a T5 and a BERT fine-tune on the same examples for the same number 
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -107,6 +108,7 @@ class Text2TextAdapter:
         self.report_splits = getattr(inner, "report_splits", ())
         self.train_defaults = dict(T5_TRAIN)
         self.decoding = {"num_beams": 1, "length_penalty": 1.0}  # greedy; ``set_decoding`` from task.*
+        self.max_new_tokens = 0  # 0: the encoder's budget for the task (``decode_budget``)
         self._encoder: Text2TextEncoder | None = None
         self._tokenizer = None
 
@@ -126,11 +128,21 @@ class Text2TextAdapter:
         return self.inner.label_names()
 
     def set_decoding(self, task_cfg) -> None:
-        """Decode as the run's ``task.num_beams`` / ``task.length_penalty`` say (greedy by default)."""
+        """Decode as the run's ``task.num_beams`` / ``task.length_penalty`` / ``task.max_new_tokens``
+        say (greedy, within the task's budget, by default)."""
         if task_cfg.num_beams < 1 or task_cfg.length_penalty <= 0:
             raise EmberError(f"task.num_beams={task_cfg.num_beams}, task.length_penalty={task_cfg.length_penalty}: "
                              "use 1 beam (greedy) or more, and a positive length penalty (T5: 4 beams, 0.6)")
+        if not 0 <= task_cfg.max_new_tokens <= self.decoder_limit:
+            raise EmberError(f"task.max_new_tokens={task_cfg.max_new_tokens}: decode between 1 and "
+                             f"{self.decoder_limit} tokens (model.max_position, the most tokens ember decodes), "
+                             "or 0 for the task's own budget")
         self.decoding = {"num_beams": task_cfg.num_beams, "length_penalty": task_cfg.length_penalty}
+        self.max_new_tokens = task_cfg.max_new_tokens
+
+    def decode_budget(self, encoder: Text2TextEncoder) -> int:
+        """Tokens to decode per output: ``task.max_new_tokens``, else the task's own budget."""
+        return self.max_new_tokens or encoder.budget(self.decoder_limit)
 
     def encoder(self, tokenizer, max_length: int) -> Text2TextEncoder:
         """The encoder for this tokenizer and length (checked once: it can spell every label)."""
@@ -147,7 +159,7 @@ class Text2TextAdapter:
             examples, self.decoder_limit, where=f"{self.display_name} {split}: ")
         if n_truncated:
             print(f"{self.display_name} {split}: truncated {n_truncated} of {len(examples)} text-to-text inputs "
-                  f"to {max_length} tokens (raise --max-length to keep more)")
+                  f"to {max_length} tokens (raise --max-length to keep more)", file=sys.stderr)
         return examples, features
 
     def build_module(self, backbone, pad_id) -> Text2TextModel:
@@ -158,7 +170,7 @@ class Text2TextAdapter:
         enc = self._encoder
         if enc is None:
             raise EmberError("load() the examples first: the outputs are decoded with their tokenizer")
-        ids = module.generate(features, enc.budget(self.decoder_limit), enc.eos_id, batch_size, **self.decoding)
+        ids = module.generate(features, self.decode_budget(enc), enc.eos_id, batch_size, **self.decoding)
         return [enc.tokenizer.decode(x) for x in ids]
 
     def score(self, module, examples, features, batch_size, device) -> dict[str, float]:

@@ -9,9 +9,8 @@ the prefixes ("sst2 sentence:"). Target = the target text's tokens, then ``</s>`
 
 from __future__ import annotations
 
-import numpy as np
-
 from ember.errors import EmberError
+from ember.tasks.batching import length_sorted_batches
 from ember.tasks.featurize import Featurized
 
 ANSWER_TOKENS = 32  # decoding budget of a free answer (SQuAD; BERT's max_answer_length is 30 pieces)
@@ -126,10 +125,8 @@ def batched_decode(backbone, inputs: list[list[int]], max_new_tokens: int, eos_i
     from ember.seq2seq_generation import Seq2SeqGenerationConfig, seq2seq_generate_ids
 
     cfg = Seq2SeqGenerationConfig(max_new_tokens=max_new_tokens, num_beams=num_beams, length_penalty=length_penalty)
-    order = np.argsort([len(x) for x in inputs], kind="stable")
     out: list = [None] * len(inputs)
-    for first in range(0, len(order), batch_size):
-        idx = order[first:first + batch_size]
+    for idx in length_sorted_batches([len(x) for x in inputs], batch_size):
         for i, ids in zip(idx, seq2seq_generate_ids(backbone, [inputs[i] for i in idx], cfg, eos_id)):
             out[i] = ids
     return out

@@ -117,7 +117,7 @@ class _Text2TextTaskMethod:
     def __init__(self, adapter, ctx) -> None:
         self.adapter, self.template, self.model = adapter, adapter.template, ctx.model
         self.encoder = adapter.encoder(ctx.tokenizer, ctx.max_length)  # checks the label words
-        self.budget = self.encoder.budget(adapter.decoder_limit)
+        self.budget = adapter.decode_budget(self.encoder)
         self.max_batch, self.counters = ctx.max_batch, ctx.counters
         self.lock = threading.Lock()
 

@@ -18,6 +18,11 @@ All scores are on a 0-100 scale.
   longest common subsequence), averaged over pairs, equal to Google's ``rouge-score`` with its
   defaults (no stemmer): lowercase, every run of characters other than a-z and 0-9 is a space
   (so non-ASCII letters split words or vanish: "Café" is "caf"), split on whitespace.
+- ``rougeLsum``: summary-level ROUGE-L (Lin 2004, §3.2), what summarisation papers and Hugging
+  Face's summarisation scripts report: texts are split into sentences at newlines, and each
+  reference sentence counts the union of its LCS tokens with every predicted sentence (a token
+  counted at most as often as it occurs on both sides, as ROUGE-1.5.5 and ``rouge-score`` do).
+  A text without newlines is one sentence, and then it equals ``rougeL``.
 """
 
 from __future__ import annotations
@@ -146,6 +151,48 @@ def _lcs_length(a: list[str], b: list[str]) -> int:
     return row[-1]
 
 
+def _lcs_positions(reference: list[str], prediction: list[str]) -> set[int]:
+    """Indices into ``reference`` of one longest common subsequence with ``prediction``: the full
+    table read back from its end, dropping a reference token on ties (rouge-score's reading; which
+    LCS is picked decides which tokens a summary-level union counts)."""
+    table = [[0] * (len(prediction) + 1) for _ in range(len(reference) + 1)]
+    for i, x in enumerate(reference, 1):
+        for j, y in enumerate(prediction, 1):
+            table[i][j] = table[i - 1][j - 1] + 1 if x == y else max(table[i - 1][j], table[i][j - 1])
+    i, j, kept = len(reference), len(prediction), set()
+    while i and j:
+        if reference[i - 1] == prediction[j - 1]:
+            kept.add(i - 1)
+            i, j = i - 1, j - 1
+        elif table[i][j - 1] > table[i - 1][j]:
+            j -= 1
+        else:
+            i -= 1
+    return kept
+
+
+def _summary_lcs_hits(predicted: list[list[str]], reference: list[list[str]]) -> int:
+    """Lin 2004 §3.2: per reference sentence, the union of its LCS tokens with each predicted
+    sentence; a token is counted while it has occurrences left on both sides (ROUGE-1.5.5 guards
+    against counting one predicted token for several reference sentences this way)."""
+    left_predicted = Counter(t for sentence in predicted for t in sentence)
+    left_reference = Counter(t for sentence in reference for t in sentence)
+    hits = 0
+    for sentence in reference:
+        union = set().union(*(_lcs_positions(sentence, p) for p in predicted))
+        for token in (sentence[i] for i in sorted(union)):
+            if left_predicted[token] > 0 and left_reference[token] > 0:
+                hits += 1
+                left_predicted[token] -= 1
+                left_reference[token] -= 1
+    return hits
+
+
+def _sentences(text: str) -> list[list[str]]:
+    """rougeLsum's sentences: the text's non-empty lines, each tokenized."""
+    return [tokenize_rouge(line) for line in text.split("\n") if line]
+
+
 def _f_measure(overlap: int, prediction_count: int, reference_count: int) -> float:
     # Lin 2004 with beta = 1 (rouge-score's F): an empty side has precision or recall 0
     precision, recall = overlap / max(prediction_count, 1), overlap / max(reference_count, 1)
@@ -153,8 +200,8 @@ def _f_measure(overlap: int, prediction_count: int, reference_count: int) -> flo
 
 
 def rouge_scores(prediction: str, reference: str) -> dict[str, float]:
-    """{"rouge1", "rouge2", "rougeL"} F-measures in [0, 1], equal to rouge-score's defaults
-    (``RougeScorer(["rouge1", "rouge2", "rougeL"]).score(reference, prediction)``)."""
+    """{"rouge1", "rouge2", "rougeL", "rougeLsum"} F-measures in [0, 1], equal to rouge-score's
+    defaults (``RougeScorer(["rouge1", "rouge2", "rougeL", "rougeLsum"]).score(reference, prediction)``)."""
     pred, ref = tokenize_rouge(prediction), tokenize_rouge(reference)
     scores = {}
     for n in (1, 2):  # ROUGE-N (Lin 2004, §2): clipped n-gram matches over each side's n-grams
@@ -163,11 +210,14 @@ def rouge_scores(prediction: str, reference: str) -> dict[str, float]:
         scores[f"rouge{n}"] = _f_measure(overlap, sum(pred_ngrams.values()), sum(ref_ngrams.values()))
     # ROUGE-L (Lin 2004, §3.1): the LCS over the prediction's and the reference's lengths
     scores["rougeL"] = _f_measure(_lcs_length(pred, ref), len(pred), len(ref))
+    predicted, referenced = _sentences(prediction), _sentences(reference)
+    scores["rougeLsum"] = _f_measure(_summary_lcs_hits(predicted, referenced), sum(map(len, predicted)),
+                                     sum(map(len, referenced)))
     return scores
 
 
 def generation_metrics(predictions: Sequence[str], references: Sequence[str]) -> dict[str, float]:
-    """{"exact_match", "f1", "bleu", "rouge1", "rouge2", "rougeL"}, each on a 0-100 scale (all but
+    """{"exact_match", "f1", "bleu", "rouge1", "rouge2", "rougeL", "rougeLsum"}, each on a 0-100 scale (all but
     BLEU averaged over pairs; ROUGE as Hugging Face ``evaluate``'s without bootstrapping, x 100)."""
     _check_pairs(predictions, references)
     pairs = list(zip(predictions, references))
@@ -176,4 +226,4 @@ def generation_metrics(predictions: Sequence[str], references: Sequence[str]) ->
             "f1": 100.0 * sum(token_f1(p, r) for p, r in pairs) / len(pairs),
             "bleu": corpus_bleu(predictions, references),
             **{key: 100.0 * sum(r[key] for r in rouge) / len(pairs)
-               for key in ("rouge1", "rouge2", "rougeL")}}
+               for key in ("rouge1", "rouge2", "rougeL", "rougeLsum")}}

@@ -31,6 +31,7 @@ from ember.config import RunConfig
 from ember.data.in_memory import InMemoryData
 from ember.errors import EmberError
 from ember.tasks.base import get_adapter, write_task_record
+from ember.tasks.batching import inference_progress
 from ember.tasks.knowledge import with_knowledge
 from ember.tasks.task_model import build_task_module, pad_token_id
 from ember.runs.checkpoint import atomic_write_text, load_weights, save_weights
@@ -100,8 +101,10 @@ def run_finetuning(cfg: RunConfig, run_dir: Path, state: dict | None, tokenizer_
     module = build_task_module(cfg, adapter, state, pad_id)
     device, batch = cfg.train.device, cfg.task.eval_batch_size
 
-    def evaluate(m, examples=dev_examples, features=dev_features):
-        return adapter.score(m, examples, features, batch, device)
+    def evaluate(m, examples=dev_examples, features=dev_features, split=cfg.task.eval_split):
+        # a bar under the training bar while dev runs (minutes for SQuAD's questions or T5's decoding)
+        with inference_progress(f"evaluating {split}", progress):
+            return adapter.score(m, examples, features, batch, device)
 
     best_seen: dict = {}  # the metrics of the weights on disk, when this process evaluated them
 
@@ -124,7 +127,7 @@ def run_finetuning(cfg: RunConfig, run_dir: Path, state: dict | None, tokenizer_
     tuned = None
     if hasattr(adapter, "tune"):  # e.g. SQuAD 2.0's no-answer threshold, tuned with the best weights
         module.eval()
-        with torch.no_grad():
+        with torch.no_grad(), inference_progress(f"tuning on {cfg.task.eval_split}", progress):
             tuned, final, untuned = adapter.tune(module, dev_examples, dev_features, batch, device)
         if tuned:
             adapter.apply_tuned(tuned)
@@ -152,6 +155,6 @@ def run_finetuning(cfg: RunConfig, run_dir: Path, state: dict | None, tokenizer_
     others = [s for s in getattr(adapter, "report_splits", ()) if s not in (cfg.task.eval_split, cfg.task.train_split)]
     if others:
         results["other_splits"] = {
-            split: evaluate(module, *adapter.load(split, tokenizer, cfg.task.max_length)) for split in others}
+            split: evaluate(module, *adapter.load(split, tokenizer, cfg.task.max_length), split=split) for split in others}
     atomic_write_text(run_dir / "results.json", json.dumps(results, indent=2))
     return results

@@ -86,7 +86,7 @@ def test_custom_classify_from_a_dataframe_matches_the_csv_run(sst2_custom, wiki_
     assert mixed.metrics["accuracy"] == custom.metrics["accuracy"]
 
 
-def test_custom_classify_run_evaluates_predicts_and_serves_from_its_folder(sst2_custom, tmp_path):
+def test_custom_classify_run_evaluates_predicts_and_serves_from_its_folder(sst2_custom, tmp_path, capsys):
     from ember.serve.predictor import load_predictor
     from ember.serve.requests import Limits
 
@@ -99,9 +99,20 @@ def test_custom_classify_run_evaluates_predicts_and_serves_from_its_folder(sst2_
                       '{"id": "b", "review": "a dull , lifeless mess"}\n')
     from ember.cli import main
 
+    capsys.readouterr()
     assert main(["predict", str(run), "--input", str(source), "--out", str(tmp_path / "p.jsonl")]) == 0
+    assert "predicting new.jsonl" in capsys.readouterr().err  # the progress bar, on stderr
     rows = [json.loads(line) for line in (tmp_path / "p.jsonl").read_text().splitlines()]
     assert [r["id"] for r in rows] == ["a", "b"]
+    # decoding settings are a T5 run's: refused here before anything is written
+    assert main(["predict", str(run), "--input", str(source), "--out", str(tmp_path / "q.jsonl"), "--num-beams", "4"]) == 1
+    assert "--num-beams: only a text-to-text (T5) run decodes" in capsys.readouterr().err
+    assert not (tmp_path / "q.jsonl").exists()
+    assert main(["evaluate", str(run), "--no-progress"]) == 0
+    printed = capsys.readouterr()
+    # stdout is the JSON alone (notes such as truncation go to stderr): `ember evaluate RUN | jq` works
+    assert "evaluating" not in printed.err and "truncated 66 of 872" in printed.err
+    assert json.loads(printed.out)["metrics"]["accuracy"] == pytest.approx(custom.metrics["accuracy"])
     assert all(r["prediction"] in ("neg", "pos") and set(r["probabilities"]) == {"neg", "pos"} for r in rows)
     predictor = load_predictor(run, "")
     served = predictor.run("classify", [predictor.parse("classify", {"texts": ["a gripping , beautifully acted film",

@@ -119,7 +119,7 @@ def test_text2text_fine_tuning_learns_to_write_the_target_of_real_phrases(lead_r
     train = [r["loss"] for r in records if r["split"] == "train"]
     assert np.mean(train[-3:]) < 0.3 * train[0]
     m = result.metrics
-    assert set(m) == {"exact_match", "f1", "bleu", "rouge1", "rouge2", "rougeL", "invalid"} and m["invalid"] == 0.0
+    assert set(m) == {"exact_match", "f1", "bleu", "rouge1", "rouge2", "rougeL", "rougeLsum", "invalid"} and m["invalid"] == 0.0
     # 300 real dev phrases the model never saw (a random init writes none of them: EM 0)
     assert m["exact_match"] > 40 and m["f1"] > 55 and m["f1"] >= m["exact_match"]
     saved = json.loads((run / "results.json").read_text())
@@ -178,9 +178,10 @@ def test_text2text_takes_rows_from_python(lead_files, t5_glue_tokenizer, tmp_pat
 
 def test_text2text_beam_search_setting_reaches_predict_and_equals_the_generation_library(lead_files, lead_run,
                                                                                          tmp_path):
-    """task.num_beams / task.length_penalty in a run's config.yaml: `ember predict` (and evaluate,
-    serving) decode with them; each output equals ember.seq2seq_generation's beam search (itself
-    checked token for token against transformers' generate in tests/tasks/test_t5_generate.py)."""
+    """task.num_beams / task.length_penalty in a run's config.yaml, or --num-beams / --length-penalty /
+    --max-new-tokens on the command line: `ember predict` (and evaluate, serving) decode with them;
+    each output equals ember.seq2seq_generation's (beam search checked token for token against
+    transformers' generate in tests/tasks/test_t5_generate.py)."""
     import dataclasses
     import shutil
 
@@ -200,15 +201,27 @@ def test_text2text_beam_search_setting_reaches_predict_and_equals_the_generation
     source = write_jsonl(tmp_path / "in.jsonl", [{"id": p["id"], "source": p["source"]} for p in pairs])
     model, tok = load_seq2seq_lm(run)
     inputs = [tok.encode(p["source"], add_special_tokens=False).ids + [tok.token_to_id("</s>")] for p in pairs]
-    for folder, setting in ((run, {}), (beams, {"num_beams": 4, "length_penalty": 0.6})):
-        assert main(["predict", str(folder), "--input", str(source), "--out", str(tmp_path / "p.jsonl")]) == 0
+    beam = {"num_beams": 4, "length_penalty": 0.6}
+    outputs = {}
+    for name, folder, flags, setting in (
+            ("greedy", run, [], {}), ("config", beams, [], beam),
+            ("flags", run, ["--num-beams", "4", "--length-penalty", "0.6"], beam),
+            ("short", run, ["--max-new-tokens", "2", "--no-progress"], {"max_new_tokens": 2})):
+        assert main(["predict", str(folder), "--input", str(source), "--out", str(tmp_path / "p.jsonl"), *flags]) == 0
         rows = [json.loads(line) for line in (tmp_path / "p.jsonl").read_text().splitlines()]
-        gen = Seq2SeqGenerationConfig(max_new_tokens=cfg.model.max_position, **setting)
+        gen = Seq2SeqGenerationConfig(**{"max_new_tokens": cfg.model.max_position, **setting})
         expected = [tok.decode(ids) for ids in seq2seq_generate_ids(model, inputs, gen, tok.token_to_id("</s>"))]
-        assert [r["output"] for r in rows] == [" ".join(e.split()) for e in expected], setting
-    assert load_run_adapter(beams, run_config_from_dict(load_yaml(beams / "config.yaml"))).decoding == \
-        {"num_beams": 4, "length_penalty": 0.6}
-    assert set(ember.evaluate(beams)["metrics"]) >= {"exact_match", "f1", "bleu"}
+        outputs[name] = [r["output"] for r in rows]
+        assert [" ".join(o.split()) for o in outputs[name]] == [" ".join(e.split()) for e in expected], name
+    assert outputs["flags"] == outputs["config"] != outputs["greedy"]
+    assert all(len(tok.encode(o, add_special_tokens=False).ids) <= 2 for o in outputs["short"])
+    assert load_run_adapter(beams, run_config_from_dict(load_yaml(beams / "config.yaml"))).decoding == beam
+    scored = ember.evaluate(beams)["metrics"]
+    assert set(scored) >= {"exact_match", "f1", "bleu"}
+    assert ember.evaluate(run, num_beams=4, length_penalty=0.6)["metrics"] == scored  # the same decoding
+    assert ember.evaluate(run, max_new_tokens=1)["metrics"]["exact_match"] < scored["exact_match"]
     adapter = get_adapter(custom_task("text2text", *lead_files[1:]), model_preset("t5-tiny"))
     with pytest.raises(EmberError, match="task.num_beams=0"):
         adapter.set_decoding(TaskConfig(num_beams=0))
+    with pytest.raises(EmberError, match=r"task.max_new_tokens=9999: decode between 1 and \d+ tokens"):
+        adapter.set_decoding(TaskConfig(max_new_tokens=9999))

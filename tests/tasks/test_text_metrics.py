@@ -138,7 +138,7 @@ def test_token_f1_and_exact_match_follow_squad_normalisation():
     assert scores["exact_match"] == pytest.approx(100 / 3)
     assert scores["f1"] == pytest.approx(800 / 9)
     assert scores["bleu"] == 0.0
-    assert set(scores) == {"exact_match", "f1", "bleu", "rouge1", "rouge2", "rougeL"}
+    assert set(scores) == {"exact_match", "f1", "bleu", "rouge1", "rouge2", "rougeL", "rougeLsum"}
 
 
 ROUGE_CRAFTED = [  # (prediction, reference)
@@ -169,7 +169,7 @@ def _rouge_reference():
     pytest.importorskip("rouge_score")
     from rouge_score import rouge_scorer
 
-    return rouge_scorer.RougeScorer(["rouge1", "rouge2", "rougeL"], use_stemmer=False)
+    return rouge_scorer.RougeScorer(["rouge1", "rouge2", "rougeL", "rougeLsum"], use_stemmer=False)
 
 
 def test_rouge_tokenization_matches_rouge_score():
@@ -197,12 +197,18 @@ def test_rouge_matches_rouge_score_on_real_sentences():
                   (text, " ".join(words[: 30 + 7 * i % 50])),  # the reverse
                   (" ".join(words[::2]), " ".join(words[1::2])),  # interleaved halves
                   (text, texts[i - 1])]  # a neighbouring paragraph, often of the same article
+        # summaries as summarisation data writes them, a sentence per line (rougeLsum's input):
+        # the paragraph's sentences against every other one of them, reversed, and a neighbour's
+        sentences = [s for s in text.replace(". ", ".\n").split("\n")]
+        pairs += [("\n".join(sentences[::2]), "\n".join(sentences)),
+                  ("\n".join(sentences[::-1]), "\n".join(sentences[1:] or sentences)),
+                  ("\n".join(sentences), texts[i - 1].replace(". ", ".\n") + "\n\n")]
     pairs += ROUGE_CRAFTED
-    assert len(pairs) > 700
+    assert len(pairs) > 800 and sum("\n" in r for _, r in pairs) > 150
     for prediction, reference in pairs:
         expected = scorer.score(reference, prediction)  # rouge-score takes the target first
         ours = rouge_scores(prediction, reference)
-        assert set(ours) == {"rouge1", "rouge2", "rougeL"}
+        assert set(ours) == {"rouge1", "rouge2", "rougeL", "rougeLsum"}
         for key, value in ours.items():
             assert value == pytest.approx(expected[key].fmeasure, abs=1e-12), \
                 (key, prediction, reference)
@@ -215,7 +221,7 @@ def test_rouge_golden_values():
     # ROUGE-2: 5 bigrams each; "the cat", "on the", "the mat" match -> P = R = F = 3/5.
     # ROUGE-L: LCS "the cat on the mat", 5 tokens -> P = R = F = 5/6.
     scores = rouge_scores("the cat sat on the mat", "the cat lay on the mat")
-    assert scores == pytest.approx({"rouge1": 5 / 6, "rouge2": 3 / 5, "rougeL": 5 / 6}, abs=1e-15)
+    assert scores == pytest.approx({"rouge1": 5 / 6, "rouge2": 3 / 5, "rougeL": 5 / 6, "rougeLsum": 5 / 6}, abs=1e-15)
     # pred "the the the cat" (4 tokens) vs ref "the cat sat on the mat" (6 tokens).
     # ROUGE-1: "the" clipped to the reference's 2, plus "cat": 3 -> P = 3/4, R = 1/2,
     #   F = 2 * 3/8 / (5/4) = 3/5 (unclipped, 4 matches would give P = 1, R = 2/3).
@@ -223,24 +229,42 @@ def test_rouge_golden_values():
     #   F = 2 * 1/15 / (8/15) = 1/4.
     # ROUGE-L: LCS is 2 ("the cat", or "the ... the") -> P = 1/2, R = 1/3, F = (1/3) / (5/6) = 2/5.
     scores = rouge_scores("the the the cat", "the cat sat on the mat")
-    assert scores == pytest.approx({"rouge1": 3 / 5, "rouge2": 1 / 4, "rougeL": 2 / 5}, abs=1e-15)
+    assert scores == pytest.approx({"rouge1": 3 / 5, "rouge2": 1 / 4, "rougeL": 2 / 5, "rougeLsum": 2 / 5}, abs=1e-15)
     # the tokenizer: "Café, 2-for-1!" is caf 2 for 1, "cafe 2 for 1" is cafe 2 for 1:
     # ROUGE-1 3/4, ROUGE-2 2/3 ("2 for", "for 1"), ROUGE-L 3/4 ("2 for 1").
     scores = rouge_scores("Café, 2-for-1!", "cafe 2 for 1")
-    assert scores == pytest.approx({"rouge1": 3 / 4, "rouge2": 2 / 3, "rougeL": 3 / 4}, abs=1e-15)
+    assert scores == pytest.approx({"rouge1": 3 / 4, "rouge2": 2 / 3, "rougeL": 3 / 4, "rougeLsum": 3 / 4}, abs=1e-15)
     # an empty prediction scores 0. Reversed word order keeps ROUGE-1 at 1 and drops ROUGE-2 to 0;
     # pred "mat the on sat cat the" and ref "the cat sat on the mat" still share the subsequence
     # "the on the" (or "the sat the"), so ROUGE-L is 3/6 = 1/2.
-    assert rouge_scores("", "the cat") == {"rouge1": 0.0, "rouge2": 0.0, "rougeL": 0.0}
+    assert rouge_scores("", "the cat") == {"rouge1": 0.0, "rouge2": 0.0, "rougeL": 0.0, "rougeLsum": 0.0}
     reordered = rouge_scores("mat the on sat cat the", "the cat sat on the mat")
-    assert reordered == {"rouge1": 1.0, "rouge2": 0.0, "rougeL": 0.5}
+    assert reordered == {"rouge1": 1.0, "rouge2": 0.0, "rougeL": 0.5, "rougeLsum": 0.5}  # one line: = rougeL
+
+
+def test_rouge_lsum_golden_values():
+    # Lin 2004 §3.2's example: reference sentence "w1 w2 w3 w4 w5", predicted sentences
+    # "w1 w2 w6 w7 w8" and "w1 w3 w8 w9 w5": LCS with each is "w1 w2" and "w1 w3 w5", their
+    # union "w1 w2 w3 w5" -> 4 hits; R = 4/5, P = 4/10, F = 2 * (8/25) / (6/5) = 8/15.
+    # Order of the predicted sentences does not matter; the one-sequence ROUGE-L of the swapped
+    # order finds only "w1 w3 w5" (3): P = 3/10, R = 3/5, F = 2/5.
+    reference = "w1 w2 w3 w4 w5"
+    for prediction in ("w1 w2 w6 w7 w8\nw1 w3 w8 w9 w5", "w1 w3 w8 w9 w5\nw1 w2 w6 w7 w8"):
+        assert rouge_scores(prediction, reference)["rougeLsum"] == pytest.approx(8 / 15, abs=1e-15)
+    assert rouge_scores("w1 w3 w8 w9 w5\nw1 w2 w6 w7 w8", reference)["rougeL"] == pytest.approx(2 / 5, abs=1e-15)
+    # a predicted token counts once even when two reference sentences would take it: "a b"
+    # against "a b" twice hits 2 (not 4): P = 2/2, R = 2/4, F = 2/3
+    assert rouge_scores("a b", "a b\na b")["rougeLsum"] == pytest.approx(2 / 3, abs=1e-15)
+    # empty lines are no sentences; a prediction of empty lines scores 0
+    assert rouge_scores("\n\na b\n", "a b")["rougeLsum"] == 1.0
+    assert rouge_scores("\n\n", "a b")["rougeLsum"] == 0.0
 
 
 def test_generation_metrics_rouge_is_the_mean_f_measure_times_100():
     predictions = ["the cat sat on the mat", "the the the cat", "", "Paris"]
     references = ["the cat lay on the mat", "the cat sat on the mat", "anything", "paris."]
     scores = generation_metrics(predictions, references)
-    assert set(scores) == {"exact_match", "f1", "bleu", "rouge1", "rouge2", "rougeL"}
+    assert set(scores) == {"exact_match", "f1", "bleu", "rouge1", "rouge2", "rougeL", "rougeLsum"}
     # per pair (golden values above; "Paris" vs "paris." is one matching token, no bigrams):
     # ROUGE-1 5/6, 3/5, 0, 1; ROUGE-2 3/5, 1/4, 0, 0; ROUGE-L 5/6, 2/5, 0, 1
     assert scores["rouge1"] == pytest.approx(100 * (5 / 6 + 3 / 5 + 0 + 1) / 4)
@@ -249,12 +273,12 @@ def test_generation_metrics_rouge_is_the_mean_f_measure_times_100():
     pairs = _sentence_pairs(200)  # and on real pairs, against rouge-score's per-pair F-measures
     predictions, references = [p for p, _ in pairs], [r for _, r in pairs]
     scores = generation_metrics(predictions, references)
-    for key in ("rouge1", "rouge2", "rougeL"):
+    for key in ("rouge1", "rouge2", "rougeL", "rougeLsum"):
         per_pair = [rouge_scores(p, r)[key] for p, r in pairs]
         assert scores[key] == pytest.approx(100 * sum(per_pair) / len(per_pair), abs=1e-12)
         assert 0 < scores[key] < 100
     scorer = _rouge_reference()
     expected = [scorer.score(r, p) for p, r in pairs]
-    for key in ("rouge1", "rouge2", "rougeL"):
+    for key in ("rouge1", "rouge2", "rougeL", "rougeLsum"):
         mean = 100 * sum(e[key].fmeasure for e in expected) / len(expected)
         assert scores[key] == pytest.approx(mean, abs=1e-9)
