@@ -178,7 +178,7 @@ def run_one(task: str, variant: str, seed: int, args, paths: dict, halves, out: 
         settings["eval_split"] = str(halves[0])
     start = time.process_time()
     log = io.StringIO()
-    with contextlib.redirect_stdout(log):
+    with contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):  # the knowledge line is on stderr
         result = ember.finetune(task, run, init=str(init), seeds=[seed], train_limit=args.train_limit or None,
                                 lr=args.lr, epochs=args.epochs, batch_size=args.batch_size, max_length=args.max_length,
                                 overrides=clock(args) + ([f"train.max_time={args.max_time}"] if args.max_time else []),

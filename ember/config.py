@@ -228,7 +228,7 @@ class TaskConfig:
     num_beams: int = 1
     length_penalty: float = 1.0
     # the most tokens decoded per output; 0 = the task's own budget (its longest label + 1; your
-    # own targets: twice the longest seen; at most model.max_position)
+    # own targets: twice the longest one fine-tuning read; at most model.max_position)
     max_new_tokens: int = 0
 
 

@@ -59,7 +59,7 @@ def add_decoding_options(parser) -> None:
                        help="beam score = log p / length^A (T5: 0.6; default 1.0)")
     group.add_argument("--max-new-tokens", type=int, metavar="N",
                        help="the most tokens written per output (default: the task's budget: its longest "
-                            "label + 1, or twice the longest target seen; without targets, model.max_position)")
+                            "label + 1; your own targets: twice the longest one fine-tuning read)")
 
 
 def decoding_of(args) -> dict:

@@ -150,13 +150,17 @@ class Text2TextAdapter:
         if enc is None or self._tokenizer is not tokenizer or enc.max_length != max_length:
             enc = Text2TextEncoder(self.template, tokenizer, max_length)
             enc.check_targets()
+            if hasattr(self.inner, "longest_target"):  # your own targets: the budget fine-tuning sized
+                enc.longest_target = self.inner.longest_target()
             self._encoder, self._tokenizer = enc, tokenizer
         return enc
 
     def load(self, split, tokenizer, max_length, limit=None, path=None):
         examples = self.inner.read(split, path, limit)
-        features, n_truncated = self.encoder(tokenizer, max_length)(
-            examples, self.decoder_limit, where=f"{self.display_name} {split}: ")
+        enc = self.encoder(tokenizer, max_length)
+        features, n_truncated = enc(examples, self.decoder_limit, where=f"{self.display_name} {split}: ")
+        if hasattr(self.inner, "note_longest_target"):  # kept in RUN/task.json for predict and evaluate
+            self.inner.note_longest_target(enc.longest_target)
         if n_truncated:
             print(f"{self.display_name} {split}: truncated {n_truncated} of {len(examples)} text-to-text inputs "
                   f"to {max_length} tokens (raise --max-length to keep more)", file=sys.stderr)

@@ -13,8 +13,8 @@ target is the text to produce. Whitespace runs count as one space in both.
 There is no label set, so every decoded output is valid, and it is scored against its target
 by ``ember.tasks.text_metrics``: exact match, SQuAD's token F1 (the run's main metric, which
 picks the best epoch: it credits partial outputs, where exact match is all or nothing),
-corpus BLEU (sacrebleu's default) and ROUGE-1/2/L F-measures (rouge-score's defaults), all on a
-0-100 scale.
+corpus BLEU (sacrebleu's default) and ROUGE-1/2/L/Lsum F-measures (rouge-score's defaults), all
+on a 0-100 scale.
 
 Only an encoder-decoder can be fine-tuned to produce text here: ``ember.tasks.base.get_adapter``
 refuses this task for an encoder, GPT, XLNet or LSTM run before anything is written.
@@ -68,6 +68,17 @@ class CustomText2TextAdapter(CustomFiles):
 
     def discover(self) -> None:
         """Nothing to discover: targets are free text, not a label set."""
+
+    # The decoding budget (twice the longest target, ``Text2TextEncoder.budget``) is sized on
+    # the targets fine-tuning read (train and dev) and kept in the record, so a later `ember
+    # predict` on inputs alone, or `ember evaluate` on another file, decodes within the same
+    # budget as fine-tuning's evaluations, not up to the decoder's limit.
+    def longest_target(self) -> int:
+        """Tokens (with </s>) of the longest target the run was fine-tuned and evaluated on; 0: unknown."""
+        return int(self.record_data.get("longest_target", 0))
+
+    def note_longest_target(self, tokens: int) -> None:
+        self.record_data["longest_target"] = max(self.longest_target(), tokens)
 
     def label_names(self) -> None:
         return None

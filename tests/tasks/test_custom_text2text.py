@@ -72,6 +72,7 @@ def test_text2text_task_reads_input_and_target_columns_and_encodes_them_for_t5(l
     assert adapter.main_metric == "f1" and adapter.label_names() is None
     longest = max(len(f["labels"]) for f in features)
     assert adapter.encoder(tok, 128).budget(64) == min(max(2 * longest, 32), 64)  # twice the longest target seen
+    assert adapter.inner.record()["longest_target"] == longest  # kept for predict (RUN/task.json)
 
 
 def test_text2text_columns_are_found_or_named_and_bad_files_are_refused(tmp_path):
@@ -149,7 +150,7 @@ def test_text2text_run_evaluates_predicts_and_serves_from_its_folder(lead_files,
     texts = [p["source"] for p in pairs[:6]]
     served = predictor.run("generate", [predictor.parse("generate", {"texts": texts, "max_new_tokens": 8}, Limits())])
     # greedy decoding either way: 8 served tokens are the start of `ember predict`'s output (which
-    # decodes up to the decoder's limit without targets to size its budget)
+    # decodes within the budget fine-tuning sized on its targets, kept in RUN/task.json)
     for r, row in zip(served[0]["results"], rows):
         assert row["output"].startswith(r["text"]) and row["prediction"] == row["output"]
 
@@ -203,13 +204,18 @@ def test_text2text_beam_search_setting_reaches_predict_and_equals_the_generation
     inputs = [tok.encode(p["source"], add_special_tokens=False).ids + [tok.token_to_id("</s>")] for p in pairs]
     beam = {"num_beams": 4, "length_penalty": 0.6}
     outputs = {}
+    record = json.loads((run / "task.json").read_text())
+    budget = min(max(2 * record["longest_target"], 32), cfg.model.max_position)  # twice the longest target
+    assert record["longest_target"] > 2
+    rebuilt = load_run_adapter(run, cfg)  # what `ember predict` builds: no targets read, the recorded budget
+    assert rebuilt.decode_budget(rebuilt.encoder(tok, cfg.task.max_length)) == budget < cfg.model.max_position
     for name, folder, flags, setting in (
             ("greedy", run, [], {}), ("config", beams, [], beam),
             ("flags", run, ["--num-beams", "4", "--length-penalty", "0.6"], beam),
             ("short", run, ["--max-new-tokens", "2", "--no-progress"], {"max_new_tokens": 2})):
         assert main(["predict", str(folder), "--input", str(source), "--out", str(tmp_path / "p.jsonl"), *flags]) == 0
         rows = [json.loads(line) for line in (tmp_path / "p.jsonl").read_text().splitlines()]
-        gen = Seq2SeqGenerationConfig(**{"max_new_tokens": cfg.model.max_position, **setting})
+        gen = Seq2SeqGenerationConfig(**{"max_new_tokens": budget, **setting})
         expected = [tok.decode(ids) for ids in seq2seq_generate_ids(model, inputs, gen, tok.token_to_id("</s>"))]
         outputs[name] = [r["output"] for r in rows]
         assert [" ".join(o.split()) for o in outputs[name]] == [" ".join(e.split()) for e in expected], name

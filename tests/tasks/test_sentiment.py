@@ -259,8 +259,7 @@ def test_finetune_cli_on_rusentiment_reports_dev_and_test(tmp_path, capsys):
     assert "RuSentiment test (seed" in capsys.readouterr().out
     # `ember evaluate --split test` reloads the best weights: the same test numbers.
     assert main(["evaluate", str(tmp_path / "run"), "--split", "test"]) == 0
-    printed = capsys.readouterr().out  # truncation notes, then the JSON result
-    evaluated = json.loads(printed[printed.index("{"):])
+    evaluated = json.loads(capsys.readouterr().out)  # the JSON result alone (notes go to stderr)
     assert evaluated["metrics"] == pytest.approx(result["other_splits"]["test"])
     # `ember predict` on an unlabelled CSV with a quoted two-line post.
     (tmp_path / "posts.csv").write_text('text\n"Ура!\nПобеда"\nгрустно\n', encoding="utf-8")

@@ -137,8 +137,7 @@ def test_xlm_sst2_run_evaluates_zero_shot_on_russian_with_russian_ids(sst2_xlm_r
     run = sst2_xlm_run
     capsys.readouterr()
     assert main(["evaluate", str(run), "--task", "rusentiment-binary", "--split", "test"]) == 0
-    printed = capsys.readouterr().out  # notes (truncation) first, then the JSON result
-    result = json.loads(printed[printed.index("{"):])
+    result = json.loads(capsys.readouterr().out)  # the JSON result alone (notes go to stderr)
     assert result["task"] == "RuSentiment pos/neg" and set(result["metrics"]) == {"accuracy", "f1_macro"}
 
     cfg = load_run_config(run)
