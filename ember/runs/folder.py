@@ -35,6 +35,11 @@ def load_run_config(run_dir: str | Path, expect_kind: str | None = None) -> RunC
     run_dir = Path(run_dir)
     path = run_dir / "config.yaml"
     if not path.is_file():
+        seeds = sorted((d.name for d in run_dir.glob("seed-*") if (d / "config.yaml").is_file()),
+                       key=lambda name: (len(name), name)) if run_dir.is_dir() else []
+        if seeds:  # `ember finetune --seeds 1,2,3` writes one run per seed under the folder it was given
+            raise EmberError(f"{run_dir} holds one fine-tuning run per seed ({', '.join(seeds)}; summary.json has "
+                             f"their metrics): pass one of them, e.g. {run_dir / seeds[0]}")
         raise EmberError(
             f"{run_dir} is not an ember run folder (no config.yaml); pass a folder written by "
             "`ember pretrain`/`ember finetune`, or import a Hugging Face checkpoint with `ember convert`"

@@ -55,6 +55,21 @@ def test_evaluate_on_a_folder_that_is_not_a_run(tmp_path):
     assert done.returncode == 1 and "not an ember run folder" in done.stderr
 
 
+def test_evaluate_on_a_multi_seed_folder_names_its_seed_runs(tmp_path, capsys):
+    """`ember finetune --seeds 2,10` writes RUN/seed-2 and RUN/seed-10 (and summary.json): a verb
+    given RUN itself says which folders to pass instead of "not a run folder"."""
+    from ember.cli import main
+
+    for seed in (10, 2):
+        (tmp_path / f"seed-{seed}").mkdir()
+        (tmp_path / f"seed-{seed}" / "config.yaml").write_text("kind: finetune\n")
+    (tmp_path / "summary.json").write_text("{}")
+    for verb in (["evaluate"], ["serve", "--port", "0"], ["predict", "--input", "x.tsv", "--out", "y.tsv"]):
+        assert main([verb[0], str(tmp_path), *verb[1:]]) == 1
+        err = capsys.readouterr().err
+        assert "holds one fine-tuning run per seed (seed-2, seed-10;" in err and f"{tmp_path / 'seed-2'}" in err, verb
+
+
 def test_fill_mask_without_mask_token_explains(wiki_prepared, tmp_path):
     from conftest import TINY_MODEL
 
