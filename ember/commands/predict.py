@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 from pathlib import Path
 
@@ -11,7 +13,7 @@ from ember.commands.common import add_decoding_options, decoding_of
 def register(sub) -> None:
     p = sub.add_parser("predict", help="write predictions for a file",
                        description="Run a fine-tuned model over a file and write one prediction per row: "
-                       "TSV, or JSONL when --out ends in .jsonl. "
+                       "JSONL when --out ends in .jsonl, CSV when it ends in .csv, TSV otherwise. "
                        "Classification and regression (GLUE tasks, your own --task classify/pair/regression "
                        "runs): read a TSV in the task's layout (your own runs: CSV/TSV/JSONL with the run's "
                        "text columns; label column optional) or JSONL (.jsonl: one object per line with the "
@@ -27,7 +29,7 @@ def register(sub) -> None:
                        "decoded output with the prediction it parses to (--num-beams and friends below).")
     p.add_argument("run_dir", help="fine-tuned run folder")
     p.add_argument("--input", required=True, help="input file in the task's layout (see above)")
-    p.add_argument("--out", required=True, help="predictions file (.jsonl, or .tsv)")
+    p.add_argument("--out", required=True, help="predictions file (.jsonl, .csv, or .tsv)")
     add_decoding_options(p)
     p.add_argument("--no-progress", action="store_true", help="no progress bar (for logs)")
     p.set_defaults(run=run)
@@ -41,7 +43,9 @@ def run(args) -> int:
     from ember.tasks.task_model import load_run_adapter, load_task_module, pad_token_id, with_decoding
     from ember.tokenizers import load_tokenizer
 
-    run_dir = Path(args.run_dir)
+    run_dir, out = Path(args.run_dir), Path(args.out)
+    if out.is_dir():  # found now, not after the model has run over the whole file
+        raise EmberError(f"--out {out} is a folder; name the predictions file, e.g. {out / 'predictions.jsonl'}")
     cfg = with_decoding(load_run_config(run_dir, expect_kind="finetune"), decoding_of(args))
     adapter = load_run_adapter(run_dir, cfg)
     if not hasattr(adapter, "predict_file"):
@@ -52,9 +56,10 @@ def run(args) -> int:
     with inference_progress(f"predicting {Path(args.input).name}", not args.no_progress):
         rows, n_truncated = adapter.predict_file(module, tokenizer, cfg.task.max_length, args.input,
                                                  cfg.task.eval_batch_size, cfg.train.device)
-    out = Path(args.out)
     if out.suffix == ".jsonl":
         text = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows)
+    elif out.suffix == ".csv":
+        text = tsv_to_csv(adapter.rows_to_tsv(rows))
     else:
         text = adapter.rows_to_tsv(rows)
     atomic_write_text(out, text)
@@ -65,3 +70,12 @@ def run(args) -> int:
               f"{'tuned on dev, from tuned.json' if (run_dir / 'tuned.json').is_file() else 'default'}): "
               "a question is unanswered when its no_answer_score exceeds it")
     return 0
+
+
+def tsv_to_csv(tsv: str) -> str:
+    """The adapters' TSV rows (no tab or newline inside a cell) as CSV, quoted where a cell needs it."""
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    for line in tsv.splitlines():
+        writer.writerow(line.split("\t") if line else [])
+    return buffer.getvalue()

@@ -114,6 +114,14 @@ def test_custom_classify_run_evaluates_predicts_and_serves_from_its_folder(sst2_
     assert "evaluating" not in printed.err and "truncated 66 of 872" in printed.err
     assert json.loads(printed.out)["metrics"]["accuracy"] == pytest.approx(custom.metrics["accuracy"])
     assert all(r["prediction"] in ("neg", "pos") and set(r["probabilities"]) == {"neg", "pos"} for r in rows)
+    # the same predictions as CSV, a spreadsheet's format
+    assert main(["predict", str(run), "--input", str(source), "--out", str(tmp_path / "p.csv"), "--no-progress"]) == 0
+    with open(tmp_path / "p.csv", newline="", encoding="utf-8") as fh:
+        table = list(csv.DictReader(fh))
+    assert [(t["id"], t["prediction"], float(t["p_pos"])) for t in table] == \
+        [(r["id"], r["prediction"], r["probabilities"]["pos"]) for r in rows]
+    assert main(["predict", str(run), "--input", str(source), "--out", str(tmp_path)]) == 1
+    assert "is a folder; name the predictions file" in capsys.readouterr().err
     predictor = load_predictor(run, "")
     served = predictor.run("classify", [predictor.parse("classify", {"texts": ["a gripping , beautifully acted film",
                                                                              "a dull , lifeless mess"]}, Limits())])
