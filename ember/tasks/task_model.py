@@ -167,4 +167,7 @@ def evaluate_run(run_dir: Path, split: str = "", path: str | None = None, task: 
     result = {"task": adapter.display_name, "split": where, "metrics": metrics}
     if getattr(adapter, "with_no_answer", False):  # SQuAD 2.0: say which threshold was used
         result["null_threshold"] = adapter.null_threshold
+    if hasattr(adapter, "decode_budget"):  # a T5 run: how its outputs were decoded (greedy or beams)
+        budget = adapter.decode_budget(adapter.encoder(tokenizer, cfg.task.max_length))
+        result["decoding"] = {**adapter.decoding, "max_new_tokens": budget}
     return result

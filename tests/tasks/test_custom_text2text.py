@@ -224,7 +224,9 @@ def test_text2text_beam_search_setting_reaches_predict_and_equals_the_generation
     assert load_run_adapter(beams, run_config_from_dict(load_yaml(beams / "config.yaml"))).decoding == beam
     scored = ember.evaluate(beams)["metrics"]
     assert set(scored) >= {"exact_match", "f1", "bleu"}
-    assert ember.evaluate(run, num_beams=4, length_penalty=0.6)["metrics"] == scored  # the same decoding
+    flagged = ember.evaluate(run, num_beams=4, length_penalty=0.6)
+    assert flagged["metrics"] == scored  # the same decoding as the config's, and the result says which
+    assert flagged["decoding"] == {"num_beams": 4, "length_penalty": 0.6, "max_new_tokens": budget}
     assert ember.evaluate(run, max_new_tokens=1)["metrics"]["exact_match"] < scored["exact_match"]
     adapter = get_adapter(custom_task("text2text", *lead_files[1:]), model_preset("t5-tiny"))
     with pytest.raises(EmberError, match="task.num_beams=0"):
