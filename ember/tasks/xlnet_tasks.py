@@ -108,11 +108,19 @@ class XLNetAdapter(WrappedAdapter):
         return self.base.inference_methods(dataclasses.replace(ctx, tokenizer=xlnet_template(ctx.tokenizer)))
 
     def model_config(self, model):
-        """No memory and no mirrored half-batches when fine-tuning (module docstring)."""
-        return dataclasses.replace(model, mem_len=0, reuse_len=0, bi_data=False)
+        """No memory and no mirrored half-batches when fine-tuning (module docstring). XLNet has
+        no absolute positions (its relative encodings are computed for any length), so the
+        segment length it was pre-trained on does not bound a fine-tuned input: ember's
+        ``max_position`` (which only caps the input length here) is lifted to 512, the length
+        XLNet fine-tuned SQuAD with (Yang et al. 2019, App. A.3, Table 8)."""
+        return dataclasses.replace(model, mem_len=0, reuse_len=0, bi_data=False,
+                                   max_position=max(model.max_position, FINETUNE_POSITIONS))
 
     def run_tokenizer(self, tokenizer: Tokenizer) -> Tokenizer:
         return xlnet_template(tokenizer)
+
+
+FINETUNE_POSITIONS = 512  # XLNet's SQuAD max_seq_length
 
 
 def adapt(adapter, model) -> XLNetAdapter:
