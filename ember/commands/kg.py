@@ -34,11 +34,13 @@ def register(sub) -> None:
     e.add_argument("triples", help="triples file (head<TAB>relation<TAB>tail)")
     e.add_argument("--out", required=True, help="folder to write")
     e.add_argument("--relations", help="only these relations (comma-separated)")
-    e.add_argument("--dim", type=int, default=100, help="embedding size (ERNIE: 100)")
-    e.add_argument("--epochs", type=int, default=50)
-    e.add_argument("--lr", type=float, default=0.01, help="SGD step on the summed minibatch loss")
-    e.add_argument("--margin", type=float, default=1.0, help="gamma of the ranking loss")
-    e.add_argument("--norm", type=int, choices=[1, 2], default=2, help="L1 or L2 distance")
+    e.add_argument("--dim", type=int, default=100, help="embedding size (default 100, ERNIE's)")
+    e.add_argument("--epochs", type=int, default=50, help="passes over the triples (default 50)")
+    e.add_argument("--lr", type=float, default=0.01, help="SGD step on the summed minibatch loss (default 0.01)")
+    e.add_argument("--margin", type=float, default=1.0, help="gamma of the ranking loss (default 1; §4.2 used 2 "
+                   "for WordNet)")
+    e.add_argument("--norm", type=int, choices=[1, 2], default=2, help="L1 or L2 distance (default 2; §4.2 used 1 "
+                   "for WordNet)")
     e.add_argument("--batch-size", type=int, default=1024)
     e.add_argument("--seed", type=int, default=0)
     e.add_argument("--max-time", type=parse_duration, default=0.0, help="stop after this long, e.g. 10m")

@@ -129,9 +129,10 @@ def _provider(run_dir: Path, cfg: RunConfig, keys):
                          "unknown; fine-tune it with `ember finetune --task ...` or set task.name")
     adapter = load_run_adapter(run_dir, cfg)  # with its tuned settings (SQuAD 2.0's threshold)
     if getattr(adapter, "inference_methods", None) is None:
+        why = getattr(adapter, "not_served_reason", "")
         raise EmberError(f"{run_dir} holds a fine-tuned {cfg.model.family} {adapter.display_name} model, which "
-                         "`ember serve` does not serve yet; use `ember predict` or `ember evaluate` on the run "
-                         "folder")
+                         f"ember does not serve or export yet{': ' + why if why else ''}; use `ember predict` or "
+                         "`ember evaluate` on the run folder")
     return adapter
 
 

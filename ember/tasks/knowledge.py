@@ -42,8 +42,10 @@ class _WithKnowledge:
     max_triples = 2
     _inputs = None
     # Not served yet: the serving methods encode plain text (ember.tasks.requests.TextEncoder)
-    # and would silently drop the knowledge; `ember serve` says so, `ember predict` works.
+    # and would silently drop the knowledge; `ember serve` / `ember export` say so, `ember predict` works.
     inference_methods = None
+    not_served_reason = ("its inputs carry knowledge (K-BERT's injected triples or ERNIE's entities), which the "
+                         "served and exported inputs (plain text) would silently drop")
 
     def knowledge_inputs(self, tokenizer):
         """The featurizer for ``tokenizer`` (built once; its stats count every sentence seen)."""

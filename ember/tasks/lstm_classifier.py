@@ -43,7 +43,7 @@ class LstmClassifier(SequenceClassifier):
     # Read by ember.serve.onnx_export: the ONNX graph of a packed LSTM is not one ember checks.
     onnx_refusal = ("an LSTM classifier (model family lstm, Dai & Le 2015) has no ONNX export: each row's LSTM "
                     "runs packed to its own length, which ember's ONNX export does not reproduce. Serve the run "
-                    "folder in PyTorch (`ember serve RUN`, or `--backend int8` for int8 Linear layers) or export "
+                    "folder in PyTorch (`ember serve RUN`, or `ember serve RUN --int8` for int8 Linear layers) or export "
                     "it with `ember export RUN --format int8`")
 
     def __init__(self, backbone, num_labels: int, pad_id: int, pooling: str = "last") -> None:

@@ -105,8 +105,11 @@ def test_kbert_and_ernie_finetune_on_sst2_then_evaluate_and_predict_from_the_run
     assert len(rows) == 2 and all(r["prediction"] in ("negative", "positive", "0", "1") for r in rows)
     from ember.serve.graph import describe
 
-    with pytest.raises(EmberError, match="does not serve yet; use `ember predict`"):  # not plain text inputs
+    with pytest.raises(EmberError, match="does not serve or export yet: its inputs carry knowledge.*"
+                                         "use `ember predict`"):  # not plain text inputs
         describe(out)
+    assert main(["export", str(out), "--format", "onnx", "--out", str(tmp_path / "exported")]) == 1  # refused too
+    assert not (tmp_path / "exported").exists()
 
 
 def test_kbert_conll_tagging_labels_words_only_and_reloads(minilm_tokenizer, small_data_root, tmp_path, monkeypatch):
