@@ -268,6 +268,10 @@ def main(argv: list[str] | None = None) -> dict:
         torch.set_num_threads(args.threads)
     out = Path(args.out)
     inits = smoke_models(out / "smoke-models") if args.smoke else {"xlm": Path(args.xlm), "english": Path(args.english)}
+    for key, init in inits.items():  # both checked before hours of fine-tuning the first
+        if not (init / "config.yaml").is_file() and not (init / "config.json").is_file():
+            raise EmberError(f"--{key} {init}: not an ember pre-training run (config.yaml) nor a Hugging Face "
+                             "checkpoint (config.json); pre-train one first (docs/xlm.md)")
     check_settings(out, settings_of(args, inits))
     baseline = majority_baseline()
     ran, models = 0, []

@@ -290,6 +290,11 @@ def test_xlm_zero_shot_smoke_fine_tunes_both_on_english_and_scores_russian_besid
     # ... and other settings in the same folder are refused.
     with pytest.raises(EmberError, match="other settings"):
         bench.main(["--smoke", "--seeds", "1", "--lr", "1e-4", "--out", str(out), "--no-progress"])
+    # A missing --english run is refused before the XLM model is fine-tuned, not after.
+    xlm = out / "smoke-models" / "xlm"
+    with pytest.raises(EmberError, match="--english .*nowhere: not an ember pre-training run"):
+        bench.main(["--xlm", str(xlm), "--english", str(tmp_path / "nowhere"), "--out", str(tmp_path / "b")])
+    assert not (tmp_path / "b" / "runs").exists()
 
 
 @pytest.mark.slow
