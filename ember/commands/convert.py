@@ -6,7 +6,8 @@ from __future__ import annotations
 def register(sub) -> None:
     p = sub.add_parser("convert", help="Hugging Face checkpoint <-> ember run folder",
                        description="--from-hf HF_DIR --out RUN: import a local HF checkpoint of "
-                       "BERT, RoBERTa, ALBERT, ELECTRA, DistilBERT, GPT-2 or OpenAI GPT (config.json + model.safetensors or "
+                       "BERT, RoBERTa, ALBERT, ELECTRA, DistilBERT, GPT-2, OpenAI GPT, XLNet, XLM or T5 (a sentence-transformers "
+                       "folder keeps its pooling) (config.json + model.safetensors or "
                        "pytorch_model.bin; tokenizer.json, vocab.txt or vocab.json + merges.txt). --to-hf RUN --out HF_DIR: export an ember run (or one of its checkpoints, RUN/checkpoints/step-N, "
                        "sharded or not) to the same layout, "
                        "loadable with transformers' from_pretrained. Nothing is downloaded.")

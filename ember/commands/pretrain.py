@@ -5,23 +5,28 @@ from __future__ import annotations
 from ember.commands.common import add_train_options, stopped_line, train_overrides
 
 
-
 def register(sub) -> None:
     p = sub.add_parser(
         "pretrain",
-        help="pre-train BERT, RoBERTa, ALBERT, SpanBERT, ELECTRA, GPT-2, ... on a prepared corpus",
+        help="pre-train BERT, RoBERTa, ALBERT, ELECTRA, GPT, XLNet, XLM, T5, ... on a prepared corpus",
         description="Pre-train from a recipe (ember/recipes/*.yaml or a path) on token shards "
         "written by `ember prepare`. Writes a run folder with config, tokenizer, checkpoints, "
         "metrics.jsonl, TensorBoard events and curves.png. Runs under torchrun for DDP. "
-        "Recipes: bert-*, bert-cram-cpu (one CPU-hour from scratch), bert-mini-wwm, ernie-mini, roberta-*, "
-        "albert-*, spanbert-mini, electra-*, distilbert, gpt2-tiny, gpt2-mini, gpt1, gpt1-mini (causal LM, "
-        "objective clm), elmo-mini (see README). ELMo (objective bilm) reads raw text instead: "
-        "`ember pretrain --recipe elmo-mini --data ../shared/data/wiki-en --out runs/elmo --max-time 15m`.",
+        "Recipes: BERT bert-tiny, bert-mini, bert-small, bert-medium, bert-base, bert-large, bert-cram-cpu "
+        "(one CPU-hour from scratch); whole-word and ERNIE phrase masking bert-mini-wwm, ernie-mini; "
+        "roberta-mini, roberta-base; albert-mini, albert-base; spanbert-mini; electra-mini, electra-small; "
+        "distilbert; causal LMs gpt1, gpt1-mini, gpt2-tiny, gpt2-mini; XLNet (permutation LM) xlnet-mini, "
+        "xlnet-base; XLM (MLM/TLM over languages, docs/xlm.md) xlm-mini; T5 (span corruption, docs/t5.md) "
+        "t5-tiny, t5-mini, t5-small, t5-base; Dai & Le's LSTMs (docs/lstm.md) lm-lstm, sa-lstm; ELMo "
+        "elmo-mini; ERNIE's dEA on an existing encoder (docs/knowledge.md) ernie-dea. ELMo and ernie-dea read "
+        "raw text instead of shards: `ember pretrain --recipe elmo-mini --data ../shared/data/wiki-en --out "
+        "runs/elmo --max-time 15m`. With --max-time the learning-rate schedule still spans the recipe's "
+        "max_steps; --set train.schedule=time spans the time budget instead.",
     )
     p.add_argument("--recipe", help="recipe name or YAML path (default: bert-mini; with --resume, "
                    "the run's saved settings)")
     p.add_argument("--data", help="prepared corpus folder (from `ember prepare`); for "
-                   "ELMo (objective bilm) raw text: a file, folder or glob")
+                   "ELMo (objective bilm) and ernie-dea raw text: a file, folder or glob")
     p.add_argument("--out", required=True, help="run folder to write")
     p.add_argument("--max-steps", type=int, help="optimizer steps (the LR schedule spans these)")
     p.add_argument("--batch-size", type=int, help="sequences per optimizer step, over all ranks")

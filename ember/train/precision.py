@@ -37,8 +37,8 @@ def autocast_context(device: str, dtype: str):
 
 
 def check_speed(device: str, dtype: str) -> str | None:
-    """A warning (also printed to stderr) when ``dtype`` will be slow on ``device``, or a note when
-    a much faster one is at hand (float32 on an AMX CPU); else None."""
+    """A warning when ``dtype`` will be slow on ``device``, or a note when a much faster one is at
+    hand (float32 on an AMX CPU); else None. Printed to stderr the first time in a process."""
     if device.split(":")[0] != "cpu":
         return None
     fast_bf16 = cpu_has_fast_bf16()
@@ -53,5 +53,10 @@ def check_speed(device: str, dtype: str) -> str | None:
                    "faster than float32 here, with fp32 master weights, and learns alike per step")
     else:
         return None
-    print(message, file=sys.stderr)
+    if message not in _SAID:  # once per process: `ember glue` or `compare` train many runs in one
+        _SAID.add(message)
+        print(message, file=sys.stderr)
     return message
+
+
+_SAID: set[str] = set()

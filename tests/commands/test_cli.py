@@ -26,6 +26,16 @@ def test_every_verb_is_registered_and_has_help(capsys):
         assert len(capsys.readouterr().out) > 200  # a real description, not a stub
 
 
+def test_pretrain_help_names_every_shipped_recipe():
+    import re
+
+    from ember.recipes import recipe_names
+
+    description = build_parser()._subparsers._group_actions[0].choices["pretrain"].description
+    missing = [name for name in recipe_names() if not re.search(rf"(?<![\w-]){re.escape(name)}(?![\w-])", description)]
+    assert missing == []  # a recipe added to ember/recipes is listed in `ember pretrain --help`
+
+
 def test_unknown_task_is_one_clear_line(tmp_path):
     done = ember("finetune", "--task", "nosuchtask", "--init", "random", "--model", "bert-tiny",
                  "--tokenizer", str(tmp_path / "missing.json"), "--out", str(tmp_path / "run"))
