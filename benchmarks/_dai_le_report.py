@@ -55,7 +55,8 @@ def summary(report: dict) -> dict:
 
 def claims(rows: dict) -> list[dict]:
     """For each pre-training and number of labels: its gain over random init in points, and
-    whether it exceeds the larger of the two seed spreads (std)."""
+    whether it exceeds the larger of the two seed spreads (std); None (no claim) with one seed,
+    which has no spread to judge a gain against."""
     out = []
     for n, row in rows.items():
         base = row["random"]["test"]
@@ -64,8 +65,9 @@ def claims(rows: dict) -> list[dict]:
                 mine = row[label]["test"]
                 gain = 100 * (mine["mean"] - base["mean"])
                 noise = 100 * max(mine["std"], base["std"])
+                seeds = min(len(mine["values"]), len(base["values"]))
                 out.append({"labels": int(n), "pretraining": label, "gain_points": gain, "spread_points": noise,
-                            "holds": gain > noise})
+                            "holds": gain > noise if seeds > 1 else None})
     return out
 
 
@@ -95,7 +97,7 @@ def markdown(report: dict, rows: dict, decided: list[dict]) -> str:
     lines += ["", "## Claims", "", "Pre-training beats the same LSTM from random init (gain in test accuracy "
               "points; 'holds' when the gain exceeds the larger seed std):", ""]
     for c in decided:
-        verdict = "holds" if c["holds"] else "does not hold"
+        verdict = {True: "holds", False: "does not hold", None: "one seed: no spread, no claim"}[c["holds"]]
         lines.append(f"- {NAMES[c['pretraining']]}, {c['labels']:,} labels: {c['gain_points']:+.2f} points "
                      f"(spread {c['spread_points']:.2f}): {verdict}")
     if report.get("smoke"):

@@ -117,7 +117,7 @@ def get_adapter(task: str | TaskAdapter, model=None, language: str = "", setting
     adapter = _get_adapter(task)
     if language:
         adapter = copy.copy(adapter)  # never change an adapter the caller passed in
-        adapter.language = language
+        adapter.language, adapter.language_given = language, True
     family = getattr(model, "family", None)
     if getattr(adapter, "needs_decoder", False) and family != "t5":
         raise EmberError(f"--task {adapter.name} trains a model to write its target texts, which takes an "

@@ -65,6 +65,8 @@ class LanguageAdapter(WrappedAdapter):
         try:
             return self.model.language_id(language)
         except EmberError as exc:
+            if getattr(self.base, "language_given", False):  # the user's task.language (get_adapter)
+                raise EmberError(f"task.language={language!r}: {exc}") from None
             raise EmberError(f"{self.base.display_name} is in language {language!r}, but {exc}; fine-tune "
                              "a model pre-trained on that language, or set the task's language with "
                              "--set task.language=CODE") from None

@@ -59,6 +59,8 @@ def test_xlm_features_carry_each_tasks_language(bpe):
         assert all(f["language_ids"] == [language] * len(f["input_ids"]) for f in features)
     with pytest.raises(EmberError, match=r"NSMC is in language 'ko'.*\(en, ru\)"):
         get_adapter("nsmc", model)
+    with pytest.raises(EmberError, match=r"^task.language='de': .*\(en, ru\)"):  # the user's own
+        get_adapter("sst2", model, language="de")
     _, plain = get_adapter("sst2", model_preset("bert-mini")).load("dev", tok, 64, limit=2)
     assert "language_ids" not in plain[0]  # a model without language embeddings gets none
 
