@@ -34,6 +34,7 @@ from torch import nn
 from ember.errors import EmberError
 from ember.nn.heads import MaskedLMHead
 from ember.objectives.mlm import mask_tokens, masked_lm_loss
+from ember.tokenizers import role_id
 
 RANDOM_ENTITY, MASK_ALIGNMENT = 0.05, 0.15  # §3.4's dEA corruption rates
 MIN_ENTITIES = 2  # sentences with fewer distinct entities teach dEA nothing (kept for MLM only if any)
@@ -67,6 +68,7 @@ class ErniePretraining(nn.Module):
                 nn.init.normal_(sub.weight, std=cfg.initializer_range)
                 nn.init.zeros_(sub.bias)
         self.special_ids = dict(special_ids)
+        role_id(self.special_ids, "mask", "ERNIE's masked LM")  # found now, not at the first batch
         self.mask_prob, self.max_predictions = mask_prob, max_predictions
         self.mlm_weight, self.dea_weight = mlm_weight, dea_weight
 

@@ -59,6 +59,7 @@ import numpy as np
 
 from ember.errors import EmberError
 from ember.objectives.mlm import mask_tokens, prediction_budget
+from ember.tokenizers import role_id
 
 SCHEMES = ("token", "whole_word", "phrase", "span")
 # One replacement draw per unit (True) or per token (False); see the module docstring.
@@ -327,5 +328,6 @@ def build_masker(data, special_ids: dict, vocab_size: int, seed: int = 0) -> Mas
         from ember.tokenizers import load_tokenizer
 
         continues = word_continuation_table(load_tokenizer(path))
-    return Masker(data.masking, special_ids["mask"], vocab_size, data.mask_prob, data.max_predictions,
+    mask_id = role_id(special_ids, "mask", f"masking tokens (data.masking={data.masking})")
+    return Masker(data.masking, mask_id, vocab_size, data.mask_prob, data.max_predictions,
                   continues, data.span_p, data.max_span, data.static_masks, seed)

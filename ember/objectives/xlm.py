@@ -41,6 +41,7 @@ from ember.models.encoder import output_at_rows
 from ember.nn.heads import TiedLMHead
 from ember.nn.linear_cross_entropy import linear_cross_entropy
 from ember.objectives.mlm import mask_tokens
+from ember.tokenizers import role_id
 
 MODES = {"xlm_clm": "clm", "xlm_mlm": "mlm", "tlm": "tlm", "xlm_mlm_tlm": "mlm_tlm"}
 
@@ -144,6 +145,8 @@ class XlmPretraining(nn.Module):
         self.backbone = backbone
         self.lm = TiedLMHead(backbone.config.vocab_size)
         self.special_ids, self.data, self.xlm, self.mode = dict(special_ids), data, xlm, mode
+        for role in ("cls",) if mode == "clm" else ("cls", "mask"):  # found now, not at the first batch
+            role_id(self.special_ids, role, f"XLM's {mode.upper()} objective")
         self.codes = backbone.config.language_codes  # language id -> code, for metrics
 
     # ---- data ------------------------------------------------------------------------------

@@ -294,6 +294,16 @@ def special_token_ids(tok: Tokenizer) -> dict[str, int]:
     return ids
 
 
+def role_id(special_ids: dict[str, int], role: str, needed_by: str) -> int:
+    """``special_ids[role]``, or one clear error when the vocabulary has no such token (a T5
+    sentinel vocabulary has no cls or mask: ``special_token_ids``)."""
+    if role not in special_ids:
+        raise EmberError(f"{needed_by} needs a {role} token ({', '.join(ROLE_CANDIDATES[role])}), and this corpus's "
+                         "tokenizer has none (a T5 vocabulary with sentinels instead); prepare the corpus with a "
+                         "WordPiece or BPE tokenizer (`ember tokenizer train`), or pre-train a T5 recipe on it")
+    return special_ids[role]
+
+
 def end_of_text_id(tok: Tokenizer) -> int:
     """The token that ends a document for causal LMs: GPT-2's ``<|endoftext|>`` (XLNet's
     ``<eod>``) when the vocabulary has it, else the separator (``</s>``, ``[SEP]``)."""

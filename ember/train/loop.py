@@ -303,12 +303,7 @@ class Trainer:
             # names for checkpoints, and evaluation runs it uncompiled (eval shapes vary).
             model = torch.compile(model)
         logger = MetricsLogger(self.run_dir, enabled=self.dist.is_main)
-        bar = None
-        if self.progress:
-            from tqdm import tqdm
-
-            bar = tqdm(total=cfg.max_steps, initial=self.step, unit="step", dynamic_ncols=True,
-                       mininterval=1.0)
+        bar = self._progress_bar()
         previous = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
 
         def request_stop(signum, frame):  # finish the step, save, then exit cleanly
@@ -337,9 +332,9 @@ class Trainer:
                 metrics["tokens_per_s"] = tokens / max(seconds, 1e-9)
                 last_metrics = metrics
                 if bar is not None:
-                    bar.update(1)
-                    bar.set_postfix(loss=f"{metrics['loss']:.3f}", tok_s=f"{metrics['tokens_per_s']:.0f}",
-                                    lr=f"{metrics['lr']:.2e}", refresh=False)
+                    bar.update(min(seconds, bar.total - bar.n) if cfg.max_time else 1)
+                    bar.set_postfix(step=self.step, loss=f"{metrics['loss']:.3f}",
+                                    tok_s=f"{metrics['tokens_per_s']:.0f}", lr=f"{metrics['lr']:.2e}", refresh=False)
                 if self.step % cfg.log_every == 0 or self.step == 1:
                     logger.log(self.step, "train", metrics, self.elapsed)
                 if self.evaluate and cfg.eval_every and self.step % cfg.eval_every == 0:
@@ -365,6 +360,20 @@ class Trainer:
             )
         return {"step": self.step, "elapsed": self.elapsed, "tokens": self.tokens, "best": self.best,
                 "train": last_metrics, "stopped_early": self.stopped_early}
+
+    def _progress_bar(self):
+        """tqdm over the steps; over the time budget when there is one (``--max-time``), which
+        usually ends the run long before max_steps, so its "left" is the budget's, not the
+        recipe's step count's. None without progress."""
+        if not self.progress:
+            return None
+        from tqdm import tqdm
+
+        cfg = self.cfg
+        if cfg.max_time:
+            return tqdm(total=float(cfg.max_time), initial=min(self.elapsed, cfg.max_time), dynamic_ncols=True,
+                        mininterval=1.0, bar_format="{l_bar}{bar}| {elapsed}<{remaining} of the time budget{postfix}")
+        return tqdm(total=cfg.max_steps, initial=self.step, unit="step", dynamic_ncols=True, mininterval=1.0)
 
     def run_evaluation(self, logger: MetricsLogger) -> dict:
         metrics = {}

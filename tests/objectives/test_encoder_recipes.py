@@ -223,3 +223,16 @@ def test_distilbert_classifier_starts_from_the_run_and_fits_real_sentences(disti
         loss.backward()
         opt.step()
     assert loss.item() < 0.2 and metrics["accuracy"] == (32, 32), (loss.item(), metrics)
+
+
+@pytest.mark.parametrize("recipe", ["bert-mini", "spanbert-mini", "electra-mini"])
+def test_masking_recipes_refuse_a_t5_vocabulary_in_one_line_before_writing(recipe, wiki_t5_prepared, tmp_path,
+                                                                           capsys):
+    """A T5 corpus (sentinels, no [MASK]) given to a masked-LM recipe: one message that says what
+    is missing and what to do, no traceback, no run folder."""
+    run = tmp_path / recipe
+    assert main(["pretrain", "--recipe", recipe, "--data", str(wiki_t5_prepared), "--out", str(run),
+                 *QUICK_RUN, *with_sets(TINY_MODEL)]) == 1
+    err = capsys.readouterr().err
+    assert "needs a mask token ([MASK], <mask>), and this corpus's tokenizer has none" in err
+    assert "Traceback" not in err and not run.exists()
