@@ -80,7 +80,8 @@ def run_finetuning(cfg: RunConfig, run_dir: Path, state: dict | None, tokenizer_
     if cfg.task.train_split == cfg.task.eval_split:
         raise EmberError(f"training and evaluating on the same split ({cfg.task.train_split}) would "
                          "report training accuracy; choose different --train-split/--eval-split")
-    _, train_features = adapter.load(cfg.task.train_split, tokenizer, cfg.task.max_length, limit=train_limit)
+    train_examples, train_features = adapter.load(cfg.task.train_split, tokenizer, cfg.task.max_length,
+                                                  limit=train_limit)
     dev_examples, dev_features = adapter.load(cfg.task.eval_split, tokenizer, cfg.task.max_length)
     train_cfg, steps_per_epoch = epoch_schedule(cfg.train, len(train_features), cfg.task.epochs)
     cfg = dataclasses.replace(cfg, train=train_cfg, kind="finetune")
@@ -140,7 +141,9 @@ def run_finetuning(cfg: RunConfig, run_dir: Path, state: dict | None, tokenizer_
     results = {"task": adapter.display_name, "split": cfg.task.eval_split, "metrics": final,
                "best_step": trainer.best["step"], "steps": trainer.step, "max_steps": train_cfg.max_steps,
                "stopped_early": trainer.stopped_early, "seed": cfg.train.seed,
-               "train_examples": len(train_features), "init": cfg.task.init or "random"}
+               "train_examples": len(train_examples), "init": cfg.task.init or "random"}
+    if len(train_features) != len(train_examples):  # QA: a long context is several windows
+        results["train_windows"] = len(train_features)
     if cfg.task.features:
         # ELMo's s_j (embedding output first, then layers 1..L) and gamma, as learned.
         backbone = module.backbone

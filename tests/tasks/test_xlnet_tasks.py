@@ -154,6 +154,8 @@ def test_xlnet_conll_and_squad2_finetune_through_the_encoders_token_heads(wordpi
                         max_length=192, progress=False)
     assert {"exact", "f1", "tuned_f1"} <= set(qa.metrics)
     assert load_run_config(pre).model.max_position == 128 and load_run_config(tmp_path / "qa").model.max_position == 512
+    # --train-limit counts questions; the windows they were cut into are reported beside them
+    assert qa.runs[0]["train_examples"] == 24 and qa.runs[0]["train_windows"] > 24
     again = ember.evaluate(tmp_path / "qa")  # with the no-answer threshold tuned on dev
     assert again["metrics"]["f1"] == pytest.approx(qa.metrics["f1"], abs=1e-9)
 
