@@ -157,7 +157,7 @@ def run_finetuning(cfg: RunConfig, run_dir: Path, state: dict | None, tokenizer_
     # Further labelled splits (CoNLL-2003 test) scored once with the best-on-dev weights.
     others = [s for s in getattr(adapter, "report_splits", ()) if s not in (cfg.task.eval_split, cfg.task.train_split)]
     if others:
-        results["other_splits"] = {
-            split: evaluate(module, *adapter.load(split, tokenizer, cfg.task.max_length), split=split) for split in others}
+        results["other_splits"] = {split: evaluate(module, *adapter.load(split, tokenizer, cfg.task.max_length),
+                                                   split=split) for split in others}
     atomic_write_text(run_dir / "results.json", json.dumps(results, indent=2))
     return results
