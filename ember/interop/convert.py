@@ -243,7 +243,10 @@ def _export_tokenizer(tokenizer_path: Path, out_dir: Path, max_length: int, segm
                       do_lower_case=bool(normalizer.get("lowercase", False)))
     elif kind == "bpe":
         tok.model.save(str(out_dir))  # vocab.json + merges.txt, the files RoBERTa ships
-        if "cls" in names:
+        if causal:  # GPT-2's roles: the end-of-text token starts and ends a text (config.json's bos/eos ids)
+            eot = tok.id_to_token(end_of_text_id(tok))
+            config.update(bos_token=eot, eos_token=eot)
+        elif "cls" in names:
             config.update(bos_token=names["cls"], eos_token=names["sep"])
     config.update(settings or {})
     atomic_write_text(out_dir / "tokenizer_config.json", json.dumps(config, indent=2))

@@ -148,6 +148,8 @@ def test_gpt2_run_exports_to_transformers_with_its_tokenizer(tmp_path):
     ids = tok.encode(text, add_special_tokens=False).ids
     assert hf_tok(text)["input_ids"] == ids
     assert model.config.eos_token_id == tok.token_to_id("<|endoftext|>")
+    # the tokenizer names the same roles as config.json (GPT-2's: <|endoftext|> begins and ends)
+    assert hf_tok.eos_token == hf_tok.bos_token == "<|endoftext|>" == tok.id_to_token(model.config.bos_token_id)
     with torch.no_grad():
         torch.testing.assert_close(model(input_ids=torch.tensor([ids])).logits,
                                    ours.logits(torch.tensor([ids])), atol=ATOL, rtol=0)
