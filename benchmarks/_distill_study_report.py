@@ -57,7 +57,7 @@ def table_lines(result: dict) -> list[str]:
             "vs. its gold-label twin (points)"] + [f"{PATH_NAMES[n]} sent/s" for n in paths]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     t = result["speed"]["teacher"]
-    lines.append(f"| **teacher** (MiniLM-L6, fine-tuned) | {t['shape']['layers']} × {t['shape']['hidden']} | "
+    lines.append(f"| **teacher** ({Path(meta['teacher']).name}) | {t['shape']['layers']} × {t['shape']['hidden']} | "
                  f"{t['parameters']['total'] / 1e6:.1f}M ({t['parameters']['backbone_without_embeddings'] / 1e6:.1f}M) | "
                  f"{100 * meta['teacher_accuracy']:.2f} | 100% | — | "
                  + " | ".join(_speed_cell(result, "teacher", n) for n in paths) + " |")

@@ -5,6 +5,7 @@ from the runs' own predictions, and resume. These are not measurements."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -78,6 +79,7 @@ def test_distill_study_smoke_pairs_each_method_with_its_gold_label_twin_and_resu
     assert speed["tiny-kd"]["shape"]["layers"] == 2 and speed["tiny-kd"]["paths"]["pytorch fp32"]["sentences_per_s"] > 0
     text = (tmp_path / "study.md").read_text()
     assert "| bert-tiny, KD | 2 × 128 |" in text and "Distilled students beat their directly trained twins" in text
+    assert f"| **teacher** ({Path(result['meta']['teacher']).name}) |" in text  # the teacher it was given
     assert (tmp_path / "study.png").read_bytes()[:4] == b"\x89PNG"
     again = bench.main(argv)  # a second call trains nothing again
     assert [r["scores"] for r in again["records"]] == [r["scores"] for r in result["records"]]
