@@ -13,7 +13,7 @@ The functions are imported on first use (``import ember`` stays light, and ``emb
 
 __version__ = "0.1.0"
 
-_API = {"pretrain", "finetune", "distill", "evaluate", "load", "Model", "embed", "embed_file", "RunResult"}
+_API = {"pretrain", "finetune", "distill", "evaluate", "predict", "load", "Model", "embed", "embed_file", "RunResult"}
 __all__ = sorted(_API) + ["__version__"]
 
 

@@ -2,11 +2,6 @@
 
 from __future__ import annotations
 
-import csv
-import io
-import json
-from pathlib import Path
-
 from ember.commands.common import add_decoding_options, decoding_of
 
 
@@ -36,46 +31,13 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from ember.errors import EmberError
-    from ember.runs.checkpoint import atomic_write_text
-    from ember.runs.folder import load_run_config
-    from ember.tasks.batching import inference_progress
-    from ember.tasks.task_model import load_run_adapter, load_task_module, pad_token_id, with_decoding
-    from ember.tokenizers import load_tokenizer
+    from ember.api.predict import run_predictions
 
-    run_dir, out = Path(args.run_dir), Path(args.out)
-    if out.is_dir():  # found now, not after the model has run over the whole file
-        raise EmberError(f"--out {out} is a folder; name the predictions file, e.g. {out / 'predictions.jsonl'}")
-    cfg = with_decoding(load_run_config(run_dir, expect_kind="finetune"), decoding_of(args))
-    adapter = load_run_adapter(run_dir, cfg)
-    if not hasattr(adapter, "predict_file"):
-        raise EmberError(f"`ember predict` does not support {adapter.display_name} yet; "
-                         "use `ember evaluate` to score a labelled file")
-    tokenizer = load_tokenizer(run_dir / "tokenizer.json")
-    module = load_task_module(run_dir, cfg, adapter, pad_token_id(tokenizer))
-    with inference_progress(f"predicting {Path(args.input).name}", not args.no_progress):
-        rows, n_truncated = adapter.predict_file(module, tokenizer, cfg.task.max_length, args.input,
-                                                 cfg.task.eval_batch_size, cfg.train.device)
-    if out.suffix == ".jsonl":
-        text = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows)
-    elif out.suffix == ".csv":
-        text = tsv_to_csv(adapter.rows_to_tsv(rows))
-    else:
-        text = adapter.rows_to_tsv(rows)
-    atomic_write_text(out, text)
-    note = f" ({n_truncated} truncated to {cfg.task.max_length} tokens)" if n_truncated else ""
-    print(f"wrote {len(rows)} predictions to {out}{note}")
-    if getattr(adapter, "with_no_answer", False):
-        print(f"no-answer threshold {adapter.null_threshold:.4f} ("
-              f"{'tuned on dev, from tuned.json' if (run_dir / 'tuned.json').is_file() else 'default'}): "
+    done = run_predictions(args.run_dir, args.input, decoding_of(args), not args.no_progress, args.out)
+    note = f" ({done.truncated} truncated to {done.max_length} tokens)" if done.truncated else ""
+    print(f"wrote {len(done.rows)} predictions to {args.out}{note}")
+    if done.no_answer_threshold is not None:
+        print(f"no-answer threshold {done.no_answer_threshold:.4f} ("
+              f"{'tuned on dev, from tuned.json' if done.threshold_tuned else 'default'}): "
               "a question is unanswered when its no_answer_score exceeds it")
     return 0
-
-
-def tsv_to_csv(tsv: str) -> str:
-    """The adapters' TSV rows (no tab or newline inside a cell) as CSV, quoted where a cell needs it."""
-    buffer = io.StringIO()
-    writer = csv.writer(buffer, lineterminator="\n")
-    for line in tsv.splitlines():
-        writer.writerow(line.split("\t") if line else [])
-    return buffer.getvalue()

@@ -220,6 +220,8 @@ def test_text2text_beam_search_setting_reaches_predict_and_equals_the_generation
         outputs[name] = [r["output"] for r in rows]
         assert [" ".join(o.split()) for o in outputs[name]] == [" ".join(e.split()) for e in expected], name
     assert outputs["flags"] == outputs["config"] != outputs["greedy"]
+    from_python = ember.predict(run, source, num_beams=4, length_penalty=0.6)  # ember.predict takes them too
+    assert [r["output"] for r in from_python] == outputs["flags"]
     assert all(len(tok.encode(o, add_special_tokens=False).ids) <= 2 for o in outputs["short"])
     assert load_run_adapter(beams, run_config_from_dict(load_yaml(beams / "config.yaml"))).decoding == beam
     scored = ember.evaluate(beams)["metrics"]
