@@ -63,7 +63,9 @@ def add_decoding_options(parser) -> None:
 
 
 def decoding_of(args) -> dict:
-    return {k: getattr(args, k) for k in ("num_beams", "length_penalty", "max_new_tokens")}
+    from ember.tasks.task_model import DECODING_SETTINGS
+
+    return {k: getattr(args, k) for k in DECODING_SETTINGS}
 
 
 def stopped_line(result, out) -> str:

@@ -167,9 +167,12 @@ def run_task_distillation(opts: TaskDistillOptions) -> dict:
 
     batch = teacher_cfg.task.eval_batch_size
 
-    def evaluate(m, model=None):
+    def score(model):
         with inference_progress(f"evaluating {teacher_cfg.task.eval_split}", opts.progress):
-            return adapter.score(m.student if model is None else model, dev_examples, dev_features, batch, device)
+            return adapter.score(model, dev_examples, dev_features, batch, device)
+
+    def evaluate(m):  # the trainer's dev evaluations: the distiller's student
+        return score(m.student)
 
     def save_best(m, metrics):
         save_weights(m.student.state_dict(), out / "model.safetensors", {"task": adapter.name})
@@ -197,8 +200,8 @@ def run_task_distillation(opts: TaskDistillOptions) -> dict:
     trainer.train(resume=opts.resume)
 
     student.load_state_dict(load_weights(out / "model.safetensors"))
-    final = evaluate(None, student)
-    teacher_metrics = evaluate(None, teacher)
+    final = score(student)
+    teacher_metrics = score(teacher)
     main = adapter.main_metric
     results = {"task": adapter.display_name, "split": teacher_cfg.task.eval_split, "metrics": final,
                "teacher_metrics": teacher_metrics,

@@ -86,9 +86,6 @@ def with_decoding(cfg: RunConfig, decoding: dict | None) -> RunConfig:
     """``cfg`` with a text-to-text (T5) run's decoding settings (``DECODING_SETTINGS``; None
     values keep the run's) replaced for this evaluation or prediction; refused for other runs."""
     given = {k: v for k, v in (decoding or {}).items() if v is not None}
-    unknown = set(given) - set(DECODING_SETTINGS)
-    if unknown:
-        raise EmberError(f"unknown decoding settings {sorted(unknown)}; known: {', '.join(DECODING_SETTINGS)}")
     if not given:
         return cfg
     if cfg.model.family != "t5":

@@ -137,23 +137,9 @@ def tokenize_rouge(text: str) -> list[str]:
     return _NON_ALPHANUMERIC.sub(" ", text.lower()).split()
 
 
-def _lcs_length(a: list[str], b: list[str]) -> int:
-    """Length of the longest common subsequence: the O(len(a) * len(b)) dynamic programme, one row."""
-    if len(a) < len(b):
-        a, b = b, a  # the row runs over the shorter list
-    row = [0] * (len(b) + 1)  # row[j]: LCS of the tokens of a seen so far and b[:j]
-    for x in a:
-        diagonal = 0  # the previous row's row[j - 1]
-        for j, y in enumerate(b, 1):
-            above = row[j]
-            row[j] = diagonal + 1 if x == y else max(above, row[j - 1])
-            diagonal = above
-    return row[-1]
-
-
 def _lcs_positions(reference: list[str], prediction: list[str]) -> set[int]:
-    """Indices into ``reference`` of one longest common subsequence with ``prediction``: the full
-    table read back from its end, dropping a reference token on ties (rouge-score's reading; which
+    """Indices into ``reference`` of one longest common subsequence with ``prediction`` (as many as
+    the LCS is long; ROUGE-L counts them): the O(len * len) table read back from its end, dropping a reference token on ties (rouge-score's reading; which
     LCS is picked decides which tokens a summary-level union counts)."""
     table = [[0] * (len(prediction) + 1) for _ in range(len(reference) + 1)]
     for i, x in enumerate(reference, 1):
@@ -209,7 +195,7 @@ def rouge_scores(prediction: str, reference: str) -> dict[str, float]:
         overlap = sum((pred_ngrams & ref_ngrams).values())
         scores[f"rouge{n}"] = _f_measure(overlap, sum(pred_ngrams.values()), sum(ref_ngrams.values()))
     # ROUGE-L (Lin 2004, §3.1): the LCS over the prediction's and the reference's lengths
-    scores["rougeL"] = _f_measure(_lcs_length(pred, ref), len(pred), len(ref))
+    scores["rougeL"] = _f_measure(len(_lcs_positions(ref, pred)), len(pred), len(ref))
     predicted, referenced = _sentences(prediction), _sentences(reference)
     scores["rougeLsum"] = _f_measure(_summary_lcs_hits(predicted, referenced), sum(map(len, predicted)),
                                      sum(map(len, referenced)))
