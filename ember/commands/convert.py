@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 
 def register(sub) -> None:
     p = sub.add_parser("convert", help="Hugging Face checkpoint <-> ember run folder",
@@ -14,19 +16,56 @@ def register(sub) -> None:
     group = p.add_mutually_exclusive_group(required=True)
     group.add_argument("--from-hf", metavar="HF_DIR", help="HF checkpoint folder to import")
     group.add_argument("--to-hf", metavar="RUN_DIR", help="ember run folder to export")
-    p.add_argument("--out", required=True, help="folder to write")
+    p.add_argument("--out", required=True, help="folder to write (written whole or not at all; an existing "
+                   "folder with files in it is refused without --overwrite)")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing --out folder and everything in it")
     p.set_defaults(run=run)
 
 
 def run(args) -> int:
+    from ember.errors import EmberError
+    from ember.fileio import atomic_folder
     from ember.interop.convert import export_hf, import_hf
     from ember.runs.sharded import weights_view
 
+    source, out = Path(args.from_hf or args.to_hf), Path(args.out)
+    if out.resolve() == source.resolve() or out.resolve() in source.resolve().parents:
+        raise EmberError(f"--out {out} would replace the folder being converted ({source}); choose another folder")
+    if out.exists() and not out.is_dir():
+        raise EmberError(f"--out {out} is a file; name a folder to write")
+    again = args.from_hf and earlier_import_of(source, out)  # e.g. the README's import run twice: harmless
+    if out.is_dir() and any(out.iterdir()) and not (args.overwrite or again):
+        raise EmberError(f"--out {out} already exists and is not an empty folder; pass --overwrite to replace it "
+                         "and everything in it, or choose another folder")
+    # The folder is written beside --out and swapped in when complete (an interrupted or failed
+    # conversion leaves the old folder, or none, never a mix of two models' files).
+    with atomic_folder(out) as tmp:
+        if args.from_hf:
+            import_hf(args.from_hf, tmp)
+        else:
+            with weights_view(args.to_hf) as run_dir:  # a checkpoint (sharded or not) is read directly
+                export_hf(run_dir, tmp)
     if args.from_hf:
-        out = import_hf(args.from_hf, args.out)
         print(f"imported {args.from_hf} -> ember run folder {out}")
     else:
-        with weights_view(args.to_hf) as run_dir:  # a checkpoint (sharded or not) is read directly
-            out = export_hf(run_dir, args.out)
         print(f"exported {args.to_hf} -> Hugging Face folder {out}")
     return 0
+
+
+IMPORT_FILES = {"config.yaml", "tokenizer.json", "model.safetensors", "embedding.json"}
+
+
+def earlier_import_of(source, out) -> bool:
+    """Whether ``out`` holds nothing but an earlier ``--from-hf`` import of ``source`` (its weights
+    record where they were imported from), which importing again replaces with the same thing."""
+    from safetensors import safe_open
+
+    weights = out / "model.safetensors"
+    if not out.is_dir() or not weights.is_file() or any(p.name not in IMPORT_FILES for p in out.iterdir()):
+        return False
+    try:
+        with safe_open(str(weights), "pt") as f:
+            origin = (f.metadata() or {}).get("imported_from")
+    except Exception:  # an unreadable file is not a previous import to replace silently
+        return False
+    return origin is not None and Path(origin).resolve() == source.resolve()

@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Sequence
 
 import torch
 from torch import nn
@@ -209,10 +210,18 @@ class InferenceGraph(nn.Module):
         self.logits_axes = module.logits_axes
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor,
-                need_hidden: bool = True):
+                need_hidden: bool | Sequence[int] = True):
+        """(logits, hidden states (L + 1, B, T, H), or only the layers ``need_hidden`` lists)."""
         m = self.module
-        out = m.backbone(input_ids, attention_mask, token_type_ids, output_hidden_states=need_hidden)
+        out = m.backbone(input_ids, attention_mask, token_type_ids, output_hidden_states=bool(need_hidden))
         logits = m.head_logits(out, attention_mask)
         if not need_hidden:
             return logits, None
-        return logits, torch.stack(out.hidden_states)  # (L + 1, B, T, H)
+        return logits, torch.stack(hidden_layers(out.hidden_states, need_hidden))
+
+
+def hidden_layers(states: Sequence, need_hidden: bool | Sequence[int]) -> Sequence:
+    """The hidden states a caller asked for: every layer (True) or the listed ones, in that
+    order. An embedding request reads one layer; stacking all L + 1 (each (B, T, H)) into a new
+    tensor was ~1% of an MiniLM embedding pass and L + 1 times the memory."""
+    return [states[i] for i in need_hidden] if isinstance(need_hidden, (list, tuple)) else states

@@ -86,8 +86,9 @@ class Predictor:
     def run(self, name: str, requests: Sequence[dict]) -> list:
         return self.methods[name](requests, self.forward)
 
-    def forward(self, rows: Sequence[tuple[list, list]], need_hidden: bool = False) -> list:
-        """Per row: (logits trimmed to the row's length, hidden (L+1, n, H) or None)."""
+    def forward(self, rows: Sequence[tuple[list, list]], need_hidden: bool | list[int] = False) -> list:
+        """Per row: (logits trimmed to the row's length, hidden (L+1, n, H) or None); ``need_hidden``
+        may list layer indices, and hidden then holds those layers only, in that order."""
         if self.runner is None:
             raise EmberError(f"{self.info.display_name} has no inference graph to run rows through")
         out: list = [None] * len(rows)

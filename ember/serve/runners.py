@@ -2,6 +2,8 @@
 
     runner(arrays, need_hidden) -> (logits, hidden_states or None)   (numpy in, numpy out)
 
+``need_hidden``: False, True (every layer, (L + 1, B, T, H)) or a list of layer indices (those, stacked).
+
 ``arrays`` holds input_ids / attention_mask / token_type_ids, each (B, T) int64; the
 outputs are laid out as in ``graph.py``, and ``runner.logits_axes`` names the logits' batch
 and sequence axes (from the inference model, or read back from an ONNX file). Backends: PyTorch fp32 ("torch"), PyTorch int8
@@ -23,7 +25,8 @@ import torch
 
 from ember.errors import EmberError
 from ember.serve import BACKENDS
-from ember.serve.graph import InferenceGraph, ServeInfo, build_module, describe, load_module, read_manifest
+from ember.serve.graph import (InferenceGraph, ServeInfo, build_module, describe, hidden_layers, load_module,
+                               read_manifest)
 
 
 class TorchRunner:
@@ -33,7 +36,7 @@ class TorchRunner:
         self.logits_axes = graph.logits_axes
         self.calls = 0  # forward passes run (tests check that micro-batching batches)
 
-    def __call__(self, arrays: dict[str, np.ndarray], need_hidden: bool = False):
+    def __call__(self, arrays: dict[str, np.ndarray], need_hidden: bool | list[int] = False):
         self.calls += 1
         with torch.inference_mode():
             t = {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in arrays.items()}
@@ -51,7 +54,7 @@ class OnnxRunner:
         self.calls = 0
         self._cleanup = cleanup  # temporary folder of an on-the-fly export
 
-    def __call__(self, arrays: dict[str, np.ndarray], need_hidden: bool = False):
+    def __call__(self, arrays: dict[str, np.ndarray], need_hidden: bool | list[int] = False):
         self.calls += 1
         names = ["logits", "hidden_states"] if need_hidden else ["logits"]
         # A graph whose model ignores an input (XLM has no segment embeddings) was exported
@@ -60,7 +63,9 @@ class OnnxRunner:
         feeds = {k: np.ascontiguousarray(arrays[k], dtype=np.int64)
                  for k in ("input_ids", "attention_mask", "token_type_ids") if k in declared}
         out = self.session.run(names, feeds)
-        return out[0], (out[1] if need_hidden else None)
+        if not need_hidden:
+            return out[0], None
+        return out[0], (np.stack(hidden_layers(out[1], need_hidden)) if isinstance(need_hidden, list) else out[1])
 
     def __del__(self):
         if self._cleanup is not None:
@@ -83,7 +88,7 @@ class HFRunner:
         self.extra_inputs = extra_inputs
         self.input_names = input_names  # what the exported tokenizer gives the model (None: all)
 
-    def __call__(self, arrays: dict[str, np.ndarray], need_hidden: bool = False):
+    def __call__(self, arrays: dict[str, np.ndarray], need_hidden: bool | list[int] = False):
         self.calls += 1
         t = {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in arrays.items()}
         pads = (t["attention_mask"].shape[1] - t["attention_mask"].sum(1)).tolist() if self.left_padding else None
@@ -98,7 +103,7 @@ class HFRunner:
         if self.extra_inputs is not None:
             t.update(self.extra_inputs(t["input_ids"]))
         with torch.inference_mode():
-            out = self.model(**t, output_hidden_states=need_hidden)
+            out = self.model(**t, output_hidden_states=bool(need_hidden))
         back = (lambda x, axis: _shift(x, [-p for p in pads], axis)) if pads is not None else (lambda x, axis: x)
         if hasattr(out, "start_logits"):
             pad = torch.from_numpy(np.ascontiguousarray(arrays["attention_mask"])) == 0
@@ -107,7 +112,7 @@ class HFRunner:
         else:  # *ForPreTraining models name their MLM logits prediction_logits
             logits = out.logits if hasattr(out, "logits") else out.prediction_logits
             logits = back(logits, 1) if logits.dim() == 3 else logits  # per token: (B, T, C)
-        hidden = back(torch.stack(out.hidden_states), 2).numpy() if need_hidden else None
+        hidden = back(torch.stack(hidden_layers(out.hidden_states, need_hidden)), 2).numpy() if need_hidden else None
         return logits.float().numpy(), hidden
 
 

@@ -99,7 +99,14 @@ class EmbedMethod:
 
     def __call__(self, requests, forward) -> list[dict]:
         rows, flags, spans = encode_texts(self.encoder, requests)
-        outs = forward(rows, True)
+        # Only the layers these requests read come back (a scalar mix reads them all).
+        n = self.num_layers + 1
+        if any(req["layer_weights"] is not None for req in requests):
+            layers, at = True, {i: i for i in range(n)}
+        else:
+            layers = sorted({req["layer"] % n for req in requests})
+            at = {layer: i for i, layer in enumerate(layers)}
+        outs = forward(rows, layers)
         responses = []
         for req, s in zip(requests, spans):
             results = []
@@ -109,7 +116,7 @@ class EmbedMethod:
                     w = softmax(np.asarray(req["layer_weights"], dtype=np.float64))
                     states = np.tensordot(w, hidden, axes=1)  # (n, H)
                 else:
-                    states = hidden[req["layer"]]  # (n, H)
+                    states = hidden[at[req["layer"] % n]]  # (n, H)
                 if req["pooling"] == "none":
                     vectors = states
                     result = {"tokens": [self.tokenizer.id_to_token(t) for t in ids]}

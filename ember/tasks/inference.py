@@ -22,7 +22,8 @@ to the task or objective whose head it decodes, and lives beside that head. It h
 the HTTP server and the Python API): it runs ``rows`` (token ids, segment ids) through the
 model's inference graph in length-sorted, padded batches on whatever backend is loaded
 (PyTorch fp32/int8, ONNX Runtime), and returns per row the head's logits trimmed to the row's
-length and, with ``need_hidden``, every layer's hidden states (L + 1, n, H). A method that
+length and, with ``need_hidden``, every layer's hidden states (L + 1, n, H), or only the layers
+it lists (a list of indices: (len, n, H)). A method that
 runs its own decoding loop (generation) holds its model instead and ignores ``forward``.
 
 The model side of the same contract is the task module's ``head_logits(out, attention_mask)``
@@ -44,8 +45,8 @@ from tokenizers import Tokenizer
 
 from ember.tasks.requests import TextEncoder
 
-# rows [(ids, type_ids)], need_hidden -> per row (logits, hidden (L+1, n, H) or None)
-Forward = Callable[[Sequence[tuple[list, list]], bool], list]
+# rows [(ids, type_ids)], need_hidden (bool or layer indices) -> per row (logits, hidden (layers, n, H) or None)
+Forward = Callable[[Sequence[tuple[list, list]], "bool | list[int]"], list]
 
 
 @dataclass

@@ -30,6 +30,9 @@ keeps the tokenizer.json it was prepared with.
 
 from __future__ import annotations
 
+import os
+import sys
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
@@ -236,7 +239,8 @@ def train_tokenizer(
     if isinstance(files, dict):
         files = LanguageBalancedSentences(files, alpha, seed, max_documents, fmt, text_field)
     if isinstance(files, LanguageBalancedSentences):  # it reports empty languages itself
-        tok.train_from_iterator(iter(files), trainer=trainer)
+        with _training(kind, vocab_size, sentinels, progress):
+            tok.train_from_iterator(iter(files), trainer=trainer)
     else:
         reader = DocumentReader(files, fmt=fmt, text_field=text_field)
 
@@ -246,7 +250,8 @@ def train_tokenizer(
                     return
                 yield doc.text
 
-        tok.train_from_iterator(texts(), trainer=trainer)
+        with _training(kind, vocab_size, sentinels, progress):
+            tok.train_from_iterator(texts(), trainer=trainer)
         if reader.documents == 0:
             raise EmberError(f"no text to train on: read {reader.describe_inputs()} "
                              f"({reader.empty_skipped} empty documents)")
@@ -255,6 +260,39 @@ def train_tokenizer(
     add_sentinels(tok, sentinels)
     _set_post_processor(tok, kind, roles)
     return tok
+
+
+@contextmanager
+def _progress_on_stderr(progress: bool):
+    """The Rust trainer's progress bars end with blank lines on the process's stdout (fd 1), where
+    a caller's output goes (`ember tokenizer train ... > log`); point fd 1 at stderr meanwhile."""
+    if not progress:
+        yield
+        return
+    sys.stdout.flush()
+    saved = os.dup(1)
+    os.dup2(2, 1)
+    try:
+        yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
+@contextmanager
+def _training(kind: str, vocab_size: int, sentinels: int, progress: bool):
+    """The trainer's run, its progress off stdout and its one known refusal said in our words."""
+    try:
+        with _progress_on_stderr(progress):
+            yield
+    except Exception as e:
+        if "not large enough to contain all chars" not in str(e):
+            raise
+        room = f" ({vocab_size - sentinels} after the {sentinels} sentinels)" if sentinels else ""
+        raise EmberError(f"--vocab-size {vocab_size}{room} is smaller than the number of distinct characters "
+                         f"in the corpus, which a {kind} vocabulary must all hold (a Korean or Chinese corpus "
+                         "has thousands); raise --vocab-size") from None
 
 
 def load_tokenizer(path: str | Path) -> Tokenizer:

@@ -265,3 +265,35 @@ def test_bad_checkpoint_folder_gets_one_clear_message_and_nothing_is_written(cas
     assert not out.exists()
     with pytest.raises(EmberError, match=message):  # --init reads the folder through the same checks
         load_init(folder)
+
+
+def test_convert_refuses_a_folder_with_files_and_overwrite_replaces_it_whole(tmp_path, tiny_tokenizer_path, capsys):
+    """`ember convert` writes --out whole or not at all: a folder with someone's files in it (here
+    a fine-tuned run's log) is refused without --overwrite, --overwrite leaves none of the old
+    files, and --out naming the folder being converted is refused in both directions."""
+    folder = hf_folder(tiny("BertModel"), tmp_path / "hf", tiny_tokenizer_path)
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "train_log.jsonl").write_text('{"step": 1}\n')
+    assert ember_main(["convert", "--from-hf", str(folder), "--out", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert "already exists" in err and "--overwrite" in err and "Traceback" not in err
+    assert sorted(p.name for p in out.iterdir()) == ["train_log.jsonl"]
+    assert ember_main(["convert", "--from-hf", str(folder), "--out", str(out), "--overwrite"]) == 0
+    assert not (out / "train_log.jsonl").exists() and (out / "model.safetensors").is_file()
+    # importing the same checkpoint again into its own import needs no --overwrite (the README does)
+    assert ember_main(["convert", "--from-hf", str(folder), "--out", str(out)]) == 0
+    other = hf_folder(tiny("BertModel"), tmp_path / "hf2", tiny_tokenizer_path)
+    assert ember_main(["convert", "--from-hf", str(other), "--out", str(out)]) == 1
+    capsys.readouterr()
+    for args in (["--to-hf", str(out), "--out", str(out)], ["--to-hf", str(out), "--out", str(tmp_path), "--overwrite"],
+                 ["--from-hf", str(folder), "--out", str(folder), "--overwrite"]):
+        assert ember_main(["convert", *args]) == 1
+        assert "would replace the folder being converted" in capsys.readouterr().err
+    assert (out / "model.safetensors").is_file() and (folder / "config.json").is_file()
+    hf = tmp_path / "hf-out"
+    assert ember_main(["convert", "--to-hf", str(out), "--out", str(hf)]) == 0
+    assert transformers.BertModel.from_pretrained(hf) is not None
+    # an empty folder is fine (made by the user beforehand)
+    (tmp_path / "empty").mkdir()
+    assert ember_main(["convert", "--to-hf", str(out), "--out", str(tmp_path / "empty")]) == 0

@@ -101,6 +101,35 @@ def test_embed_pooling_and_layer_mix_follow_the_hidden_states(run, client):
     assert np.linalg.norm(result["embeddings"], axis=1) == pytest.approx(1.0, abs=1e-5)
 
 
+def test_embed_requests_batched_together_read_only_their_layers(run):
+    """Micro-batched /embed requests asking for different layers share one forward that returns
+    only the layers they read (a scalar mix reads all), and each gets its own answer."""
+    from ember.serve.predictor import load_predictor
+    from ember.tasks.requests import Limits
+
+    predictor = load_predictor(run)
+    asked = []
+    inner = predictor.runner
+
+    def recording(arrays, need_hidden=False):
+        asked.append(need_hidden)
+        return inner(arrays, need_hidden)
+
+    predictor.runner = recording
+    n = predictor.info.num_layers + 1
+    bodies = [{"texts": ["a fine film", "a dull , lifeless mess"], "layer": 1, "pooling": "cls"},
+              {"text": "the plot holds together", "layer": -1},
+              {"text": "a fine film", "layer": n - 1, "pooling": "none"}]
+    requests = [predictor.parse("embed", b, Limits()) for b in bodies]
+    together = predictor.run("embed", requests)
+    assert asked == [[1, n - 1]]  # two layers, once: -1 and n - 1 are the same layer
+    for request, got in zip(requests, together):
+        assert got == predictor.run("embed", [request])[0]
+    mixed = predictor.parse("embed", {"text": "a fine film", "layer_weights": [0.0] * n}, Limits())
+    asked.clear()
+    predictor.run("embed", [requests[1], mixed])
+    assert asked == [True]
+
 def test_truncation_is_flagged(run):
     app, predictor = make_app(run, max_length=8)
     long_text = "a gripping , beautifully acted story about two friends who fall out and make up"

@@ -6,6 +6,7 @@ import json
 import unicodedata
 
 import pytest
+from conftest import real_data
 
 from ember.errors import EmberError
 from ember.paths import data_root
@@ -224,3 +225,30 @@ def test_cli_tokenizer_train_writes_tokenizer_json(tmp_path, capsys):
     assert "pad=0, unk=2, sep=1" in capsys.readouterr().out
     assert main(["tokenizer", "train", str(tmp_path / "none*"), "--out", str(out)]) == 1
     assert "no input files matched" in capsys.readouterr().err
+
+
+def test_cli_tokenizer_train_progress_stays_off_stdout(tmp_path):
+    """With its progress bar on, `ember tokenizer train` writes only its summary line to stdout (the
+    Rust trainer's bar ended in blank lines there), on real Korean reviews, all three kinds; and a
+    Unigram vocabulary smaller than the reviews' alphabet is one message, not the trainer's traceback."""
+    import subprocess
+    import sys
+
+    corpus = tmp_path / "ko.txt"
+    rows = real_data("nsmc", "ratings_train.txt").read_text(encoding="utf-8").splitlines()[1:400]
+    corpus.write_text("\n".join(r.split("\t")[1] for r in rows if r.count("\t") == 2), encoding="utf-8")
+
+    def train(kind, size):
+        return subprocess.run([sys.executable, "-m", "ember", "tokenizer", "train", str(corpus), "--kind", kind,
+                               "--vocab-size", str(size), "--out", str(tmp_path / f"{kind}-{size}")],
+                              capture_output=True, text=True, timeout=300)
+
+    for kind, size in (("wordpiece", 300), ("bpe", 400), ("unigram", 2000)):
+        done = train(kind, size)
+        assert done.returncode == 0, done.stderr
+        assert len(done.stdout.splitlines()) == 1 and done.stdout.startswith(f"saved {kind} tokenizer"), done.stdout
+    small = train("unigram", 300)
+    assert small.returncode == 1 and "Traceback" not in small.stderr
+    assert "--vocab-size 300 (200 after the 100 sentinels) is smaller than the number of distinct characters" \
+        in small.stderr
+    assert not (tmp_path / "unigram-300").exists()
