@@ -20,7 +20,7 @@ projection  per-step communication volume of data parallelism for each preset, f
             (3 (W-1)/W x P x b); b = 2 for bf16, 4 for fp32 (Rajbhandari et al. 2020, ZeRO
             §7: stage 3 moves 1.5x the data of DDP).
 
---smoke: a tiny model, 3 steps, memory of a tiny preset; seconds, for the tests.
+--smoke: a tiny model, 4 steps, memory of a tiny preset; seconds, for the tests.
 """
 
 from __future__ import annotations
@@ -211,7 +211,7 @@ def main(argv=None) -> dict:
     p.add_argument("--project", nargs="*", default=["bert-base", "bert-large"], metavar="PRESET",
                    help="presets of the computed state-per-rank and communication tables")
     p.add_argument("--json")
-    p.add_argument("--smoke", action="store_true", help="tiny model, 3 steps (for the tests)")
+    p.add_argument("--smoke", action="store_true", help="tiny model, 4 steps (for the tests)")
     p.add_argument("--memory-worker", metavar="PRESET", help=argparse.SUPPRESS)
     p.add_argument("--parallel", default="ddp", help=argparse.SUPPRESS)
     p.add_argument("--model-set", nargs="*", default=[], help=argparse.SUPPRESS)
@@ -220,11 +220,16 @@ def main(argv=None) -> dict:
         memory_worker(args.memory_worker, args.parallel, args.model_set)
         return {}
     extra, model_set = [], []
-    if args.smoke:
-        args.steps, args.batch, args.length, args.memory, args.project = 4, 4, 32, ["bert-tiny"], ["bert-tiny"]
-        extra, model_set = TINY + ["model.vocab_size=2000"], TINY + ["model.vocab_size=2000"]
     if not args.data:
         p.error("--data (a prepared corpus) is needed")
+    if args.smoke:
+        from ember.data.shards import TokenCorpus
+
+        args.steps, args.batch, args.length, args.memory, args.project = 4, 4, 32, ["bert-tiny"], ["bert-tiny"]
+        # pre-training sizes the vocabulary to the corpus itself; the memory worker builds the model alone
+        extra, model_set = TINY, TINY + [f"model.vocab_size={TokenCorpus(args.data, 'train').vocab_size}"]
+    if args.steps < 3:
+        p.error(f"--steps {args.steps}: the first two steps are warm-up and not timed; give 3 or more")
     print(f"{machine()}; {load()}")
     print(f"throughput: {args.preset}, batch {args.batch} x {args.length}, {args.steps} steps")
     result = {"machine": machine(), "load_before": load(), "preset": args.preset, "batch": args.batch,

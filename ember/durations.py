@@ -16,6 +16,17 @@ def parse_duration(text: str | float) -> float:
     return value * {"s": 1, "m": 60, "h": 3600}[unit]
 
 
+def duration_arg(text: str) -> float:
+    """``parse_duration`` as an argparse ``type=``: a bad value is argparse's usage error
+    ("ember pretrain: error: argument --max-time: cannot read duration ..."), not a traceback."""
+    import argparse
+
+    try:
+        return parse_duration(text)
+    except EmberError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def format_duration(seconds: float) -> str:
     """3725 -> '1h02m', 1200 -> '20m', 90 -> '1m30s', 4 -> '4s'."""
     seconds = int(round(seconds))

@@ -413,6 +413,8 @@ def test_distributed_scaling_smoke_reports_rates_memory_and_projection(wiki_prep
     assert row["fsdp_bytes"] == 1.5 * row["ddp_bytes"] == 3 * 7 / 8 * 4 * ddp["num_parameters"]
     state = result["state_per_rank"]["bert-tiny"]
     assert state["DDP (any W)"] == 16 * ddp["num_parameters"] == 8 * state["FSDP W=8"]
+    with pytest.raises(SystemExit):  # two warm-up steps leave nothing to time: refused, not a StatisticsError
+        bench.main(["--data", str(wiki_prepared), "--steps", "2"])
 
 
 def test_sense_rule_labels_by_context_cues_and_drops_both_neither_and_proper_names():

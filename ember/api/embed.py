@@ -68,18 +68,21 @@ def embed_with(predictor, texts: Sequence[str], pooling: str | None = None, laye
     return out, truncated
 
 
-def embed(run: str | Path, texts: Sequence[str], *, pooling: str | None = None, layer: int | None = None,
+def embed(run: str | Path, texts: Sequence[str] | str, *, pooling: str | None = None, layer: int | None = None,
           normalize: bool | None = None, max_length: int | None = None, backend: str = "", batch_size: int = 32,
           threads: int = 0, progress: bool = False) -> np.ndarray:
-    """Sentence vectors (N, H) float32 of ``texts``, row i for text i.
+    """Sentence vectors (N, H) float32 of ``texts``, row i for text i; one text (a str) gives its
+    vector (H,), as sentence-transformers' ``encode`` does.
 
     ``pooling``: mean | cls; ``layer``: 0 = embeddings, -1 = last (default); ``normalize``: L2;
-    ``backend``: torch (default), int8, onnx, onnx-int8.
+    ``backend``: torch (default), int8, bf16, onnx, onnx-int8.
 
     >>> vectors = ember.embed("runs/minilm", ["a fine film", "a dull mess"])  # doctest: +SKIP
     >>> float(vectors[0] @ vectors[1])  # cosine, when the run normalises  # doctest: +SKIP
     """
     predictor = load_embedder(run, backend, max_length, batch_size, threads)
+    if isinstance(texts, str):  # one text, not its characters
+        return embed_with(predictor, [texts], pooling, layer, normalize, progress)[0][0]
     return embed_with(predictor, texts, pooling, layer, normalize, progress)[0]
 
 

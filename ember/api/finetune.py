@@ -126,6 +126,9 @@ def finetune(task: str, out: str | Path, init="random", *, model: str = "", toke
     from ember.tasks.metrics import summarize_seeds
     from ember.train.finetune import run_finetuning
 
+    from ember.train.distributed import one_process
+
+    one_process("finetune")  # before a custom task's inputs are copied into out
     out = Path(out)
     seeds = list(seeds) if seeds else [None]
     if len(set(seeds)) != len(seeds):

@@ -14,9 +14,8 @@ from pathlib import Path
 from ember.api.results import RunResult
 from ember.config import RunConfig, to_dict
 from ember.errors import EmberError
+from ember.runs.folder import check_resume_settings
 
-# Settings a resumed run may change: they do not alter what is computed, only when it stops or where.
-RESUMABLE_CHANGES = ("max_time", "device", "pad_token_id")
 
 
 def fit_vocab_to_corpus(cfg: RunConfig) -> RunConfig:
@@ -24,27 +23,23 @@ def fit_vocab_to_corpus(cfg: RunConfig) -> RunConfig:
     recipe written for 30,522 would otherwise train 14k rows no token ever uses. Only for
     subword corpora from `ember prepare` (meta.json)."""
     from ember.data.shards import TokenCorpus
+    from ember.train.distributed import is_first_process
 
     if not cfg.data.prepared or not (Path(cfg.data.prepared) / "meta.json").is_file():
         return cfg
     vocab = TokenCorpus(cfg.data.prepared, "train").vocab_size
     if vocab == cfg.model.vocab_size:
         return cfg
-    print(f"model.vocab_size {cfg.model.vocab_size} -> {vocab}, the corpus tokenizer's size "
-          "(--set model.vocab_size=N to choose)")
+    if is_first_process():  # every rank sizes its model; one says so
+        print(f"model.vocab_size {cfg.model.vocab_size} -> {vocab}, the corpus tokenizer's size "
+              "(--set model.vocab_size=N to choose)")
     return dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, vocab_size=vocab))
 
 
 def resumed_config(saved: RunConfig, wanted: RunConfig, out: Path) -> RunConfig:
     """The saved settings, with the wanted time budget and device; anything else that differs
     is refused, since the continuation would not be the run it continues."""
-    old, new = to_dict(saved), to_dict(wanted)
-    changed = [f"{section}.{key}" for section, values in new.items() if isinstance(values, dict)
-               and section != "task" for key, value in values.items()
-               if key not in RESUMABLE_CHANGES and value != old.get(section, {}).get(key)]
-    if changed or wanted.objective != saved.objective:
-        raise EmberError(f"--resume continues {out} with its saved settings, but this command changes "
-                         f"{changed or ['objective']}; drop those options or start a new run")
+    check_resume_settings(saved, wanted, out, skip_sections=("task",))
     return dataclasses.replace(saved, train=dataclasses.replace(
         saved.train, max_time=wanted.train.max_time, device=wanted.train.device))
 
@@ -58,6 +53,11 @@ def pretrain_config(recipe: str | Path | RunConfig | None, out: str | Path, data
     out, overrides = Path(out), list(overrides) + ([f"data.prepared={data}"] if data is not None else [])
     saved_path = out / "config.yaml"
     resuming = resume and saved_path.is_file()
+    if resume and not resuming and data is None and not any(o.startswith("data.prepared=") for o in overrides):
+        # (with --data, --resume on an empty folder starts the run: a torchrun job restarted before
+        # its first checkpoint does that)
+        raise EmberError(f"--resume: there is no run in {out} to resume (no config.yaml); check --out, or drop "
+                         "--resume and give --data to start one")
     if isinstance(recipe, RunConfig):
         cfg = run_config_from_dict(apply_overrides(to_dict(recipe), overrides), where="settings")
     else:

@@ -2,7 +2,21 @@
 
 from __future__ import annotations
 
-from ember.durations import parse_duration
+import argparse
+
+from ember.durations import duration_arg
+
+
+def int_list_arg(text: str) -> list[int]:
+    """'1,2,3' -> [1, 2, 3] as an argparse ``type=`` (--seeds, --shots): a typo is argparse's
+    one-line usage error naming the flag."""
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, e.g. 1,2,3; got {text!r}") from None
+    if not values or min(values) < 0:
+        raise argparse.ArgumentTypeError(f"expected non-negative integers, e.g. 1,2,3; got {text!r}")
+    return values
 
 def add_train_options(parser, defaults_note: str = "") -> None:
     parser.add_argument("--seed", type=int, help="random seed (weights, data order, masks, dropout)")
@@ -10,7 +24,7 @@ def add_train_options(parser, defaults_note: str = "") -> None:
     parser.add_argument("--dtype", choices=["float32", "bfloat16"],
                         help="float32 (default; right for most CPUs) or bfloat16 autocast: fast on GPUs with bf16 "
                              "and on CPUs with Intel AMX (Xeon 4th gen+, ~2x at bert-mini), slow elsewhere")
-    parser.add_argument("--max-time", type=parse_duration,
+    parser.add_argument("--max-time", type=duration_arg,
                         help="wall-clock training budget, e.g. 30m or 2h; stops with a checkpoint")
     parser.add_argument("--resume", action="store_true",
                         help="continue the run in --out from its newest intact checkpoint")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from ember.durations import parse_duration
+from ember.durations import duration_arg
 
 
 def register(sub) -> None:
@@ -38,7 +38,7 @@ def register(sub) -> None:
     p.add_argument("--dropout", type=float, default=0.5, help="dropout on inputs and pooled features")
     p.add_argument("--seed", type=int, default=0, help="random seed (weights, data order, dropout)")
     p.add_argument("--device", default="cpu", help="torch device (default cpu)")
-    p.add_argument("--max-time", type=parse_duration, default=0.0, help="training time budget, e.g. 20m")
+    p.add_argument("--max-time", type=duration_arg, default=0.0, help="training time budget, e.g. 20m")
     p.add_argument("--resume", action="store_true", help="continue the run in --out")
     p.add_argument("--overwrite", action="store_true", help="delete an existing run in --out first")
     p.add_argument("--no-progress", action="store_true", help="no progress bars (for logs)")

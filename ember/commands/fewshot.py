@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from ember.commands.common import int_list_arg
+
 HELP = """\
 Score a causal LM run (GPT-1/GPT-2) on a GLUE-style task without training, as GPT-2/GPT-3
 do: each dev example gets k demonstrations drawn at random (seeded) from the train split,
@@ -22,23 +24,13 @@ examples:
 """
 
 
-def _ints(text: str) -> list[int]:
-    try:
-        values = [int(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
-    if not values or min(values) < 0:
-        raise argparse.ArgumentTypeError(f"expected non-negative integers, got {text!r}")
-    return values
-
-
 def register(sub) -> None:
     p = sub.add_parser("fewshot", help="zero/one/few-shot accuracy of a GPT-style LM on a task",
                        description=HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("run_dir", help="run folder of a gpt/gpt2 model")
     p.add_argument("--task", required=True, help="sst2, rte, cola, mrpc, qnli or snli")
-    p.add_argument("--shots", type=_ints, default=[0, 1, 8], help="values of k (default 0,1,8)")
-    p.add_argument("--seeds", type=_ints, default=[1, 2, 3], help="demonstration draws (default 1,2,3)")
+    p.add_argument("--shots", type=int_list_arg, default=[0, 1, 8], help="values of k (default 0,1,8)")
+    p.add_argument("--seeds", type=int_list_arg, default=[1, 2, 3], help="demonstration draws (default 1,2,3)")
     p.add_argument("--max-length", type=int,
                    help="context in tokens (default: the run's training block length, within its positions)")
     p.add_argument("--limit", type=int, help="score only the first N evaluation examples")

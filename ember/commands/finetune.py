@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import textwrap
 
-from ember.commands.common import add_train_options, train_overrides
+from ember.commands.common import add_train_options, int_list_arg, train_overrides
 
 
 def register(sub) -> None:
@@ -59,7 +59,7 @@ def register(sub) -> None:
     p.add_argument("--batch-size", type=int, help="sequences per step (default 32)")
     p.add_argument("--max-length", type=int, help="max tokens per example (default 128)")
     p.add_argument("--warmup-ratio", type=float, help="fraction of steps for LR warm-up (default 0.1)")
-    p.add_argument("--seeds", default="", help="comma-separated seeds, e.g. 1,2,3: one run each, "
+    p.add_argument("--seeds", type=int_list_arg, default=None, help="comma-separated seeds, e.g. 1,2,3: one run each, "
                    "mean and std reported (overrides --seed)")
     p.add_argument("--train-split", help="split to train on (default train; SNLI here: dev) or a TSV file in the task's layout")
     p.add_argument("--eval-split", help="split to select and report on (default dev; SNLI here: test)")
@@ -122,8 +122,7 @@ def data_from_args(args) -> dict:
 def run(args) -> int:
     from ember.api import finetune
 
-    seeds = [int(s) for s in args.seeds.split(",") if s.strip()] if args.seeds else None
-    finetune(args.task, args.out, args.init, model=args.model, tokenizer=args.tokenizer, seeds=seeds,
+    finetune(args.task, args.out, args.init, model=args.model, tokenizer=args.tokenizer, seeds=args.seeds,
              train_limit=args.train_limit, overrides=train_overrides(args), resume=args.resume,
              overwrite=args.overwrite, progress=not args.no_progress, ulmfit=args.ulmfit,
              **data_from_args(args), **settings_from_args(args))

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from ember.commands.common import int_list_arg
+
 HELP = """\
 Fine-tune one pre-trained model on every GLUE-style task whose data is in $EMBER_DATA, once
 per seed, and write a results table in the layout of the GLUE tables of BERT/RoBERTa/ELECTRA:
@@ -35,7 +37,7 @@ def register(sub) -> None:
     p.add_argument("--out", required=True, help="folder for the runs and the table")
     p.add_argument("--tasks", default="", help="comma-separated subset of snli,qnli,sst2,cola,stsb,mrpc,rte "
                    "(default: all of them)")
-    p.add_argument("--seeds", default="1,2,3", help="comma-separated fine-tuning seeds (default 1,2,3)")
+    p.add_argument("--seeds", type=int_list_arg, default=[1, 2, 3], help="comma-separated fine-tuning seeds (default 1,2,3)")
     p.add_argument("--train-limit", type=int, help="use only the first N training examples of each task")
     p.add_argument("--epochs", type=float, help="training epochs for every task (default: BERT's 3)")
     p.add_argument("--max-length", type=int, help="max tokens per example (default: BERT's 128)")
@@ -52,15 +54,6 @@ def register(sub) -> None:
     p.set_defaults(run=run)
 
 
-def _ints(text: str, flag: str) -> list[int]:
-    from ember.errors import EmberError
-
-    try:
-        return [int(s) for s in text.split(",") if s.strip()]
-    except ValueError:
-        raise EmberError(f"{flag} {text!r}: write comma-separated integers, e.g. 1,2,3") from None
-
-
 def run(args) -> int:
     from pathlib import Path
 
@@ -68,7 +61,7 @@ def run(args) -> int:
 
     results = run_glue(
         args.init, args.out, tasks=[t.strip() for t in args.tasks.split(",") if t.strip()] or None,
-        seeds=_ints(args.seeds, "--seeds"), train_limit=args.train_limit, epochs=args.epochs,
+        seeds=args.seeds, train_limit=args.train_limit, epochs=args.epochs,
         max_length=args.max_length, lr=args.lr, train_files=parse_train_files(args.train_file),
         model=args.model, tokenizer=args.tokenizer, device=args.device, num_threads=args.threads,
         progress=not args.no_progress)

@@ -7,7 +7,7 @@
 
 from __future__ import annotations
 
-from ember.durations import parse_duration
+from ember.durations import duration_arg
 
 
 def register(sub) -> None:
@@ -43,7 +43,7 @@ def register(sub) -> None:
                    "for WordNet)")
     e.add_argument("--batch-size", type=int, default=1024)
     e.add_argument("--seed", type=int, default=0)
-    e.add_argument("--max-time", type=parse_duration, default=0.0, help="stop after this long, e.g. 10m")
+    e.add_argument("--max-time", type=duration_arg, default=0.0, help="stop after this long, e.g. 10m")
     e.set_defaults(run=run_embed)
 
     s = verbs.add_parser("show", help="print the K-BERT sentence tree of a sentence",

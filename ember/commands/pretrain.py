@@ -46,5 +46,8 @@ def run(args) -> int:
             overrides.append(f"{key}={getattr(args, flag)}")
     result = pretrain(args.recipe, args.out, data=args.data, overrides=overrides, resume=args.resume,
                       overwrite=args.overwrite, progress=not args.no_progress)
-    print(stopped_line(result, args.out))
+    from ember.train.distributed import is_first_process
+
+    if is_first_process():
+        print(stopped_line(result, args.out))
     return 0

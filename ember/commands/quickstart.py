@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ember.durations import parse_duration
+from ember.durations import duration_arg
 
 
 def register(sub) -> None:
@@ -17,9 +17,10 @@ def register(sub) -> None:
         "print both accuracies side by side. Without the data folder it falls back to Python "
         "standard-library docstrings.",
     )
-    p.add_argument("--out", default="runs/quickstart", help="folder for everything (replaced each run)")
+    p.add_argument("--out", default="runs/quickstart",
+                   help="folder for everything (replaced on each run; a folder with other files in it is refused)")
     p.add_argument("--pretrain-steps", type=int, default=300, help="pre-training steps (default 300)")
-    p.add_argument("--pretrain-time", type=parse_duration, default=360.0,
+    p.add_argument("--pretrain-time", type=duration_arg, default=360.0,
                    help="pre-training wall-clock cap (default 6m)")
     p.add_argument("--max-docs", type=int, default=1500, help="documents to use from the corpus")
     p.add_argument("--finetune-epochs", type=float, default=1.0, help="SST-2 epochs (default 1)")

@@ -62,6 +62,7 @@ def run(args) -> int:
             raise EmberError(f"--{flag.replace('_', '-')} must be at least 1")
     if args.max_length is not None and args.max_length < 8:
         raise EmberError("--max-length must be at least 8 tokens")
+    check_port_free(args.host, args.port)  # before the model loads and the "serving" line is printed
     predictor = load_predictor(args.run_dir, backend_of(args), args.threads, args.max_length, args.max_batch)
     info = predictor.info
     limits = Limits(max_body_bytes=args.max_body_bytes, max_texts=args.max_texts,
@@ -83,3 +84,26 @@ def run(args) -> int:
     run_server(app, args.host, args.port, args.graceful_timeout)
     print("server stopped", flush=True)
     return 0
+
+
+def check_port_free(host: str, port: int) -> None:
+    """Refuse a port another server listens on, in one line (uvicorn would say so only after the
+    model loaded and the "serving on ..." line announced a server that never started)."""
+    import socket
+
+    from ember.errors import EmberError
+
+    if port == 0:  # the system picks a free one
+        return
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except socket.gaierror as exc:
+        raise EmberError(f"--host {host}: cannot resolve it ({exc.strerror})") from None
+    family, _, _, _, address = infos[0]
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds: TIME_WAIT is no conflict
+        try:
+            probe.bind(address)
+        except OSError as exc:
+            raise EmberError(f"cannot listen on {host}:{port}: {exc.strerror}; another server holds the port, "
+                             "choose another with --port") from None

@@ -50,8 +50,9 @@ def parse_part(text: str) -> tuple[int, int]:
 
 
 def part_files(files: list[Path], index: int, count: int) -> list[Path]:
-    """The contiguous share of ``files`` that part ``index`` of ``count`` reads: boundaries
-    where the bytes on disk reach k/N of the total, moved so that every part has a file."""
+    """The contiguous share of ``files`` that part ``index`` of ``count`` reads: each boundary at
+    the file start nearest to k/N of the bytes on disk, moved so that every part has a file.
+    (The first start at or past k/N gave 3 + 1 of four near-equal files.)"""
     if count > len(files):
         raise EmberError(f"--part {index}/{count}: the input has only {len(files)} file(s) and parts split it "
                          f"by files; use at most {len(files)} parts (or split the input into more files)")
@@ -60,7 +61,10 @@ def part_files(files: list[Path], index: int, count: int) -> list[Path]:
     total = max(float(sizes.sum()), 1.0)
     bounds = [0]
     for k in range(1, count):
-        raw = int(np.searchsorted(starts, k * total / count, side="left"))
+        target = k * total / count
+        raw = int(np.searchsorted(starts, target, side="left"))  # the first start at or past the target
+        if raw > 0 and (raw == len(files) or target - starts[raw - 1] < starts[raw] - target):
+            raw -= 1  # the start before it is nearer
         bounds.append(max(bounds[-1] + 1, min(raw, len(files) - (count - k))))
     bounds.append(len(files))
     return files[bounds[index - 1]:bounds[index]]

@@ -32,6 +32,20 @@ SPLITS = ("train", "valid")
 _FILE_BUFFER = 1 << 20  # 1 MiB per open shard file; large writes, small fixed RAM
 
 
+def refuse_token_shards(path: str | Path, who: str, example: str) -> None:
+    """For objectives that read raw text (ELMo's words, ERNIE's entity sentences): a folder from
+    `ember prepare` is the natural mistake (every other recipe wants one); say so, instead of
+    reading its meta.json as a line of text."""
+    meta = Path(path) / "meta.json"
+    try:
+        prepared = meta.is_file() and json.loads(meta.read_text()).get("format") == FORMAT_NAME
+    except (OSError, ValueError):
+        prepared = False
+    if prepared:
+        raise EmberError(f"{path} holds token shards from `ember prepare`, but {who} reads raw text: pass the "
+                         f"text itself (a text/wiki file, folder or glob), e.g. --data {example}")
+
+
 def token_dtype(vocab_size: int) -> np.dtype:
     """uint16 halves disk and page-cache use for every vocabulary of the BERT era."""
     return np.dtype(np.uint16) if vocab_size <= 65535 else np.dtype(np.uint32)

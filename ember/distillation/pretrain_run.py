@@ -22,6 +22,7 @@ from ember.distillation.student import (
 )
 from ember.errors import EmberError
 from ember.runs.checkpoint import atomic_write_text, load_weights, save_weights
+from ember.train.checks import check_train_settings
 
 
 @dataclass
@@ -126,6 +127,7 @@ def run_pretrain_distillation(opts: PretrainDistillOptions) -> dict:
     if opts.method == "distilbert":
         record["weights"] = dataclasses.asdict(opts.weights)
     check_same_recipe(out, json.loads(json.dumps(record)), opts.resume)  # before anything is rewritten
+    check_train_settings(opts.train, "distill")
     prepare_run_dir(out, opts.resume, opts.overwrite)
     write_run_files(out, cfg, corpus.tokenizer_path)
     atomic_write_text(out / "distill.json", json.dumps(record, indent=2))

@@ -28,6 +28,7 @@ from ember.distillation.transfer_set import build_transfer_set, cached_teacher_l
 from ember.errors import EmberError
 from ember.runs.checkpoint import atomic_write_text, load_weights, save_weights
 from ember.data.in_memory import InMemoryData
+from ember.train.checks import check_train_settings
 from ember.train.length_groups import feature_lengths
 
 # Per-method defaults (temperature, alpha); see each method's module for the sources.
@@ -159,6 +160,7 @@ def run_task_distillation(opts: TaskDistillOptions) -> dict:
     if opts.method == "tinybert":
         record["intermediate_epochs"] = opts.intermediate_epochs
     check_same_recipe(out, json.loads(json.dumps(record)), opts.resume)  # before anything is rewritten
+    check_train_settings(train_cfg, "distill")
     prepare_run_dir(out, opts.resume, opts.overwrite)
     write_run_files(out, cfg, tokenizer_path)
     atomic_write_text(out / "labels.json", json.dumps(adapter.label_names()))

@@ -21,6 +21,7 @@ import shutil
 import time
 from pathlib import Path
 
+from ember.errors import EmberError
 from ember.paths import data_root
 
 
@@ -29,6 +30,23 @@ def banner(text: str) -> None:
 
 
 CHECKPOINT = ("checkpoints", "all-MiniLM-L6-v2")  # under the data root
+
+
+MARKER = ".ember-quickstart"  # what makes a folder one quickstart may replace
+
+
+def replace_own_folder(out: Path) -> None:
+    """Start ``out`` afresh when it is empty or an earlier quickstart's; refuse anything else
+    (``--out runs`` or ``--out .`` would otherwise delete the user's runs or checkout)."""
+    if out.exists() and not out.is_dir():
+        raise EmberError(f"--out {out} is a file; name a folder for the quickstart")
+    if out.is_dir() and any(out.iterdir()):
+        if not (out / MARKER).is_file():
+            raise EmberError(f"--out {out} holds files that no quickstart wrote; the quickstart replaces its "
+                             "folder on every run, so give it a new or empty one (default runs/quickstart)")
+        shutil.rmtree(out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / MARKER).write_text("written by `ember quickstart`, which replaces this folder on its next run\n")
 
 
 def run_quickstart(out: Path, pretrain_steps: int = 300, pretrain_time: float = 360.0,
@@ -42,9 +60,7 @@ def run_quickstart(out: Path, pretrain_steps: int = 300, pretrain_time: float = 
     from ember.tokenizers import train_tokenizer
 
     started = time.time()
-    if out.exists():
-        shutil.rmtree(out)
-    out.mkdir(parents=True)
+    replace_own_folder(out)
     wiki = data_root() / "wiki-en"
     sst2_root = data_root()
     if checkpoint is None:

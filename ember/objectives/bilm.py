@@ -83,6 +83,7 @@ def build(cfg, special_ids: dict) -> BiLMObjective:
 def setup_pretraining(cfg, run_dir: Path, resume: bool, progress: bool):
     """ELMo's data: words from raw text and a word vocabulary (see the module docstring)."""
     from ember.config import save_yaml
+    from ember.data.shards import refuse_token_shards
     from ember.data.word_corpus import WordCorpus
     from ember.errors import EmberError
     from ember.objectives.setup import PretrainingSetup, held_out_metrics
@@ -91,6 +92,7 @@ def setup_pretraining(cfg, run_dir: Path, resume: bool, progress: bool):
     if not cfg.data.prepared:
         raise EmberError("ELMo pre-training reads raw text: pass --data PATH (a text/wiki file, "
                          "folder or glob, e.g. ../shared/data/wiki-en)")
+    refuse_token_shards(cfg.data.prepared, "ELMo pre-training", "../shared/data/wiki-en")
     e = cfg.elmo
     corpus = WordCorpus(cfg.data.prepared, cfg.data.max_seq_length - 2, e.lowercase, e.max_corpus_words,
                         e.valid_every, progress=progress)

@@ -165,6 +165,7 @@ def read_sentences(cfg, inputs, progress: bool) -> tuple[list[dict], list[dict],
 def setup_pretraining(cfg, run_dir: Path, resume: bool, progress: bool):
     """Continue pre-training ``knowledge.init`` with MLM + dEA on raw text (module docstring)."""
     from ember.data.in_memory import InMemoryData
+    from ember.data.shards import refuse_token_shards
     from ember.fileio import atomic_write_text
     from ember.knowledge.entities import load_entity_embeddings
     from ember.knowledge.ernie import check_encoder_family
@@ -178,6 +179,7 @@ def setup_pretraining(cfg, run_dir: Path, resume: bool, progress: bool):
     if not k.init or not k.entities or not cfg.data.prepared:
         raise EmberError("objective ernie continues pre-training an encoder: give --set knowledge.init=RUN_OR_HF_FOLDER "
                          "--set knowledge.entities=DIR (ember kg embed) and --data RAW_TEXT")
+    refuse_token_shards(cfg.data.prepared, "ERNIE's dEA pre-training", "../shared/data/wiki-en")
     start = load_init(k.init)
     check_encoder_family(start.model, "ERNIE's dEA pre-training")
     table = load_entity_embeddings(k.entities)

@@ -26,7 +26,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from ember.errors import EmberError
-from ember.fileio import atomic_write_bytes, atomic_write_text, fsync_dir, sha256_file
+from ember.fileio import atomic_file, atomic_write_bytes, atomic_write_text, fsync_dir, sha256_file
 
 __all__ = ["atomic_write_bytes", "atomic_write_text", "save_weights", "load_weights", "save_checkpoint",
            "load_latest_checkpoint", "newest_checkpoint", "read_checkpoint", "list_checkpoints",
@@ -36,16 +36,10 @@ CHECKPOINT_DIR = "checkpoints"
 
 
 def save_weights(state: dict[str, torch.Tensor], path: Path, metadata: dict | None = None) -> None:
-    """Write a safetensors file atomically (temp file in the same folder + rename)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
+    """Write a safetensors file atomically (``ember.fileio.atomic_file``: temp file + rename)."""
     tensors = {k: v.detach().contiguous().cpu() for k, v in state.items()}
-    save_file(tensors, str(tmp), metadata={k: str(v) for k, v in (metadata or {}).items()})
-    with open(tmp, "rb+") as fh:
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
-    fsync_dir(path.parent)
+    with atomic_file(path) as tmp:
+        save_file(tensors, str(tmp), metadata={k: str(v) for k, v in (metadata or {}).items()})
 
 
 def load_weights(path: Path) -> dict[str, torch.Tensor]:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from ember.config import RunConfig, load_yaml, run_config_from_dict, save_yaml
+from ember.config import RunConfig, load_yaml, run_config_from_dict, save_yaml, to_dict
 from ember.errors import EmberError
 
 RUN_INPUTS = "inputs"  # the run's own data files, written before the run (see the module docstring)
@@ -46,7 +46,11 @@ def load_run_config(run_dir: str | Path, expect_kind: str | None = None) -> RunC
         )
     cfg = run_config_from_dict(load_yaml(path), where=str(path))
     if expect_kind and cfg.kind != expect_kind:
-        raise EmberError(f"{run_dir} holds a {cfg.kind} run, but a {expect_kind} run is needed here")
+        hint = ""
+        if (cfg.kind, expect_kind) == ("pretrain", "finetune"):
+            hint = (f"; fine-tune it first (ember finetune --init {run_dir} ...), or score its embeddings on "
+                    f"sentence similarity without training: ember evaluate {run_dir} --zero-shot")
+        raise EmberError(f"{run_dir} holds a {cfg.kind} run, but a {expect_kind} run is needed here{hint}")
     return cfg
 
 
@@ -70,3 +74,20 @@ def prepare_run_dir(run_dir: Path, resume: bool, overwrite: bool) -> None:
             "(or choose another --out)"
         )
     shutil.rmtree(run_dir)
+
+
+# Settings a resumed run may change: they do not alter what is computed, only when it stops or where.
+RESUMABLE_CHANGES = ("max_time", "device", "pad_token_id")
+
+
+def check_resume_settings(saved: RunConfig, wanted: RunConfig, out: Path, skip_sections: tuple[str, ...] = ()) -> None:
+    """Refuse a --resume whose command changes a saved setting (the learning rate, the task's
+    length, --features ...): the continuation would not be the run it continues, and the
+    config.yaml rewritten with the new value would misdescribe the steps already taken."""
+    old, new = to_dict(saved), to_dict(wanted)
+    changed = [f"{section}.{key}" for section, values in new.items() if isinstance(values, dict)
+               and section not in skip_sections for key, value in values.items()
+               if key not in RESUMABLE_CHANGES and value != old.get(section, {}).get(key)]
+    if changed or wanted.objective != saved.objective:
+        raise EmberError(f"--resume continues {out} with its saved settings, but this command changes "
+                         f"{changed or ['objective']}; drop those options or start a new run")

@@ -118,7 +118,8 @@ def format_report(report: dict) -> str:
              f"(original fp32 {sizes['original_weights'] / mb:.1f} MiB), folder {sizes['folder'] / mb:.1f} MiB"]
     v = report.get("verification")
     if v:
-        agree = "n/a (regression)" if v["prediction_agreement"] is None else f"{v['prediction_agreement']:.4f}"
+        agree = ("n/a (the outputs are scores or hidden states, not class predictions)"
+                 if v["prediction_agreement"] is None else f"{v['prediction_agreement']:.4f}")
         lines.append(f"verified on {v['inputs_from']}: max |diff| {v['max_abs_diff']:.3e}, "
                      f"mean |diff| {v['mean_abs_diff']:.3e}, prediction agreement {agree}")
         lines.append(f"inputs/s at batch {v['batch_size']}: original {v['reference_per_s']:.1f}, "

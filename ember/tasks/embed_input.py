@@ -64,7 +64,7 @@ def _tsv(path: Path, lines: list[str], column: str | None) -> list[str]:
         found = [c for c in DEFAULT_COLUMNS if c in header]
         column = found[0] if found else header[0] if len(header) == 1 else None
     if column is None or column not in header:
-        wanted = repr(column) if column else "a 'text' or 'sentence'"
+        wanted = repr(column) if column else "'text' or 'sentence'"
         raise EmberError(f"{path}:1: no {wanted} column in the header ({', '.join(header)}); the first line "
                          "names the columns; choose the text's column with --column")
     if len(lines) == 1:

@@ -105,6 +105,10 @@ class GptGlueAdapter(GlueAdapter):
         return encode_gpt_examples(examples, tokenizer, max_length)
 
     def build_module(self, backbone, pad_id):
+        if not hasattr(backbone, "lm_projection"):  # e.g. FeatureBackbone: GPT-1's auxiliary LM loss needs it
+            raise EmberError("--features freezes an encoder's layers under a learned mix; a GPT run fine-tunes "
+                             "whole, with its language-model loss beside the task's (Radford et al. 2018, "
+                             "eq. 5): drop --features")
         return GptClassifier(backbone, self.spec.num_labels, pad_id)
 
 

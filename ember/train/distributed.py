@@ -27,6 +27,23 @@ class DistInfo:
         return self.world_size > 1
 
 
+def is_first_process() -> bool:
+    """Rank 0 of a torchrun launch (or the only process): the one that prints what all ranks know."""
+    return int(os.environ.get("RANK", "0")) == 0
+
+
+def one_process(verb: str) -> None:
+    """Refuse a verb that trains in one process when torchrun started several: each would write
+    the same run folder and all but one fail with "already holds a run", leaving a half-written
+    folder behind."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world > 1:
+        from ember.errors import EmberError
+
+        raise EmberError(f"ember {verb} trains in one process, and torchrun started {world}; run it without "
+                         "torchrun (only `ember pretrain` trains across processes, docs/distributed.md)")
+
+
 def init_distributed(device: str) -> DistInfo:
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world <= 1:

@@ -24,6 +24,7 @@ from ember.fileio import atomic_write_text
 from ember.tasks.elmo_classifier import UNK, ElmoClassifier, task_vocabulary
 from ember.runs.checkpoint import save_weights
 from ember.train.loop import Trainer, epoch_schedule
+from ember.train.checks import check_train_settings
 from ember.runs.folder import prepare_run_dir
 
 
@@ -149,6 +150,7 @@ def run_elmo_features(task: str, run_dir: Path, elmo_run: str | None, use_elmo: 
                             elmo_layers=n_layers, elmo_dim=bilm.output_size if bilm is not None else 0,
                             dropout=dropout, tagging=tagging)
     main_metric = "f1" if tagging else "accuracy"
+    check_train_settings(train_cfg, "elmo-features")
     prepare_run_dir(run_dir, resume, overwrite)
     run_dir.mkdir(parents=True, exist_ok=True)
     atomic_write_text(saved, json.dumps(settings, indent=2))

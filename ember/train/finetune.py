@@ -38,11 +38,14 @@ from ember.runs.checkpoint import atomic_write_text, load_weights, save_weights
 from ember.train.layerwise import gradual_unfreezing, lr_scale_fn
 from ember.train.length_groups import feature_lengths
 from ember.train.loop import Trainer, epoch_schedule
-from ember.runs.folder import prepare_run_dir, write_run_files
+from ember.runs.folder import check_resume_settings, load_run_config, prepare_run_dir, write_run_files
 
 
 def check_options(cfg: RunConfig) -> None:
     """Refuse option combinations that cannot mean anything, before any work is done."""
+    from ember.train.checks import check_train_settings
+
+    check_train_settings(cfg.train, "finetune")
     task = cfg.task
     if task.features and (task.layer_lr_decay != 1.0 or task.gradual_unfreeze):
         raise EmberError("--features freezes the whole encoder, so --layer-lr-decay and --gradual-unfreeze "
@@ -89,6 +92,9 @@ def run_finetuning(cfg: RunConfig, run_dir: Path, state: dict | None, tokenizer_
         print(f"note: gradual unfreezing over {cfg.task.epochs:g} epochs trains only the head and the top "
               f"{math.ceil(cfg.task.epochs)} of {cfg.model.num_layers} layers; --epochs "
               f"{cfg.model.num_layers + 1} or more reaches the embeddings")
+    module = build_task_module(cfg, adapter, state, pad_id)  # a model that cannot be built: no folder written
+    if resume and (Path(run_dir) / "config.yaml").is_file():  # before config.yaml is rewritten
+        check_resume_settings(load_run_config(run_dir), cfg, run_dir)
     prepare_run_dir(run_dir, resume, overwrite)
     write_run_files(run_dir, cfg, tokenizer_path)
     if hasattr(adapter, "run_tokenizer"):
@@ -99,7 +105,6 @@ def run_finetuning(cfg: RunConfig, run_dir: Path, state: dict | None, tokenizer_
     labels = adapter.label_names()
     if labels is not None:
         atomic_write_text(run_dir / "labels.json", json.dumps(labels))
-    module = build_task_module(cfg, adapter, state, pad_id)
     device, batch = cfg.train.device, cfg.task.eval_batch_size
 
     def evaluate(m, examples=dev_examples, features=dev_features, split=cfg.task.eval_split):

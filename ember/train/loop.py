@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import signal
+import sys
 import time
 from pathlib import Path
 from typing import Callable
@@ -27,6 +28,7 @@ from torch import nn
 from ember.config import TrainConfig
 from ember.errors import EmberError
 from ember.runs import checkpoint as ckpt
+from ember.train.checks import check_train_settings
 from ember.train.distributed import DistInfo, agree, all_reduce_sums, barrier, gradient_sync
 from ember.train.fsdp import full_model_state, shard
 from ember.train.host_memory import keep_freed_host_memory
@@ -111,6 +113,7 @@ class Trainer:
         pure function of the step (e.g. gradual unfreezing) so resumed runs stay exact.
         ``patience``: stop after that many evaluations without a better ``best_metric``.
         """
+        check_train_settings(cfg)
         # Grouping batches by length and cutting them into micro-batches both need a loss that is one
         # term per example (a per-token loss averages over a batch's tokens) and known lengths.
         self.lengths = example_lengths(data)
@@ -138,9 +141,9 @@ class Trainer:
         if self.automatic_layout and cfg.grad_accum > 1 and dist_info.is_main:
             print(f"note: each batch of {cfg.batch_size} runs as {cfg.grad_accum} micro-batches of {self.micro_batch} "
                   f"(at most {self.micro_batch * longest} tokens, train.micro_batch_tokens="
-                  f"{cfg.micro_batch_tokens}): the same gradient in less memory; train.micro_batch_size sets another")
+                  f"{cfg.micro_batch_tokens}): the same gradient in less memory; train.micro_batch_size sets another",
+                  file=sys.stderr)
         self.before_step, self.patience = before_step, patience
-        lr_factor(0, cfg, 0.0)  # an unknown schedule, or "time" without max_time, fails here
         self.optimizer = build_optimizer(self.module, cfg, lr_scale)
         self.order = self.data_order()
         self.step = 0
@@ -224,12 +227,12 @@ class Trainer:
             self.micro_batch = self.cfg.batch_size // was
             if self.dist.is_main:
                 print(f"note: the checkpoint was written with {was} micro-batch(es) per step; the run goes on "
-                      "that way so it resumes exactly")
+                      "that way so it resumes exactly", file=sys.stderr)
             return
         if was is not None and was != now and self.dist.is_main:
             print(f"note: the checkpoint was written with {was} micro-batches per step, this run uses {now} "
                   f"({self.dist.world_size} rank(s) x grad_accum {self.cfg.grad_accum}); the data order is the "
-                  "same, the random masks are not. Set train.micro_batch_size to keep the layout.")
+                  "same, the random masks are not. Set train.micro_batch_size to keep the layout.", file=sys.stderr)
 
     def model_state(self) -> dict:
         """The whole model's weights on rank 0 (a collective when sharded: every rank calls it)."""

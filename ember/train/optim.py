@@ -77,6 +77,11 @@ def parameter_groups(module: nn.Module, weight_decay: float,
             for k in order]
 
 
+def check_optimizer(cfg: TrainConfig) -> None:
+    if cfg.optimizer not in OPTIMIZERS:
+        raise EmberError(f"train.optimizer={cfg.optimizer!r}; choose one of {', '.join(OPTIMIZERS)}")
+
+
 def build_optimizer(module: nn.Module, cfg: TrainConfig,
                     lr_scale: Callable[[str], float] | None = None) -> torch.optim.Optimizer:
     groups = parameter_groups(module, cfg.weight_decay, lr_scale)
@@ -91,8 +96,7 @@ def build_optimizer(module: nn.Module, cfg: TrainConfig,
 
         return Lamb(without_trust_ratio(module, groups), lr=cfg.lr, betas=(cfg.adam_beta1, cfg.adam_beta2),
                     eps=cfg.adam_eps)
-    if cfg.optimizer != "adamw":
-        raise EmberError(f"train.optimizer={cfg.optimizer!r}; choose one of {', '.join(OPTIMIZERS)}")
+    check_optimizer(cfg)
     kwargs = dict(lr=cfg.lr, betas=(cfg.adam_beta1, cfg.adam_beta2), eps=cfg.adam_eps)
     # The fused kernel does each tensor's whole update in one pass (on CUDA, one launch per group);
     # on the CPU it beats foreach's op-per-step passes by ~2% of a bert-mini step (BENCHMARKS.md,

@@ -27,12 +27,16 @@ from ember.nn.onednn import cpu_has_fast_bf16  # a fact about the CPU's kernels 
 BF16 = ("bfloat16", "bf16")
 
 
+def check_dtype(dtype: str) -> None:
+    if dtype not in ("float32", "fp32", *BF16):  # float16 is refused by TrainConfig (no loss scaling)
+        raise EmberError(f"train.dtype={dtype!r}; choose float32 or bfloat16")
+
+
 def autocast_context(device: str, dtype: str):
     """The context a training or evaluation forward runs in for ``train.dtype``."""
+    check_dtype(dtype)
     if dtype in ("float32", "fp32"):
         return nullcontext()
-    if dtype not in BF16:  # float16 is refused by TrainConfig (no loss scaling)
-        raise EmberError(f"train.dtype={dtype!r}; choose float32 or bfloat16")
     return torch.autocast(device_type=device.split(":")[0], dtype=torch.bfloat16)
 
 

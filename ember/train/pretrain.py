@@ -16,6 +16,7 @@ from ember.config import RunConfig
 from ember.objectives.setup import setup_pretraining
 from ember.runs.checkpoint import save_weights
 from ember.runs.folder import prepare_run_dir
+from ember.train.checks import check_train_settings
 from ember.train.distributed import init_distributed, restart_count, shutdown
 from ember.train.loop import Trainer
 from ember.train.scaling import effective_config
@@ -24,6 +25,7 @@ from ember.train.scaling import effective_config
 def run_pretraining(cfg: RunConfig, run_dir: Path, resume: bool = False, overwrite: bool = False,
                     progress: bool = True) -> dict:
     run_dir = Path(run_dir)
+    check_train_settings(cfg.train)  # a bad setting is refused before any process group or file
     dist_info = init_distributed(cfg.train.device)
     # A worker restarted by `torchrun --max-restarts` continues the run from its last checkpoint.
     resume = resume or restart_count() > 0

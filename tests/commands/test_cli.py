@@ -60,6 +60,28 @@ def test_bad_override_names_the_setting(tmp_path):
     assert done.returncode == 1 and "lrr" in done.stderr and "valid" in done.stderr
 
 
+@pytest.mark.parametrize("verb", [["pretrain"], ["finetune", "--task", "sst2"], ["kg", "embed"], ["quickstart"]])
+def test_a_bad_time_budget_is_a_usage_error_not_a_traceback(verb, tmp_path):
+    flag = "--pretrain-time" if verb == ["quickstart"] else "--max-time"
+    done = ember(*verb, flag, "20x", "--out", str(tmp_path / "run"))
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert f"argument {flag}: cannot read duration '20x'; write e.g. 90s, 20m or 1.5h" in done.stderr
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("verb", [["finetune", "--task", "sst2", "--out", "x"], ["glue", "r", "--out", "x"],
+                                  ["fewshot", "r", "--task", "sst2"]])
+def test_a_mistyped_seed_list_is_a_usage_error_not_a_traceback(verb):
+    done = ember(*verb, "--seeds", "1,x")
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert "argument --seeds: expected comma-separated integers, e.g. 1,2,3; got '1,x'" in done.stderr
+
+
+def test_resuming_a_run_that_is_not_there_says_so(tmp_path):
+    done = ember("pretrain", "--out", str(tmp_path / "nothere"), "--resume")
+    assert done.returncode == 1 and "there is no run in" in done.stderr and "data.prepared" not in done.stderr
+
+
 def test_evaluate_on_a_folder_that_is_not_a_run(tmp_path):
     done = ember("evaluate", str(tmp_path))
     assert done.returncode == 1 and "not an ember run folder" in done.stderr
@@ -91,6 +113,50 @@ def test_fill_mask_without_mask_token_explains(wiki_prepared, tmp_path):
     assert done.returncode == 1 and "[MASK]" in done.stderr
     done = ember("fill-mask", str(tmp_path / "run"), "paris is [MASK] .")
     assert done.returncode == 0 and "mask 1:" in done.stdout
+
+
+@pytest.mark.parametrize("setting", ["train.parallel=zero", "train.optimizer=lams", "train.device=cuda:7",
+                                     "train.clock=wall-clock", "train.schedule=cosine"])
+def test_a_bad_train_setting_is_refused_before_the_run_folder_is_written(setting, wiki_prepared, tmp_path):
+    """Pre-training and fine-tuning (the real MiniLM on SST-2) refuse a bad train.* value in one
+    line and leave no folder, so the corrected command runs without --overwrite."""
+    from conftest import real_data
+
+    minilm = real_data("checkpoints", "all-MiniLM-L6-v2")
+    for verb in (["pretrain", "--data", str(wiki_prepared)],
+                 ["finetune", "--task", "sst2", "--init", str(minilm), "--train-limit", "8"]):
+        done = ember(*verb, "--out", str(tmp_path / "run"), "--set", setting, "--set", "train.max_steps=1")
+        assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+        assert f"error: {setting.split('=')[0]}" in done.stderr, done.stderr
+        assert not (tmp_path / "run").exists()
+
+
+def test_finetune_under_torchrun_is_refused_before_writing(tmp_path):
+    """Fine-tuning trains in one process; started by torchrun (WORLD_SIZE > 1, as torchrun sets it)
+    each rank would write the same folder. One line, nothing written, on SST-2 and on a CSV."""
+    import os
+
+    from conftest import real_data
+
+    minilm = str(real_data("checkpoints", "all-MiniLM-L6-v2"))
+    table = tmp_path / "reviews.csv"
+    table.write_text("text,label\na fine film,pos\na dull mess,neg\n")
+    env = {**os.environ, "WORLD_SIZE": "2", "RANK": "1"}
+    for task in (["--task", "sst2"], ["--task", "classify", "--train", str(table), "--dev", str(table)]):
+        done = ember("finetune", *task, "--init", minilm, "--out", str(tmp_path / "run"), env=env)
+        assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+        assert "trains in one process, and torchrun started 2" in done.stderr
+        assert not (tmp_path / "run").exists()
+
+
+def test_elmo_given_token_shards_says_it_reads_raw_text(wiki_prepared, tmp_path):
+    """ELMo reads words from raw text; a prepared corpus (what every other recipe takes) was read
+    as text and failed on meta.json's first line."""
+    done = ember("pretrain", "--recipe", "elmo-mini", "--data", str(wiki_prepared), "--out", str(tmp_path / "run"),
+                 "--max-steps", "1", "--no-progress")
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    assert "holds token shards from `ember prepare`, but ELMo pre-training reads raw text" in done.stderr
+    assert not (tmp_path / "run").exists()
 
 
 def test_pretrain_sizes_the_vocabulary_to_the_corpus_tokenizer(wiki_prepared, tmp_path):

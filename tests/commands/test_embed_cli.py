@@ -90,6 +90,8 @@ def test_embed_options_override_the_run_defaults(tiny_run, tmp_path):
     default = ember.embed(tiny_run, WORDS)
     np.testing.assert_allclose(default, one_by_one(tiny_run, WORDS), atol=1e-5, rtol=0)
     assert not np.allclose(np.linalg.norm(default, axis=1), 1.0)  # mean, unnormalised: the run has no embedding.json
+    one = ember.embed(tiny_run, WORDS[1])  # a str is one text (its vector), not a list of its characters
+    assert one.shape == default[1].shape and np.allclose(one, default[1], atol=1e-6)
     short = ember.embed(tiny_run, WORDS, max_length=8)
     assert not np.allclose(short[1], default[1]) and np.allclose(short[2], default[2], atol=1e-6)  # only long texts cut
 
@@ -128,7 +130,7 @@ BAD_INPUTS = [
     ("bad.jsonl", '{"text": "a"}\n{"text": "b"\n', [], "bad.jsonl:2: not valid JSON"),
     ("list.jsonl", '["a"]\n', [], "list.jsonl:1: expected a JSON object"),
     ("empty-text.jsonl", '{"text": ""}\n', [], "empty-text.jsonl:1: 'text' must be a non-empty string"),
-    ("cols.tsv", "id\tlabel\n1\t0\n", [], "cols.tsv:1: no a 'text' or 'sentence' column"),
+    ("cols.tsv", "id\tlabel\n1\t0\n", [], "cols.tsv:1: no 'text' or 'sentence' column"),
     ("cols2.tsv", "id\tbody\n1\tfine\n", ["--column", "review"], "cols2.tsv:1: no 'review' column"),
     ("ragged.tsv", "text\tlabel\nfine\t1\nbad\n", [], "ragged.tsv:3: 1 tab-separated fields, the header has 2"),
     ("header.tsv", "text\n", [], "header.tsv:2: no rows after the header"),
@@ -179,7 +181,8 @@ def test_evaluate_zero_shot_on_a_pair_file_and_its_refusals(tiny_run, tmp_path, 
     assert result["metrics"]["spearman_cosine"] == pytest.approx(100 * spearman(cos, gold), abs=1e-3)
     for args, message in ((["--zero-shot", "--task", "sst2"], "SST-2 has class labels"),
                           (["--pooling", "cls"], "only with zero_shot=True (--zero-shot)"),
-                          (["--zero-shot", "--task", "pairs"], "give the pairs with --file PATH")):
+                          (["--zero-shot", "--task", "pairs"], "give the pairs with --file PATH"),
+                          (["--task", "stsb"], "ember evaluate " + str(tiny_run) + " --zero-shot")):
         assert ember_main(["evaluate", str(tiny_run), *args]) == 1
         assert message in capsys.readouterr().err
 

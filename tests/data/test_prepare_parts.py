@@ -96,6 +96,10 @@ def test_prepare_part_shares_are_contiguous_nonempty_and_cover_the_files(tmp_pat
     assert shares[0] == files[:1]  # the big first file alone is half of the bytes
     with pytest.raises(EmberError, match="only 6 file"):
         part_files(files, 1, 7)
+    # four near-equal files (the real wiki_00..03, 365-390 kB) in two parts: 2 + 2, not 3 + 1
+    wiki = [real_data("wiki-en", "AA", f"wiki_0{i}.gz") for i in range(4)]
+    assert [len(part_files(wiki, i, 2)) for i in (1, 2)] == [2, 2]
+    assert [len(part_files(wiki, i, 4)) for i in (1, 2, 3, 4)] == [1, 1, 1, 1]
 
 
 @pytest.mark.parametrize("text", ["0/3", "4/3", "2/0", "two/3", "2"])

@@ -65,3 +65,25 @@ def test_quickstart_ends_by_fine_tuning_the_checkpoint_on_the_same_sentences(tmp
     assert ours["train_examples"] == theirs["train_examples"] == 300 and theirs["init"] == str(folder)
     for result in (ours, theirs):
         assert f"{result['metrics']['accuracy']:.4f}" in done.stdout
+
+
+def test_quickstart_replaces_only_its_own_folder(tmp_path):
+    """--out runs (or .) must not delete the user's runs: a folder with files no quickstart wrote is
+    refused before anything happens; an earlier quickstart's folder is replaced as documented."""
+    from ember.errors import EmberError
+    from ember.experiments.quickstart import MARKER, replace_own_folder
+
+    runs = tmp_path / "runs"
+    (runs / "my-run").mkdir(parents=True)
+    (runs / "my-run" / "model.safetensors").write_bytes(b"weights")
+    done = subprocess.run([sys.executable, "-m", "ember", "quickstart", "--out", str(runs)],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1 and "holds files that no quickstart wrote" in done.stderr, done.stderr
+    assert (runs / "my-run" / "model.safetensors").read_bytes() == b"weights"
+    with pytest.raises(EmberError, match="is a file"):
+        replace_own_folder(runs / "my-run" / "model.safetensors")
+    mine = tmp_path / "qs"
+    replace_own_folder(mine)
+    (mine / "tok").mkdir()  # an earlier quickstart's outputs, replaced by the next one
+    replace_own_folder(mine)
+    assert sorted(p.name for p in mine.iterdir()) == [MARKER]

@@ -380,6 +380,11 @@ def test_real_server_answers_then_exits_cleanly_on_sigterm(run):
         assert got.status_code == 200 and got.json()["results"][0]["label"] in ("negative", "positive")
         bad = httpx.post(f"http://127.0.0.1:{port}/classify", content=b"{oops", timeout=30)
         assert bad.status_code == 400
+        # a second server on the same port: one line before the model loads, no "serving on" announcement
+        second = subprocess.run([sys.executable, "-m", "ember", "serve", str(run), "--port", str(port)],
+                                capture_output=True, text=True, cwd=ROOT, timeout=120)
+        assert second.returncode == 1 and "serving" not in second.stdout, second.stdout + second.stderr
+        assert f"cannot listen on 127.0.0.1:{port}" in second.stderr and "--port" in second.stderr
     finally:
         proc.send_signal(signal.SIGTERM)
         output, _ = proc.communicate(timeout=60)

@@ -76,6 +76,11 @@ def test_gpt1_finetune_and_predict_sst2_from_cli(gpt1_run, tmp_path):
     from ember.cli import main
 
     out = tmp_path / "ft"
+    # --features (a frozen encoder under a learned mix) has no GPT form: one line, and no folder left
+    # behind that the corrected command would have to --overwrite
+    assert main(["finetune", "--task", "sst2", "--init", str(gpt1_run), "--out", str(out), "--features",
+                 "--train-limit", "8", "--no-progress"]) == 1
+    assert not out.exists()
     assert main(["finetune", "--task", "sst2", "--init", str(gpt1_run), "--out", str(out), "--epochs", "1",
                  "--train-limit", "64", "--batch-size", "16", "--max-length", "64", "--lr", "1e-3",
                  "--no-progress"]) == 0

@@ -82,7 +82,7 @@ def test_squad2_windows_train_in_cpu_micro_batches_with_the_whole_batch_update(t
     one_step = dict(steps=1, lr=1.0, adam_eps=1.0, dtype=torch.float64)
     auto = _train(data, tmp_path, "auto", **one_step)
     assert (auto.cfg.grad_accum, auto.micro_batch) == (4, 12)
-    assert "runs as 4 micro-batches of 12" in capsys.readouterr().out
+    assert "runs as 4 micro-batches of 12" in capsys.readouterr().err  # a note: stderr, as the others
     whole = _train(data, tmp_path, "whole", micro_batch_tokens=0, **one_step)
     assert (whole.cfg.grad_accum, whole.micro_batch) == (1, 48)
     # without dropout, the mean of 4 means of 12 windows is the mean of 48: the same update
@@ -109,7 +109,7 @@ def test_resume_keeps_the_checkpoints_micro_batch_layout(tmp_path, capsys):
     _interrupted_after_step_2(data, tmp_path, "run")
     capsys.readouterr()
     resumed = _train(data, tmp_path, "run", steps=4, dropout=0.1, resume=True)
-    assert "written with 1 micro-batch(es) per step" in capsys.readouterr().out
+    assert "written with 1 micro-batch(es) per step" in capsys.readouterr().err
     assert (resumed.cfg.grad_accum, resumed.micro_batch, resumed.step) == (1, 48, 4)
     for (name, a), b in zip(resumed.module.state_dict().items(), whole.module.state_dict().values()):
         assert torch.equal(a, b), name

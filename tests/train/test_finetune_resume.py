@@ -51,3 +51,9 @@ def test_finetune_resume_after_kill_reproduces_losses_and_results(options, wiki_
     # SST-2 is classification: its batches were length-grouped, and the checkpoints say so
     states = [json.loads(p.read_text()) for p in run.glob("**/trainer_state.json")]
     assert states and {s["data_order"] for s in states} == {"length-grouped"}
+    # a resume that changes a setting is refused and the saved config.yaml is left as it was
+    saved = (run / "config.yaml").read_text()
+    changed = subprocess.run(finetune_cmd(tokenizer, run, options, "--resume", "--lr", "5e-3"), env=env(),
+                             capture_output=True, text=True)
+    assert changed.returncode == 1 and "changes ['train.lr']" in changed.stderr, changed.stderr[-2000:]
+    assert (run / "config.yaml").read_text() == saved
