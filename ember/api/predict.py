@@ -35,6 +35,9 @@ def run_predictions(run: str | Path, input: str | Path, decoding: dict | None = 
     run_dir = Path(run)
     if out is not None and Path(out).is_dir():  # found now, not after the model has run over the whole file
         raise EmberError(f"--out {out} is a folder; name the predictions file, e.g. {Path(out) / 'predictions.jsonl'}")
+    if out is not None and Path(out).suffix.lower() == ".json":  # would have been TSV under a .json name
+        raise EmberError(f"--out {out}: predictions are written one JSON object per row; name the file .jsonl "
+                         "(or .csv, .tsv)")
     cfg = with_decoding(load_run_config(run_dir, expect_kind="finetune"), decoding)
     adapter = load_run_adapter(run_dir, cfg)
     if not hasattr(adapter, "predict_file"):

@@ -14,8 +14,8 @@ def register(sub) -> None:
         description="Embed every text of --input with an encoder run (a pre-training run, an imported "
         "checkpoint, a fine-tuned run, or an `ember export` folder) and write an (N, H) float32 array "
         "to --out, row i for the i-th text. Input: .txt (one text per line), .jsonl (one object per "
-        "line; the text under --column, default \"text\") or .tsv (a header row; --column, default "
-        "text or sentence). Texts are sorted by length and run in batches; the vectors are the same "
+        "line; the text under --column, default \"text\"), .tsv or .csv (a header row; --column, "
+        "default text or sentence). Texts are sorted by length and run in batches; the vectors are the same "
         "as `ember serve`'s /embed. Pooling, normalisation and max length default to the run's "
         "RUN/embedding.json (written by `ember convert --from-hf` for a sentence-transformers "
         "folder), else mean pooling, unnormalised, the run's max length.\n\n"
@@ -23,7 +23,7 @@ def register(sub) -> None:
         "  ember embed runs/minilm --input texts.txt --out vectors.npy\n"
         "  python -c \"import numpy; v = numpy.load('vectors.npy'); print(v.shape, v[0] @ v[1])\"")
     p.add_argument("run_dir", help="encoder run folder, or an export folder (onnx, int8, onnx-int8)")
-    p.add_argument("--input", required=True, help="texts: .txt, .jsonl or .tsv")
+    p.add_argument("--input", required=True, help="texts: .txt (one per line), .jsonl, .tsv or .csv (a header row; --column names the text column)")
     p.add_argument("--out", required=True, help="vectors file to write (.npy)")
     p.add_argument("--column", help="the text's key (.jsonl) or column (.tsv)")
     p.add_argument("--pooling", choices=["mean", "cls"], help="default: the run's (else mean)")

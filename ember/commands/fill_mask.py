@@ -20,6 +20,6 @@ def run(args) -> int:
     for text in args.text:
         print(text)
         for i, predictions in enumerate(fill(text, args.top_k)):
-            shown = ", ".join(f"{tok} ({p:.2f})" for tok, p in predictions)
+            shown = ", ".join(f"{tok} ({p:.2g})" for tok, p in predictions)
             print(f"  mask {i + 1}: {shown}")
     return 0

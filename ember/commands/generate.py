@@ -106,16 +106,24 @@ def sampling_settings(args, defaults: dict | None = None) -> dict:
 
 
 def run(args) -> int:
-    from ember.config import SEQ2SEQ_FAMILIES
+    from ember.config import DECODER_FAMILIES, ENCODER_FAMILIES, SEQ2SEQ_FAMILIES
     from ember.errors import EmberError
     from ember.runs.folder import load_run_config
 
-    prompts = list(args.prompt) + list(args.input) + (read_prompts(args.prompts_file) if args.prompts_file else [])
+    family = load_run_config(args.run_dir).model.family
+    if family not in DECODER_FAMILIES + SEQ2SEQ_FAMILIES:
+        masked = "; an encoder fills in [MASK]s with `ember fill-mask`" if family in ENCODER_FAMILIES else ""
+        raise EmberError(f"{args.run_dir} holds a {family} model; ember generate writes text with GPT runs (--prompt) "
+                         f"and T5 runs (--input){masked}")
+    from_file = read_prompts(args.prompts_file) if args.prompts_file else []
+    if args.prompts_file and not from_file:
+        raise EmberError(f"{args.prompts_file} holds no prompts (only empty lines)")
+    prompts = list(args.prompt) + list(args.input) + from_file
     if not prompts:
         raise EmberError("no prompts: pass --prompt TEXT (T5: --input TEXT) or --prompts-file FILE")
     if args.batch_size < 1:
         raise EmberError("--batch-size must be at least 1")
-    seq2seq = load_run_config(args.run_dir).model.family in SEQ2SEQ_FAMILIES
+    seq2seq = family in SEQ2SEQ_FAMILIES
     if seq2seq:
         if args.tldr:
             raise EmberError("--tldr is GPT-2's prompt trick (it continues 'TL;DR:'); a T5 run maps an input to an "

@@ -37,11 +37,11 @@ recorded, applied at the merge); --merge PART_DIR... --out DIR combines parts 1.
 corpus identical, token for token, to a single run over all the inputs.
 
 examples:
-  ember prepare data/wiki-en --tokenizer runs/tok/tokenizer.json --out runs/wiki-prepared
-  ember prepare data/wiki-en --tokenizer runs/tok --out runs/wiki-phrases --phrases detect
-  ember prepare 'data/wiki-en/*/*.gz' --tokenizer runs/tok --out parts/p2 --part 2/8
+  ember prepare ../shared/data/wiki-en --tokenizer runs/tok/tokenizer.json --out runs/wiki-prepared
+  ember prepare ../shared/data/wiki-en --tokenizer runs/tok --out runs/wiki-phrases --phrases detect
+  ember prepare '../shared/data/wiki-en/*/*.gz' --tokenizer runs/tok --out parts/p2 --part 2/8
   ember prepare --merge parts/p1 parts/p2 ... parts/p8 --out runs/wiki-prepared
-  ember prepare --lang en=data/wiki-en --lang ru='data/ruslit/*/*.txt' --parallel en-ru=pairs.tsv \
+  ember prepare --lang en=../shared/data/wiki-en --lang ru='../shared/data/ruslit/*/*.txt' --parallel en-ru=pairs.tsv \
       --tokenizer runs/xlm-tok --out runs/en-ru
 """
 

@@ -21,8 +21,8 @@ has the share q_i = p_i^alpha / sum_j p_j^alpha of the text the trainer sees (p_
 share of the sentences; alpha 0.5 by default), so a smaller language keeps whole words.
 
 examples:
-  ember tokenizer train data/wiki-en/AA --vocab-size 30522 --out runs/tok/tokenizer.json
-  ember tokenizer train --kind bpe --lang en=data/wiki-en --lang ru='data/ruslit/*/*.txt' \
+  ember tokenizer train ../shared/data/wiki-en/AA --vocab-size 30522 --out runs/tok/tokenizer.json
+  ember tokenizer train --kind bpe --lang en=../shared/data/wiki-en --lang ru='../shared/data/ruslit/*/*.txt' \
       --alpha 0.5 --vocab-size 16000 --no-lowercase --out runs/xlm-tok
 """
 

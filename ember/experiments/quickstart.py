@@ -21,6 +21,7 @@ import shutil
 import time
 from pathlib import Path
 
+from ember.durations import format_duration
 from ember.errors import EmberError
 from ember.paths import data_root
 
@@ -66,6 +67,7 @@ def run_quickstart(out: Path, pretrain_steps: int = 300, pretrain_time: float = 
     if checkpoint is None:
         checkpoint = data_root().joinpath(*CHECKPOINT)
     real = wiki.is_dir() and (data_root() / "glue" / "SST-2").is_dir()
+    task = "SST-2" if real else "the docstring task"  # what step 5 fine-tunes on
     with_checkpoint = real and str(checkpoint) not in ("", ".") and (checkpoint / "config.json").is_file()
     steps = 6 if with_checkpoint else 5
     if real:
@@ -88,7 +90,7 @@ def run_quickstart(out: Path, pretrain_steps: int = 300, pretrain_time: float = 
     banner(f"2/{steps} preparing token shards")
     prepare_corpus(inputs, out / "tokenizer.json", out / "prepared", max_docs=max_docs, progress=progress)
 
-    banner(f"3/{steps} pre-training bert-mini (MLM + NSP), {pretrain_steps} steps or {pretrain_time / 60:.0f} min")
+    banner(f"3/{steps} pre-training bert-mini (MLM + NSP), {pretrain_steps} steps or {format_duration(pretrain_time)}")
     trained = pretrain("bert-mini", out / "pretrain", data=out / "prepared", progress=progress, overrides=[
         f"model.vocab_size={tok.get_vocab_size()}", f"train.max_steps={pretrain_steps}",
         f"train.max_time={pretrain_time}", "train.lr=1e-3", "train.warmup_ratio=0.06",
@@ -97,10 +99,10 @@ def run_quickstart(out: Path, pretrain_steps: int = 300, pretrain_time: float = 
     banner(f"4/{steps} fill-mask with the pre-trained model")
     fill = FillMask(out / "pretrain")
     for text in ("the capital of france is [MASK].", "he was born in the [MASK] of london."):
-        shown = ", ".join(f"{t} ({p:.2f})" for t, p in fill(text, 5)[0])
+        shown = ", ".join(f"{t} ({p:.2g})" for t, p in fill(text, 5)[0])
         print(f"  {text}  ->  {shown}")
 
-    banner(f"5/{steps} fine-tuning on SST-2 ({finetune_limit or 'all'} training sentences)")
+    banner(f"5/{steps} fine-tuning on {task} ({finetune_limit or 'all'} training sentences)")
     settings = dict(train_limit=finetune_limit, progress=progress, epochs=finetune_epochs, max_length=66, lr=1e-4,
                     batch_size=32, warmup_ratio=0.1, overrides=["train.log_every=50"])
     previous = os.environ.get("EMBER_DATA")
@@ -113,10 +115,12 @@ def run_quickstart(out: Path, pretrain_steps: int = 300, pretrain_time: float = 
         else:
             os.environ["EMBER_DATA"] = previous
     acc = result.metrics["accuracy"]
-    print(f"\nSST-2 dev accuracy: {acc:.4f}  ({(time.time() - started) / 60:.1f} min in all)")
+    print(f"\n{task} dev accuracy: {acc:.4f}  ({(time.time() - started) / 60:.1f} min in all)")
     print(f"run folders: {out / 'pretrain'} (curves.png, metrics.jsonl), {out / 'sst2'} (results.json)")
     if not with_checkpoint:
-        if real:
+        if real and str(checkpoint) in ("", "."):
+            print("(--checkpoint '': the comparison with a pre-trained model is skipped)")
+        elif real:
             print(f"(no real checkpoint at {checkpoint}: the comparison with a pre-trained model is skipped)")
         return result.result
     banner(f"6/{steps} fine-tuning the real checkpoint {checkpoint.name} on the same "

@@ -62,18 +62,26 @@ def check_family(run_dir: Path, cfg: RunConfig, supported: tuple[str, ...]) -> N
         )
 
 
-def prepare_run_dir(run_dir: Path, resume: bool, overwrite: bool) -> None:
-    """Refuse to mix a new run into a folder holding an old one (unless told to). The run's own
-    inputs (RUN/inputs/, written for it just before) are not an old run."""
+def check_run_dir(run_dir: Path, resume: bool, overwrite: bool) -> bool:
+    """Whether ``run_dir`` holds an old run that --overwrite will replace; refuses one without
+    --resume or --overwrite. Nothing is changed: a verb with minutes of work before it writes
+    (ELMo's features) asks first. The run's own inputs (RUN/inputs/) are not an old run."""
+    run_dir = Path(run_dir)
     existing = run_dir.is_dir() and any(p.name != RUN_INPUTS for p in run_dir.iterdir())
     if not existing or resume:
-        return
+        return False
     if not overwrite:
         raise EmberError(
             f"{run_dir} already holds a run; pass --resume to continue it or --overwrite to start over "
             "(or choose another --out)"
         )
-    shutil.rmtree(run_dir)
+    return True
+
+
+def prepare_run_dir(run_dir: Path, resume: bool, overwrite: bool) -> None:
+    """Refuse to mix a new run into a folder holding an old one (unless told to), or clear it."""
+    if check_run_dir(run_dir, resume, overwrite):
+        shutil.rmtree(run_dir)
 
 
 # Settings a resumed run may change: they do not alter what is computed, only when it stops or where.

@@ -69,5 +69,7 @@ def load_init(init: str | Path | Init, preset: str = "", tokenizer: str = "") ->
                              "`ember convert --from-hf` (which also reads vocab.txt or vocab.json + merges.txt)")
         check_vocabulary(tokenizer_path, checkpoint.model, checkpoint.model_dir, checkpoint.lowercase)
         return Init(checkpoint.model, backbone_weights(checkpoint.state), tokenizer_path)
+    if path.is_dir() and any(path.glob("seed-*/config.yaml")):
+        load_run_config(path)  # a multi-seed folder: the error names its seed runs
     raise EmberError(f"--init {init}: not an ember run folder (config.yaml) nor an HF checkpoint "
                      "(config.json); use 'random' to start from scratch")

@@ -1,9 +1,10 @@
 """Texts to embed, read from a file: one text per line (.txt and anything else), one JSON object
-per line (.jsonl), or a TSV with a header (.tsv).
+per line (.jsonl), or a TSV or CSV with a header (.tsv, .csv: quoted CSV fields may hold commas
+and newlines, as ``ember.tasks.table_files`` reads them).
 
 The texts come back in file order, one per row, so row i of ``ember embed``'s output is the
-i-th text. The column of a JSONL or TSV file is ``column`` if given, else ``text`` (TSV: else
-``sentence``, or the only column). Nothing is skipped: a blank line, a missing key or column,
+i-th text. The column of a JSONL, TSV or CSV file is ``column`` if given, else ``text`` (TSV/CSV:
+else ``sentence``, or the only column). Nothing is skipped: a blank line, a missing key or column,
 an empty text or a malformed line is an ``EmberError`` naming ``file:line``.
 """
 
@@ -20,7 +21,7 @@ DEFAULT_COLUMNS = ("text", "sentence")
 def read_texts(path: str | Path, column: str | None = None) -> list[str]:
     path = Path(path)
     if not path.is_file():
-        raise EmberError(f"{path}: no such file; pass a .txt (one text per line), .jsonl or .tsv file")
+        raise EmberError(f"{path}: no such file; pass a .txt (one text per line), .jsonl, .tsv or .csv file")
     if not path.read_bytes().strip():
         raise EmberError(f"{path}:1: the file is empty; write one text per line (or a JSONL/TSV file of texts)")
     from ember.tasks.glue import _lines  # strict UTF-8 with file:line errors; a BOM and CRLF are fine
@@ -31,8 +32,10 @@ def read_texts(path: str | Path, column: str | None = None) -> list[str]:
         return _jsonl(path, lines, column or "text")
     if suffix == ".tsv":
         return _tsv(path, lines, column)
+    if suffix == ".csv":  # read as a table (a header line read as a text was the old behaviour)
+        return _csv(path, column)
     if column:
-        raise EmberError(f"--column {column!r} applies to .jsonl and .tsv files; {path} is read as plain text, "
+        raise EmberError(f"--column {column!r} applies to .jsonl, .tsv and .csv files; {path} is read as plain text, "
                          "one text per line")
     for lineno, line in enumerate(lines, 1):
         if not line.strip():
@@ -77,6 +80,22 @@ def _tsv(path: Path, lines: list[str], column: str | None) -> list[str]:
             raise EmberError(f"{path}:{lineno}: {len(fields)} tab-separated fields, the header has {len(header)}")
         texts.append(_text(fields[index], path, lineno, column))
     return texts
+
+
+def _csv(path: Path, column: str | None) -> list[str]:
+    from ember.tasks.table_files import read_table
+
+    table = read_table(path)
+    if column is None:
+        found = [c for c in DEFAULT_COLUMNS if c in table.columns]
+        column = found[0] if found else table.columns[0] if len(table.columns) == 1 else None
+    if column is None or column not in table.columns:
+        wanted = repr(column) if column else "'text' or 'sentence'"
+        raise EmberError(f"{path}:1: no {wanted} column in the header ({', '.join(table.columns)}); the first "
+                         "line names the columns; choose the text's column with --column")
+    if not table.rows:
+        raise EmberError(f"{path}:2: no rows after the header")
+    return [_text(row[column], path, int(where.rsplit(":", 1)[1]), column) for where, row in table.rows]
 
 
 def _text(value, path: Path, lineno: int, name: str) -> str:

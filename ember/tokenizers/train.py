@@ -22,10 +22,12 @@ and Russian corpora that destroys the text, so we lower-case without it.
 
 The kind is not stored separately: ``tokenizer_kind`` reads it back from the model type.
 
-Reproducible: the same text gives the same wordpiece or bpe tokenizer.json on every run (ember
-renumbers WordPiece's pieces, ``_renumber_wordpiece``). Unigram's trainer is not: its piece
-scores differ between runs in the third decimal, so pieces can change places and ids; a run
-keeps the tokenizer.json it was prepared with.
+Reproducible: the same text gives the same bpe tokenizer.json on every run. WordPiece nearly:
+ember renumbers its pieces (``_renumber_wordpiece``), which makes small vocabularies identical,
+but the trainer numbers its "##" characters in hash order, and where merges tie in count that
+order picks the winner, so a large vocabulary differs in a few rare pieces (21 of 30,522 between
+two runs on wiki-en, 2026-11-28). Unigram's piece scores differ between runs in the third
+decimal. A run keeps the tokenizer.json it was prepared with.
 """
 
 from __future__ import annotations
@@ -149,8 +151,9 @@ def _trainer(kind: str, vocab_size: int, special_tokens: list[str], min_frequenc
 def _renumber_wordpiece(tok: Tokenizer, special_tokens: list[str], unk: str) -> None:
     """Give a trained WordPiece vocabulary ids that do not change from run to run.
 
-    The trainer learns the same pieces each time but numbers them differently: its "##"
-    characters come out in another order on every run, and merges tied in count swap places.
+    The trainer numbers its pieces differently each time: its "##" characters come out in
+    another order on every run, and merges tied in count swap places (ties late in a large
+    vocabulary can also swap which rare pieces are learned at all; the module docstring).
     WordPiece encodes by greedy longest match over the set of pieces, so ids carry no meaning
     beyond the special tokens': those keep theirs (in the order given), then single characters,
     "##" characters and longer pieces follow, each group in code-point order."""

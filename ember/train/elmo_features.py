@@ -25,7 +25,7 @@ from ember.tasks.elmo_classifier import UNK, ElmoClassifier, task_vocabulary
 from ember.runs.checkpoint import save_weights
 from ember.train.loop import Trainer, epoch_schedule
 from ember.train.checks import check_train_settings
-from ember.runs.folder import prepare_run_dir
+from ember.runs.folder import check_run_dir, prepare_run_dir
 
 
 def _words(texts: list, vocab) -> list[list[str]]:
@@ -113,6 +113,7 @@ def run_elmo_features(task: str, run_dir: Path, elmo_run: str | None, use_elmo: 
         raise EmberError("pass --elmo RUN (an `ember pretrain --recipe elmo-mini` run folder), "
                          "or --no-elmo for the static-embedding baseline")
     run_dir = Path(run_dir)
+    check_run_dir(run_dir, resume, overwrite)  # before minutes of feature extraction, not after
     name, train_x, train_y, dev_x, dev_y, label_names, tagging = _read_task(task, train_limit)
     settings = {"task": name, "elmo": str(elmo_run or ""), "use_elmo": use_elmo,
                 "train_limit": train_limit, "epochs": epochs, "batch_size": batch_size, "lr": lr,

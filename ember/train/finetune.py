@@ -165,4 +165,7 @@ def run_finetuning(cfg: RunConfig, run_dir: Path, state: dict | None, tokenizer_
         results["other_splits"] = {split: evaluate(module, *adapter.load(split, tokenizer, cfg.task.max_length),
                                                    split=split) for split in others}
     atomic_write_text(run_dir / "results.json", json.dumps(results, indent=2))
+    from ember.train.plots import plot_metrics
+
+    plot_metrics(run_dir)  # RUN/curves.png: the training loss and the dev metric, as a pre-training run has
     return results

@@ -53,8 +53,9 @@ def check_speed(device: str, dtype: str) -> str | None:
     elif dtype not in BF16 and fast_bf16:
         # measured on an AMX Xeon (BENCHMARKS.md): bert-mini 2x, bert-base 2.6-3.2x the fp32 step,
         # and a 10-minute bf16 run reached the fp32 run's final held-out loss in 0.45 of the time
-        message = ("note: this CPU has AMX (fast bf16 matrix products): --dtype bfloat16 trains ~2-3x "
-                   "faster than float32 here, with fp32 master weights, and learns alike per step")
+        message = ("note: this CPU has AMX (fast bf16 matrix products): --dtype bfloat16 (pretrain, finetune, "
+                   "distill) trains Transformers ~2-3x faster than float32 here, with fp32 master weights, and "
+                   "learns alike per step")
     else:
         return None
     if message not in _SAID:  # once per process: `ember glue` or `compare` train many runs in one

@@ -100,6 +100,9 @@ def test_evaluate_on_a_multi_seed_folder_names_its_seed_runs(tmp_path, capsys):
         assert main([verb[0], str(tmp_path), *verb[1:]]) == 1
         err = capsys.readouterr().err
         assert "holds one fine-tuning run per seed (seed-2, seed-10;" in err and f"{tmp_path / 'seed-2'}" in err, verb
+    assert main(["finetune", "--task", "sst2", "--init", str(tmp_path), "--out", str(tmp_path / "again")]) == 1
+    err = capsys.readouterr().err
+    assert "holds one fine-tuning run per seed (seed-2, seed-10;" in err and not (tmp_path / "again").exists()
 
 
 def test_fill_mask_without_mask_token_explains(wiki_prepared, tmp_path):
@@ -113,6 +116,10 @@ def test_fill_mask_without_mask_token_explains(wiki_prepared, tmp_path):
     assert done.returncode == 1 and "[MASK]" in done.stderr
     done = ember("fill-mask", str(tmp_path / "run"), "paris is [MASK] .")
     assert done.returncode == 0 and "mask 1:" in done.stdout
+    for flag in ("--prompt", "--input"):  # an encoder writes no text: said once, whichever flag
+        done = ember("generate", str(tmp_path / "run"), flag, "paris is")
+        assert done.returncode == 1 and "holds a bert model; ember generate writes text with GPT runs" in done.stderr
+        assert "fill-mask" in done.stderr
 
 
 @pytest.mark.parametrize("setting", ["train.parallel=zero", "train.optimizer=lams", "train.device=cuda:7",

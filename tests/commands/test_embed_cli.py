@@ -55,15 +55,21 @@ def one_by_one(run, texts, max_length=None, **options):
                      for t in texts], dtype=np.float32)
 
 
-def test_embed_cli_keeps_the_order_of_txt_jsonl_and_tsv_inputs_on_real_sentences(minilm, tmp_path, capsys):
+def test_embed_cli_keeps_the_order_of_txt_jsonl_tsv_and_csv_inputs_on_real_sentences(minilm, tmp_path, capsys):
+    import csv
+
     sst2 = real_data("glue", "SST-2", "dev.tsv").read_text(encoding="utf-8").splitlines()[:41]
     (tmp_path / "dev.tsv").write_text("\n".join(sst2) + "\n", encoding="utf-8")  # header: sentence, label
     texts = [line.split("\t")[0] for line in sst2[1:]]
     (tmp_path / "texts.txt").write_text("\n".join(texts) + "\n", encoding="utf-8")
     (tmp_path / "texts.jsonl").write_text("".join(json.dumps({"id": i, "review": t}) + "\n"
                                                   for i, t in enumerate(texts)), encoding="utf-8")
+    with open(tmp_path / "texts.csv", "w", newline="", encoding="utf-8") as fh:  # quoted fields: commas in texts
+        csv.writer(fh).writerows([("id", "review"), *((i, t) for i, t in enumerate(texts))])
+    assert any("," in t for t in texts)
     outputs = {}
-    for name, extra in (("texts.txt", []), ("texts.jsonl", ["--column", "review"]), ("dev.tsv", [])):
+    for name, extra in (("texts.txt", []), ("texts.jsonl", ["--column", "review"]), ("dev.tsv", []),
+                        ("texts.csv", ["--column", "review"])):
         out = tmp_path / f"{name}.npy"
         assert ember_main(["embed", str(minilm), "--input", str(tmp_path / name), "--out", str(out),
                            "--batch-size", "8", "--no-progress", *extra]) == 0
@@ -71,6 +77,7 @@ def test_embed_cli_keeps_the_order_of_txt_jsonl_and_tsv_inputs_on_real_sentences
     assert "wrote 40 x 384 vectors" in capsys.readouterr().out
     np.testing.assert_array_equal(outputs["texts.txt"], outputs["texts.jsonl"])
     np.testing.assert_array_equal(outputs["texts.txt"], outputs["dev.tsv"])
+    np.testing.assert_array_equal(outputs["texts.txt"], outputs["texts.csv"])  # the header is not a text
     vectors = outputs["texts.txt"]
     assert vectors.shape == (40, 384) and vectors.dtype == np.float32
     # Sorted, batched, padded: still each text's own vector, the one /embed gives it alone.
@@ -134,7 +141,9 @@ BAD_INPUTS = [
     ("cols2.tsv", "id\tbody\n1\tfine\n", ["--column", "review"], "cols2.tsv:1: no 'review' column"),
     ("ragged.tsv", "text\tlabel\nfine\t1\nbad\n", [], "ragged.tsv:3: 1 tab-separated fields, the header has 2"),
     ("header.tsv", "text\n", [], "header.tsv:2: no rows after the header"),
-    ("plain.txt", "fine\n", ["--column", "text"], "--column 'text' applies to .jsonl and .tsv"),
+    ("cols.csv", "id,label\n1,0\n", [], "cols.csv:1: no 'text' or 'sentence' column"),
+    ("ragged.csv", "text,label\nfine,1\nbad\n", [], "ragged.csv:3: expected 2 comma-separated fields"),
+    ("plain.txt", "fine\n", ["--column", "text"], "--column 'text' applies to .jsonl, .tsv and .csv"),
     ("latin1.txt", b"caf\xe9\n", [], "latin1.txt:1: not valid UTF-8"),
 ]
 

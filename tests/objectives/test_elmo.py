@@ -303,6 +303,11 @@ def test_elmo_features_cli_trains_with_and_without_elmo(elmo_run, tmp_path):
         assert result["metric"] == "accuracy"
         assert result["dev_examples"] == 872 and (out / "model.safetensors").is_file()
         assert ("layer_weights" in result) == (name == "elmo")
+    # the same command again: refused before the features are computed (no progress, no ELMo pass)
+    again = subprocess.run([sys.executable, "-m", "ember", "elmo-features", "--elmo", str(elmo_run), "--task", "sst2",
+                            "--out", str(tmp_path / "elmo"), "--train-limit", "64"], env=_env(), capture_output=True,
+                           text=True)
+    assert again.returncode == 1 and "already holds a run" in again.stderr and "ELMo features" not in again.stderr
 
 
 @pytest.mark.slow

@@ -122,6 +122,8 @@ def test_custom_classify_run_evaluates_predicts_and_serves_from_its_folder(sst2_
         [(r["id"], r["prediction"], r["probabilities"]["pos"]) for r in rows]
     assert main(["predict", str(run), "--input", str(source), "--out", str(tmp_path)]) == 1
     assert "is a folder; name the predictions file" in capsys.readouterr().err
+    assert main(["predict", str(run), "--input", str(source), "--out", str(tmp_path / "p.json")]) == 1
+    assert "name the file .jsonl" in capsys.readouterr().err and not (tmp_path / "p.json").exists()
     assert ember.predict(run, source) == rows  # the verb's rows, from Python
     predictor = load_predictor(run, "")
     served = predictor.run("classify", [predictor.parse("classify", {"texts": ["a gripping , beautifully acted film",

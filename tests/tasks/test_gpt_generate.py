@@ -123,7 +123,7 @@ def gpt_run(tmp_path):
     return make_gpt_run(tmp_path)
 
 
-def test_gpt_generate_text_stop_sequence_and_cli(gpt_run, tmp_path):
+def test_gpt_generate_text_stop_sequence_and_cli(gpt_run, tmp_path, capsys):
     from ember.cli import main
 
     model, tok = load_causal_lm(gpt_run)
@@ -141,6 +141,9 @@ def test_gpt_generate_text_stop_sequence_and_cli(gpt_run, tmp_path):
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert [r["prompt"] for r in rows] == ["The river", "The bank opened"]
     assert main(["generate", str(gpt_run), "--prompt", "The town", "--tldr", "--max-new-tokens", "8"]) == 0
+    (tmp_path / "empty.txt").write_text("\n\n")
+    assert main(["generate", str(gpt_run), "--prompts-file", str(tmp_path / "empty.txt")]) == 1
+    assert "empty.txt holds no prompts" in capsys.readouterr().err
 
 
 def test_gpt_tldr_keeps_three_sentences():

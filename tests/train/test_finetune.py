@@ -52,6 +52,7 @@ def test_finetune_sst2_from_random_init_learns_on_real_data(sst2_run):
     assert len(evals) == 2  # one dev evaluation per epoch
     assert result["best_step"] in [r["step"] for r in evals]
     assert result["metrics"]["accuracy"] == pytest.approx(max(r["accuracy"] for r in evals))
+    assert (run / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"  # the loss and dev accuracy, plotted
 
 
 def test_evaluate_reloads_best_checkpoint_with_same_metrics(sst2_run):
