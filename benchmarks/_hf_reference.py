@@ -42,7 +42,8 @@ from torch import nn
 from ember.fileio import atomic_write_text
 from ember.interop.hf_bert import config_to_hf
 from ember.objectives.setup import setup_pretraining
-from ember.train.loop import DataOrder, step_clock
+from ember.train.clock import step_clock
+from ember.train.loop import DataOrder
 from ember.train.logging import MetricsLogger
 from ember.train.optim import parameter_groups, time_lr_factor
 

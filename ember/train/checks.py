@@ -35,7 +35,7 @@ def check_train_settings(cfg: TrainConfig, one_process_verb: str = "") -> None:
     """``one_process_verb``: the verb (finetune, distill, ...) trains in one process only."""
     from ember.train.distributed import one_process
     from ember.train.fsdp import check_parallel
-    from ember.train.loop import step_clock
+    from ember.train.clock import step_clock
     from ember.train.optim import check_optimizer, lr_factor
     from ember.train.precision import check_dtype
 

@@ -17,7 +17,6 @@ import dataclasses
 import math
 import signal
 import sys
-import time
 from pathlib import Path
 from typing import Callable
 
@@ -29,6 +28,7 @@ from ember.config import TrainConfig
 from ember.errors import EmberError
 from ember.runs import checkpoint as ckpt
 from ember.train.checks import check_train_settings
+from ember.train.clock import step_clock
 from ember.train.distributed import DistInfo, agree, all_reduce_sums, barrier, gradient_sync
 from ember.train.fsdp import full_model_state, shard
 from ember.train.host_memory import keep_freed_host_memory
@@ -63,14 +63,6 @@ class DataOrder:
         if epoch != self._epoch:
             self._perm, self._epoch = self.epoch_order(epoch), epoch
         return int(self._perm[offset]), epoch
-
-
-def step_clock(name: str) -> Callable[[], float]:
-    """The clock that times training steps for ``max_time`` and the logged ``elapsed``."""
-    clocks = {"wall": "perf_counter", "cpu": "process_time"}
-    if name not in clocks:
-        raise EmberError(f"train.clock={name!r}; choose 'wall' (elapsed time) or 'cpu' (this process's CPU time)")
-    return getattr(time, clocks[name])
 
 
 def use_threads(num_threads: int) -> None:

@@ -5,7 +5,7 @@ import time
 import pytest
 
 from ember.errors import EmberError
-from ember.train.loop import step_clock
+from ember.train.clock import step_clock
 
 
 def test_cpu_clock_does_not_advance_while_the_process_sleeps():
