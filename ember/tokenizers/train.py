@@ -22,12 +22,12 @@ and Russian corpora that destroys the text, so we lower-case without it.
 
 The kind is not stored separately: ``tokenizer_kind`` reads it back from the model type.
 
-Reproducible: the same text gives the same bpe tokenizer.json on every run. WordPiece nearly:
-ember renumbers its pieces (``_renumber_wordpiece``), which makes small vocabularies identical,
-but the trainer numbers its "##" characters in hash order, and where merges tie in count that
-order picks the winner, so a large vocabulary differs in a few rare pieces (21 of 30,522 between
-two runs on wiki-en, 2026-11-28). Unigram's piece scores differ between runs in the third
-decimal. A run keeps the tokenizer.json it was prepared with.
+Reproducible: the same text gives the same wordpiece or bpe tokenizer.json on every run. For
+WordPiece that takes two training passes (``_deterministic_wordpiece``: the trainer's own ids for
+its "##" symbols come in hash order and decide merges tied in count) and a renumbering
+(``_renumber_wordpiece``). Unigram's trainer is not reproducible: its piece scores differ
+between runs in the third decimal, so pieces can change places and ids; a run keeps the
+tokenizer.json it was prepared with.
 """
 
 from __future__ import annotations
@@ -148,12 +148,31 @@ def _trainer(kind: str, vocab_size: int, special_tokens: list[str], min_frequenc
     )
 
 
+def _deterministic_wordpiece(train, special_tokens: list[str], empty: Tokenizer, unk: str) -> Tokenizer:
+    """WordPiece in two passes, so that the same text gives the same pieces on every run.
+
+    The trainer gives its "##c" symbols (a character inside a word) ids in the order it meets
+    them in a hash map, which changes from run to run, and a merge tied in count goes to the pair
+    with the lower ids: a large vocabulary came out with a few different rare pieces each run (21
+    of 30,522 on wiki-en). Pass 1 finds the "##c" symbols; pass 2 is given them up front, in
+    code-point order, as extra special tokens (which fixes their ids; they are in the vocabulary
+    either way), and the pieces it learns go into ``empty`` with only the real special tokens.
+    Costs one more training pass (~45 s for all of wiki-en here)."""
+    first = train(special_tokens)
+    symbols = sorted(t for t in first.get_vocab(with_added_tokens=False)
+                     if len(t) == 3 and t.startswith("##") and t not in special_tokens)
+    second = train(special_tokens + symbols)
+    empty.model = models.WordPiece(second.get_vocab(with_added_tokens=False), unk_token=unk,
+                                   continuing_subword_prefix="##")
+    empty.add_special_tokens(special_tokens)
+    return empty
+
+
 def _renumber_wordpiece(tok: Tokenizer, special_tokens: list[str], unk: str) -> None:
     """Give a trained WordPiece vocabulary ids that do not change from run to run.
 
     The trainer numbers its pieces differently each time: its "##" characters come out in
-    another order on every run, and merges tied in count swap places (ties late in a large
-    vocabulary can also swap which rare pieces are learned at all; the module docstring).
+    another order on every run (which pieces it learns is fixed by ``_deterministic_wordpiece``).
     WordPiece encodes by greedy longest match over the set of pieces, so ids carry no meaning
     beyond the special tokens': those keep theirs (in the order given), then single characters,
     "##" characters and longer pieces follow, each group in code-point order."""
@@ -236,14 +255,17 @@ def train_tokenizer(
     if max_documents is not None and max_documents <= 0:
         raise EmberError("max_documents must be positive")
     roles = _role_tokens(special_tokens, sentinels)
-    tok = _build(kind, lowercase, roles)
-    trainer = _trainer(kind, vocab_size - sentinels, special_tokens, min_frequency, roles, progress)
 
     if isinstance(files, dict):
         files = LanguageBalancedSentences(files, alpha, seed, max_documents, fmt, text_field)
     if isinstance(files, LanguageBalancedSentences):  # it reports empty languages itself
-        with _training(kind, vocab_size, sentinels, progress):
-            tok.train_from_iterator(iter(files), trainer=trainer)
+        balanced = files
+
+        def texts() -> Iterator[str]:  # the same seeded resample on every pass
+            return iter(balanced)
+
+        def check_read() -> None:
+            pass
     else:
         reader = DocumentReader(files, fmt=fmt, text_field=text_field)
 
@@ -253,13 +275,24 @@ def train_tokenizer(
                     return
                 yield doc.text
 
+        def check_read() -> None:
+            if reader.documents == 0:
+                raise EmberError(f"no text to train on: read {reader.describe_inputs()} "
+                                 f"({reader.empty_skipped} empty documents)")
+
+    def train(specials: list[str]) -> Tokenizer:
+        tok = _build(kind, lowercase, roles)
         with _training(kind, vocab_size, sentinels, progress):
-            tok.train_from_iterator(texts(), trainer=trainer)
-        if reader.documents == 0:
-            raise EmberError(f"no text to train on: read {reader.describe_inputs()} "
-                             f"({reader.empty_skipped} empty documents)")
+            tok.train_from_iterator(texts(), trainer=_trainer(kind, vocab_size - sentinels, specials, min_frequency,
+                                                              roles, progress))
+        check_read()
+        return tok
+
     if kind == "wordpiece":
+        tok = _deterministic_wordpiece(train, special_tokens, _build(kind, lowercase, roles), roles["unk"])
         _renumber_wordpiece(tok, special_tokens, roles["unk"])
+    else:
+        tok = train(special_tokens)
     add_sentinels(tok, sentinels)
     _set_post_processor(tok, kind, roles)
     return tok
