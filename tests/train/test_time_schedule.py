@@ -16,7 +16,7 @@ from torch import nn
 
 from ember.config import TrainConfig
 from ember.errors import EmberError
-from ember.train import loop
+from ember.train import clock, loop
 from ember.train.logging import MetricsLogger
 from ember.train.optim import lr_factor, time_lr_factor
 
@@ -79,7 +79,7 @@ class _Clock:
 
 
 def _train(run, cfg, monkeypatch, resume=False) -> dict[int, tuple[float, float]]:
-    monkeypatch.setattr(loop, "time", SimpleNamespace(perf_counter=_Clock().perf_counter))
+    monkeypatch.setattr(clock, "time", SimpleNamespace(perf_counter=_Clock().perf_counter))  # step_clock("wall")
     loop.Trainer(_Toy(), _Data(), cfg, run, progress=False).train(resume=resume)
     return {r["step"]: (r["lr"], r["elapsed"]) for r in MetricsLogger.read(run / "metrics.jsonl")
             if r["split"] == "train"}
