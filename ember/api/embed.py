@@ -49,6 +49,8 @@ def embed_with(predictor, texts: Sequence[str], pooling: str | None = None, laye
     if pooling == "none":
         raise EmberError("pooling 'none' gives one vector per token; sentence vectors need mean or cls "
                          "(per-token vectors: POST /embed with \"pooling\": \"none\")")
+    if pooling is not None and pooling not in ("mean", "cls"):
+        raise EmberError(f"pooling {pooling!r}: sentence vectors are pooled by mean or cls")
     method = predictor.methods["embed"]
     options = {k: v for k, v in (("pooling", pooling), ("layer", layer), ("normalize", normalize)) if v is not None}
     # The method's own checks (pooling name, layer range, text validity) over all texts at once,

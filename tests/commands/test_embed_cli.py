@@ -169,6 +169,8 @@ def test_embed_refuses_what_it_cannot_write(tiny_run, tmp_path, capsys):
 
     with pytest.raises(EmberError, match="pooling 'none' gives one vector per token"):
         ember.embed(tiny_run, WORDS, pooling="none")
+    with pytest.raises(EmberError, match="pooling 'max': sentence vectors are pooled by mean or cls"):
+        ember.embed(tiny_run, WORDS, pooling="max")
     with pytest.raises(EmberError, match=r"'texts\[1\]' is not valid Unicode"):
         ember.embed(tiny_run, ["fine", "\ud800"])
 
