@@ -128,7 +128,7 @@ def run_pretrain_distillation(opts: PretrainDistillOptions) -> dict:
         record["weights"] = dataclasses.asdict(opts.weights)
     check_same_recipe(out, json.loads(json.dumps(record)), opts.resume)  # before anything is rewritten
     check_train_settings(opts.train, "distill")
-    prepare_run_dir(out, opts.resume, opts.overwrite)
+    prepare_run_dir(out, opts.resume, opts.overwrite, inputs=(teacher_dir, opts.data))
     write_run_files(out, cfg, corpus.tokenizer_path)
     atomic_write_text(out / "distill.json", json.dumps(record, indent=2))
     print(f"distilling ({opts.method}, general) on {corpus.num_tokens:,} tokens: teacher backbone "

@@ -85,6 +85,18 @@ def count_parameters(module: torch.nn.Module) -> int:
     return sum(p.numel() for p in module.parameters())
 
 
+def _changed_keys(saved: dict, record: dict, prefix: str = "") -> list[str]:
+    """The settings that differ, named down to the leaf (train.lr, settings.temperature)."""
+    changed = []
+    for key in set(saved) | set(record):
+        a, b = saved.get(key), record.get(key)
+        if isinstance(a, dict) and isinstance(b, dict):
+            changed += _changed_keys(a, b, f"{prefix}{key}.")
+        elif a != b:
+            changed.append(prefix + key)
+    return changed
+
+
 def check_same_recipe(out, record: dict, resume: bool) -> None:
     """On --resume, refuse settings that differ from the run's distill.json (the continuation
     would silently mix two recipes)."""
@@ -92,12 +104,17 @@ def check_same_recipe(out, record: dict, resume: bool) -> None:
     from pathlib import Path
 
     path = Path(out) / "distill.json"
-    if not resume or not path.is_file():
+    if not resume:
+        return
+    if not path.is_file():
+        if (Path(out) / "config.yaml").is_file():  # someone else's run: resuming would rewrite its config
+            raise EmberError(f"--resume: {out} holds a run that `ember distill` did not write (no distill.json); "
+                             "distil into a new --out")
         return
     saved = json.loads(path.read_text())
-    changed = sorted(k for k in set(saved) | set(record) if saved.get(k) != record.get(k))
+    changed = sorted(_changed_keys(saved, record))
     if changed:
-        raise EmberError(f"--resume continues {out} with its own settings, but this command changes settings "
+        raise EmberError(f"--resume continues {out} with its own settings, but this command changes "
                          f"{', '.join(changed)}; use the original options or start a new --out")
 
 

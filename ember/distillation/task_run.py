@@ -161,7 +161,8 @@ def run_task_distillation(opts: TaskDistillOptions) -> dict:
         record["intermediate_epochs"] = opts.intermediate_epochs
     check_same_recipe(out, json.loads(json.dumps(record)), opts.resume)  # before anything is rewritten
     check_train_settings(train_cfg, "distill")
-    prepare_run_dir(out, opts.resume, opts.overwrite)
+    init_dir = () if opts.student_init in ("random", "teacher") else (opts.student_init,)
+    prepare_run_dir(out, opts.resume, opts.overwrite, inputs=(teacher_dir, *init_dir))
     write_run_files(out, cfg, tokenizer_path)
     atomic_write_text(out / "labels.json", json.dumps(adapter.label_names()))
     write_task_record(out, adapter)  # the student serves and evaluates on the teacher's custom task

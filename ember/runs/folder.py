@@ -62,11 +62,18 @@ def check_family(run_dir: Path, cfg: RunConfig, supported: tuple[str, ...]) -> N
         )
 
 
-def check_run_dir(run_dir: Path, resume: bool, overwrite: bool) -> bool:
+def check_run_dir(run_dir: Path, resume: bool, overwrite: bool, inputs=()) -> bool:
     """Whether ``run_dir`` holds an old run that --overwrite will replace; refuses one without
-    --resume or --overwrite. Nothing is changed: a verb with minutes of work before it writes
-    (ELMo's features) asks first. The run's own inputs (RUN/inputs/) are not an old run."""
+    --resume or --overwrite, and refuses a ``run_dir`` that is, or holds, one of the command's
+    ``inputs`` (its --init, --teacher, --data: --overwrite deleted them). Nothing is changed: a
+    verb with minutes of work before it writes (ELMo's features) asks first. The run's own
+    inputs (RUN/inputs/) are not an old run."""
     run_dir = Path(run_dir)
+    for source in inputs:
+        if source and (Path(source).resolve() == run_dir.resolve()
+                                                   or run_dir.resolve() in Path(source).resolve().parents):
+            raise EmberError(f"--out {run_dir} is where this command reads {source} from; write the new run to "
+                             "another folder")
     existing = run_dir.is_dir() and any(p.name != RUN_INPUTS for p in run_dir.iterdir())
     if not existing or resume:
         return False
@@ -78,9 +85,10 @@ def check_run_dir(run_dir: Path, resume: bool, overwrite: bool) -> bool:
     return True
 
 
-def prepare_run_dir(run_dir: Path, resume: bool, overwrite: bool) -> None:
-    """Refuse to mix a new run into a folder holding an old one (unless told to), or clear it."""
-    if check_run_dir(run_dir, resume, overwrite):
+def prepare_run_dir(run_dir: Path, resume: bool, overwrite: bool, inputs=()) -> None:
+    """Refuse to mix a new run into a folder holding an old one (unless told to), or clear it;
+    ``inputs`` as ``check_run_dir``'s."""
+    if check_run_dir(run_dir, resume, overwrite, inputs):
         shutil.rmtree(run_dir)
 
 

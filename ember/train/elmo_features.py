@@ -113,7 +113,7 @@ def run_elmo_features(task: str, run_dir: Path, elmo_run: str | None, use_elmo: 
         raise EmberError("pass --elmo RUN (an `ember pretrain --recipe elmo-mini` run folder), "
                          "or --no-elmo for the static-embedding baseline")
     run_dir = Path(run_dir)
-    check_run_dir(run_dir, resume, overwrite)  # before minutes of feature extraction, not after
+    check_run_dir(run_dir, resume, overwrite, inputs=(elmo_run,))  # before minutes of feature extraction, not after
     name, train_x, train_y, dev_x, dev_y, label_names, tagging = _read_task(task, train_limit)
     settings = {"task": name, "elmo": str(elmo_run or ""), "use_elmo": use_elmo,
                 "train_limit": train_limit, "epochs": epochs, "batch_size": batch_size, "lr": lr,
@@ -152,7 +152,7 @@ def run_elmo_features(task: str, run_dir: Path, elmo_run: str | None, use_elmo: 
                             dropout=dropout, tagging=tagging)
     main_metric = "f1" if tagging else "accuracy"
     check_train_settings(train_cfg, "elmo-features")
-    prepare_run_dir(run_dir, resume, overwrite)
+    prepare_run_dir(run_dir, resume, overwrite, inputs=(elmo_run,))
     run_dir.mkdir(parents=True, exist_ok=True)
     atomic_write_text(saved, json.dumps(settings, indent=2))
     atomic_write_text(run_dir / "task_words.json", json.dumps(list(word_index)))

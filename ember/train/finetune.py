@@ -95,7 +95,7 @@ def run_finetuning(cfg: RunConfig, run_dir: Path, state: dict | None, tokenizer_
     module = build_task_module(cfg, adapter, state, pad_id)  # a model that cannot be built: no folder written
     if resume and (Path(run_dir) / "config.yaml").is_file():  # before config.yaml is rewritten
         check_resume_settings(load_run_config(run_dir), cfg, run_dir)
-    prepare_run_dir(run_dir, resume, overwrite)
+    prepare_run_dir(run_dir, resume, overwrite, inputs=(tokenizer_path,))  # the --init folder's tokenizer
     write_run_files(run_dir, cfg, tokenizer_path)
     if hasattr(adapter, "run_tokenizer"):
         atomic_write_text(run_dir / "tokenizer.json", tokenizer.to_str())

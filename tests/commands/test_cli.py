@@ -156,6 +156,29 @@ def test_finetune_under_torchrun_is_refused_before_writing(tmp_path):
         assert not (tmp_path / "run").exists()
 
 
+def test_out_naming_the_commands_own_input_is_refused_even_with_overwrite(wiki_prepared, tmp_path):
+    """--overwrite deleted --out before reading from it: `pretrain --data D --out D` lost the corpus,
+    `finetune --init R --out R` the pre-trained run. Both are refused, and both stay whole."""
+    import shutil
+
+    from conftest import TINY_MODEL
+
+    corpus = tmp_path / "corpus"
+    shutil.copytree(wiki_prepared, corpus)
+    sets = [a for s in TINY_MODEL + ["train.eval_every=0", "train.save_every=0"] for a in ("--set", s)]
+    done = ember("pretrain", "--data", str(corpus), "--out", str(corpus), "--overwrite", "--max-steps", "1", *sets)
+    assert done.returncode == 1 and "is where this command reads" in done.stderr, done.stderr
+    assert (corpus / "meta.json").is_file()
+    run = tmp_path / "run"
+    assert ember("pretrain", "--data", str(corpus), "--out", str(run), "--max-steps", "1", "--no-progress",
+                 *sets).returncode == 0
+    kept = sorted(p.name for p in run.iterdir())
+    done = ember("finetune", "--task", "sst2", "--init", str(run), "--out", str(run), "--overwrite",
+                 "--train-limit", "8", "--max-length", "32")
+    assert done.returncode == 1 and "is where this command reads" in done.stderr, done.stderr
+    assert sorted(p.name for p in run.iterdir()) == kept
+
+
 def test_elmo_given_token_shards_says_it_reads_raw_text(wiki_prepared, tmp_path):
     """ELMo reads words from raw text; a prepared corpus (what every other recipe takes) was read
     as text and failed on meta.json's first line."""

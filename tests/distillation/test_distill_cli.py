@@ -57,11 +57,20 @@ def test_kd_cli_on_sst2_and_wikipedia_writes_a_run_that_evaluate_reads(sst2_teac
     rows = [json.loads(line) for line in (tmp_path / "p.jsonl").read_text().splitlines()]
     assert len(rows) == 2 and all(r["prediction"] in ("negative", "positive") for r in rows)
     # --resume refuses a changed recipe before touching the run.
-    with pytest.raises(EmberError, match="changes settings"):
+    with pytest.raises(EmberError, match=r"changes settings\.temperature; "):  # named to the leaf
         _raise_cli("--method", "kd", "--teacher", str(sst2_teacher), "--student", "teacher", "--student-layers", "1",
                    "--unlabeled", wiki, "task", "--max-unlabeled", "64", "--train-limit", "64", "--epochs", "1",
                    "--batch-size", "16", "--lr", "1e-3", "--temperature", "7", "--resume", "--out", str(out))
     assert json.loads((out / "distill.json").read_text())["settings"]["temperature"] == 2.0
+    # --out naming the teacher (with --overwrite, which deleted it) and --resume into a run that
+    # distillation did not write (which rewrote its config.yaml): refused, both left as they were
+    teacher_files = sorted(p.name for p in sst2_teacher.iterdir())
+    for where, extra, message in ((sst2_teacher, "--overwrite", "is where this command reads"),
+                                  (sst2_teacher, "--resume", "holds a run that `ember distill` did not write")):
+        with pytest.raises(EmberError, match=message):
+            _raise_cli("--method", "kd", "--teacher", str(sst2_teacher), "--student", "teacher", "--student-layers",
+                       "1", "--unlabeled", "task", "--train-limit", "64", "--epochs", "1", extra, "--out", str(where))
+    assert sorted(p.name for p in sst2_teacher.iterdir()) == teacher_files
     # The soft targets are cached once and reused by a second student of the same transfer set.
     cache = out / "teacher-logits.npz"
     stamp = cache.stat().st_mtime_ns
