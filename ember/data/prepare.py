@@ -42,6 +42,7 @@ from __future__ import annotations
 import datetime
 import json
 import shutil
+import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -284,6 +285,15 @@ def _check_out_dir(out_dir: Path, overwrite: bool) -> None:
         )
 
 
+def _remove_leftovers(out_dir: Path) -> None:
+    """The half-built ``<out>.tmp-XXXX`` folders of earlier runs into the same --out that were
+    killed (an interrupted run cannot clean up; each held up to a whole corpus of shards)."""
+    for stale in out_dir.parent.glob(f"{out_dir.name}.tmp-*"):
+        if stale.is_dir():
+            print(f"note: removing {stale}, left by an interrupted `ember prepare` into {out_dir}", file=sys.stderr)
+            shutil.rmtree(stale, ignore_errors=True)
+
+
 def _move_into_place(tmp: Path, out_dir: Path, overwrite: bool) -> None:
     """Rename the finished tmp dir to out_dir; an old out_dir is removed only afterwards."""
     _check_out_dir(out_dir, overwrite)  # another process may have written it meanwhile
@@ -352,6 +362,7 @@ def prepare_corpus(
                                                phrase_min_count, phrase_threshold, phrase_sample_docs)
 
     out_dir.parent.mkdir(parents=True, exist_ok=True)
+    _remove_leftovers(out_dir)
     tmp = Path(tempfile.mkdtemp(prefix=f"{out_dir.name}.tmp-", dir=out_dir.parent))
     tmp.chmod(0o755)  # mkdtemp makes it private; the result is an ordinary shared folder
     bar = None

@@ -133,7 +133,8 @@ def newest_checkpoint(run_dir: Path, read: Callable[[Path], Any] = lambda path: 
     if candidates:
         raise EmberError(
             f"no intact checkpoint in {Path(run_dir) / CHECKPOINT_DIR}:\n  " + "\n  ".join(problems)
-            + "\nstart again without --resume (the run folder's other files are kept)"
+            + "\nnothing to resume from: start over with --overwrite (which deletes the run folder) or into "
+              "another --out")
         )
     return None
 

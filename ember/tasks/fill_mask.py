@@ -140,10 +140,11 @@ def load_masked_lm(backbone: nn.Module, state: dict, where) -> MaskedLM:
     """A ``MaskedLM`` with a run's backbone and MLM head; other heads in ``state`` are ignored,
     and a pooler may be missing (imported ``XForMaskedLM`` checkpoints have none; MLM never uses it)."""
     model = MaskedLM(backbone)
-    missing, _ = model.load_state_dict({k: v for k, v in state.items() if k.startswith(("backbone.", "mlm."))},
-                                       strict=False)
-    if [k for k in missing if not k.startswith("backbone.pooler.")]:
-        raise EmberError(f"{where}: the weights do not fit the run's config.yaml (missing {missing[:3]})")
+    missing, unexpected = model.load_state_dict(
+        {k: v for k, v in state.items() if k.startswith(("backbone.", "mlm."))}, strict=False)
+    if unexpected or [k for k in missing if not k.startswith("backbone.pooler.")]:  # e.g. more layers than config.yaml
+        raise EmberError(f"{where}: the weights do not fit the run's config.yaml (missing {missing[:3]}, "
+                         f"unexpected {unexpected[:3]})")
     return model
 
 

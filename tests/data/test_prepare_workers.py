@@ -43,3 +43,53 @@ def test_prepare_workers_cli_refuses_zero(tmp_path, capsys):
 
     assert main(["prepare", "x.txt", "--tokenizer", "t.json", "--out", str(tmp_path / "o"), "--workers", "0"]) == 1
     assert "--workers 0" in capsys.readouterr().err
+
+
+def test_prepare_killed_leaves_no_workers_and_the_next_run_clears_its_leftovers(wiki_prepared, tmp_path):
+    """kill -9 of `ember prepare --workers 2` over all of wiki-en: its workers stop with it (they
+    ran on, orphaned), and the next prepare into the same --out removes the half-built folder."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    tok, out = wiki_prepared / "tokenizer.json", tmp_path / "wiki"
+    proc = subprocess.Popen([sys.executable, "-m", "ember", "prepare", str(real_data("wiki-en")), "--tokenizer", str(tok),
+                             "--out", str(out), "--workers", "2", "--no-progress"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def workers() -> list[int]:
+        found = []
+        for entry in Path("/proc").iterdir():
+            try:
+                if entry.name.isdigit() and int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1]) == proc.pid:
+                    found.append(int(entry.name))
+            except (OSError, IndexError, ValueError):
+                pass
+        return found
+
+    deadline = time.monotonic() + 120
+    while len(workers()) < 2 and proc.poll() is None:
+        assert time.monotonic() < deadline, "the workers never started"
+        time.sleep(0.2)
+    started = workers()
+    assert len(started) >= 2 and list(tmp_path.glob("wiki.tmp-*")), "the run finished before it could be killed"
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    deadline = time.monotonic() + 30
+    while any(Path(f"/proc/{pid}").exists() and "zombie" not in _state(pid) for pid in started):
+        assert time.monotonic() < deadline, "workers outlived their parent"
+        time.sleep(0.2)
+    done = subprocess.run([sys.executable, "-m", "ember", "prepare", str(real_data("wiki-en", "AA", "wiki_00.gz")),
+                           "--tokenizer", str(tok), "--out", str(out), "--no-progress"], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert "left by an interrupted `ember prepare`" in done.stderr and not list(tmp_path.glob("wiki.tmp-*"))
+
+
+def _state(pid: int) -> str:
+    try:
+        return {"Z": "zombie"}.get(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0], "alive")
+    except OSError:
+        return "gone"
