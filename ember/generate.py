@@ -47,8 +47,10 @@ class GenerationConfig:
             raise EmberError(f"max_new_tokens={self.max_new_tokens}; generate at least 1 token")
         if self.temperature < 0:
             raise EmberError(f"temperature={self.temperature} must be >= 0 (0 = greedy)")
-        if self.top_k < 0 or not 0 < self.top_p <= 1:
-            raise EmberError(f"top_k={self.top_k} must be >= 0 and top_p={self.top_p} in (0, 1]")
+        if self.top_k < 0:
+            raise EmberError(f"top_k={self.top_k} must be >= 0 (0 = no limit)")
+        if not 0 < self.top_p <= 1:
+            raise EmberError(f"top_p={self.top_p} must be in (0, 1] (1 = no nucleus cut)")
 
     @property
     def greedy(self) -> bool:

@@ -7,6 +7,17 @@ import argparse
 from ember.durations import duration_arg
 
 
+def count_arg(text: str) -> int:
+    """A number of examples (--train-limit, --limit) as an argparse ``type=``: 1 or more."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected 1 or more, got {value}")
+    return value
+
+
 def int_list_arg(text: str) -> list[int]:
     """'1,2,3' -> [1, 2, 3] as an argparse ``type=`` (--seeds, --shots): a typo is argparse's
     one-line usage error naming the flag."""
@@ -67,7 +78,7 @@ def backend_of(args) -> str:
 def add_decoding_options(parser) -> None:
     """How a text-to-text (T5) run decodes its outputs here; ``decoding_of`` reads them back."""
     group = parser.add_argument_group("decoding (text-to-text T5 runs; default: the run's task.* settings)")
-    group.add_argument("--num-beams", type=int, metavar="N",
+    group.add_argument("--num-beams", type=count_arg, metavar="N",
                        help="beams (1 = greedy, the default; T5 used 4 for its long outputs, Raffel et al. §3.7)")
     group.add_argument("--length-penalty", type=float, metavar="A",
                        help="beam score = log p / length^A (T5: 0.6; default 1.0)")

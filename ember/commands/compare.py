@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import textwrap
 
+from ember.commands.common import count_arg
 from ember.errors import EmberError
 
 
@@ -53,7 +54,7 @@ def register(sub) -> None:
     p.add_argument("--finetune-lr", action="append", default=[], metavar="LR | RECIPE=LR",
                    help="fine-tuning peak learning rate for every model (default 1e-4, suits mini sizes); repeat "
                    "as RECIPE=LR for a model whose optimiser wants another (T5: t5-mini=1e-3, Adafactor)")
-    p.add_argument("--train-limit", type=int, help="fine-tune on the first N training examples only")
+    p.add_argument("--train-limit", type=count_arg, help="fine-tune on the first N training examples only")
     p.add_argument("--max-length", type=int, help="fine-tuning max tokens per example (default 128)")
     p.add_argument("--pretrain-seed", type=int, default=0, help="pre-training seed for every recipe (default 0)")
     p.add_argument("--probe-steps", type=int, default=10, help="timed steps of the speed probe (default 10)")

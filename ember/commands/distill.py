@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 
-from ember.commands.common import add_train_options, stopped_line, train_overrides
+from ember.commands.common import add_train_options, count_arg, stopped_line, train_overrides
 
 EXAMPLES = """examples:
   # Hinton KD: a fine-tuned SST-2 teacher labels 50k Wikipedia sentences + SST-2 train text
@@ -53,7 +53,7 @@ def register(sub) -> None:
                    help="text files/folders (wiki, plain text, lines, JSONL), split into sentences, and/or "
                    "'task' for the task's training text without labels")
     g.add_argument("--max-unlabeled", type=int, default=100_000, help="at most this many sentences from files")
-    g.add_argument("--train-limit", type=int, help="use only the first N task training examples (with "
+    g.add_argument("--train-limit", type=count_arg, help="use only the first N task training examples (with "
                    "gold labels when alpha < 1)")
     g.add_argument("--task-unlabeled", type=int, help="with --unlabeled task: the first N training examples "
                    "as unlabeled text (default: --train-limit); those past --train-limit carry no label")

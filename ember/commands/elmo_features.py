@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from ember.commands.common import count_arg
 from ember.durations import duration_arg
 
 
@@ -28,7 +29,7 @@ def register(sub) -> None:
                    "(NER tagging, entity-level F1)")
     p.add_argument("--out", required=True, help="run folder to write")
     p.add_argument("--no-elmo", action="store_true", help="baseline: static embeddings x_k only")
-    p.add_argument("--train-limit", type=int, help="use only the first N training sentences")
+    p.add_argument("--train-limit", type=count_arg, help="use only the first N training sentences")
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads (default: torch's choice)")
     p.add_argument("--epochs", type=float, default=3.0, help="training epochs (default 3)")
     p.add_argument("--batch-size", type=int, default=32, help="sentences per step (default 32)")

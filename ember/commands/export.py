@@ -44,7 +44,7 @@ def run(args) -> int:
     with weights_view(args.run_dir) as run_dir:  # a checkpoint (sharded or not) is read directly
         report = export_run(run_dir, args.format, args.out, verify=not args.no_verify,
                             verify_file=args.verify_file, limit=args.limit or None, batch_size=args.batch_size,
-                            tolerance=args.tolerance, overwrite=args.overwrite)
+                            tolerance=args.tolerance, overwrite=args.overwrite, source=args.run_dir)
     print(f"exported {args.run_dir} -> {args.out}")
     print(format_report(report))
     return 0

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from ember.commands.common import int_list_arg
+from ember.commands.common import count_arg, int_list_arg
 
 HELP = """\
 Score a causal LM run (GPT-1/GPT-2) on a GLUE-style task without training, as GPT-2/GPT-3
@@ -33,7 +33,7 @@ def register(sub) -> None:
     p.add_argument("--seeds", type=int_list_arg, default=[1, 2, 3], help="demonstration draws (default 1,2,3)")
     p.add_argument("--max-length", type=int,
                    help="context in tokens (default: the run's training block length, within its positions)")
-    p.add_argument("--limit", type=int, help="score only the first N evaluation examples")
+    p.add_argument("--limit", type=count_arg, help="score only the first N evaluation examples")
     p.add_argument("--batch-size", type=int, default=16, help="sequences per forward pass (default 16)")
     p.add_argument("--device", default="cpu", help="torch device (default cpu)")
     p.add_argument("--calibrate", action="store_true",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import textwrap
 
-from ember.commands.common import add_train_options, int_list_arg, train_overrides
+from ember.commands.common import add_train_options, count_arg, int_list_arg, train_overrides
 
 
 def register(sub) -> None:
@@ -63,7 +63,7 @@ def register(sub) -> None:
                    "mean and std reported (overrides --seed)")
     p.add_argument("--train-split", help="split to train on (default train; SNLI here: dev) or a TSV file in the task's layout")
     p.add_argument("--eval-split", help="split to select and report on (default dev; SNLI here: test)")
-    p.add_argument("--train-limit", type=int, help="use only the first N training examples (quick runs)")
+    p.add_argument("--train-limit", type=count_arg, help="use only the first N training examples (quick runs)")
     g = p.add_argument_group("transfer options (any backbone, any task)")
     g.add_argument("--features", action="store_true",
                    help="feature-based transfer (ELMo): freeze the encoder, learn a softmax-weighted mix of "

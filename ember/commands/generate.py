@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import argparse
 
+from ember.commands.common import count_arg
+
 HELP = """\
 Continue text with a causal LM run folder (from `ember pretrain --recipe gpt2-*` or a GPT-2 /
 OpenAI GPT checkpoint imported with `ember convert --from-hf`). Greedy by default; a
@@ -52,7 +54,7 @@ def register(sub) -> None:
                    help="stop a continuation at this text, which is cut off (repeatable; \\n = newline)")
     p.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
     p.add_argument("--tldr", action="store_true", help="GPT-2's TL;DR: summarisation prompt (see above)")
-    p.add_argument("--num-beams", type=int, help="T5: beam search with this many beams (default 1: greedy)")
+    p.add_argument("--num-beams", type=count_arg, help="T5: beam search with this many beams (default 1: greedy)")
     p.add_argument("--length-penalty", type=float,
                    help="T5 beam search: score = sum log p / length^penalty (default 1.0; T5 used 0.6)")
     p.add_argument("--early-stopping", action="store_true",
@@ -75,7 +77,9 @@ def read_prompts(path: str) -> list[str]:
     if not path.is_file():
         raise EmberError(f"prompts file not found: {path}")
     prompts = []
-    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+    from ember.tasks.glue import _lines  # strict UTF-8 with file:line errors; a BOM and CRLF are dropped
+
+    for n, line in enumerate(_lines(path), 1):
         if not line.strip():
             continue
         if path.suffix == ".jsonl":

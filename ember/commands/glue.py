@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from ember.commands.common import int_list_arg
+from ember.commands.common import count_arg, int_list_arg
 
 HELP = """\
 Fine-tune one pre-trained model on every GLUE-style task whose data is in $EMBER_DATA, once
@@ -38,7 +38,7 @@ def register(sub) -> None:
     p.add_argument("--tasks", default="", help="comma-separated subset of snli,qnli,sst2,cola,stsb,mrpc,rte "
                    "(default: all of them)")
     p.add_argument("--seeds", type=int_list_arg, default=[1, 2, 3], help="comma-separated fine-tuning seeds (default 1,2,3)")
-    p.add_argument("--train-limit", type=int, help="use only the first N training examples of each task")
+    p.add_argument("--train-limit", type=count_arg, help="use only the first N training examples of each task")
     p.add_argument("--epochs", type=float, help="training epochs for every task (default: BERT's 3)")
     p.add_argument("--max-length", type=int, help="max tokens per example (default: BERT's 128)")
     p.add_argument("--lr", type=float, help="peak learning rate for every task (default: BERT's 2e-5; "

@@ -138,7 +138,11 @@ def run_task_distillation(opts: TaskDistillOptions) -> dict:
     teacher = load_task_module(teacher_dir, teacher_cfg, adapter, pad_id).to(device)
 
     default_t, default_alpha = METHOD_DEFAULTS[opts.method]
-    settings = KDSettings(temperature=opts.temperature or default_t,
+    if opts.temperature is not None and opts.temperature <= 0:  # 0 was read as "the default" (2)
+        raise EmberError(f"--temperature {opts.temperature:g}: the softmax temperature must be above 0")
+    if opts.epochs <= 0:
+        raise EmberError(f"--epochs {opts.epochs:g}: give a positive number of epochs over the transfer set")
+    settings = KDSettings(temperature=default_t if opts.temperature is None else opts.temperature,
                           alpha=default_alpha if opts.alpha is None else opts.alpha, soft_loss=opts.soft_loss)
     model_cfg, start_state = _student_start(opts, teacher_cfg, teacher)
     max_length = teacher_cfg.task.max_length

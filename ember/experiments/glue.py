@@ -161,6 +161,9 @@ def run_glue(init: str, out: str | Path, tasks: list[str] | None = None, seeds: 
         return write_reports(out, plans, meta)
 
     runnable = [p for p in plans if not p.missing]
+    if not runnable:  # nothing to fine-tune: an all-dash table and exit 0 said nothing was wrong
+        raise EmberError("no task's data was found: " + "; ".join(
+            f"{get_task(p.name).display_name}: {p.missing}" for p in plans) + " (EMBER_DATA points at the data root)")
     todo = [(label, p.name, seed) for p in runnable for seed in seeds
             if not (out / "runs" / f"{p.name}-seed{seed}" / "results.json").is_file()]
     clock = Clock(0.0, {p.name: p.n_train for p in runnable}, epochs, name="glue")

@@ -68,8 +68,11 @@ def _parameters(weights: Path) -> int | None:
         return None
     from safetensors import safe_open
 
-    with safe_open(str(weights), "pt") as fh:
-        return sum(math.prod(fh.get_slice(k).get_shape()) for k in fh.keys())
+    try:
+        with safe_open(str(weights), "pt") as fh:
+            return sum(math.prod(fh.get_slice(k).get_shape()) for k in fh.keys())
+    except Exception as exc:  # safetensors' own error types for a truncated or foreign file
+        raise EmberError(f"{weights}: cannot read weights ({exc}); the file is damaged or partial") from None
 
 
 def _checkpoints(run_dir: Path) -> list[dict]:
@@ -143,7 +146,7 @@ def summarize(run_dir: str | Path, name: str) -> dict:
         "steps": (trainer or {}).get("step", train[-1]["step"] if train else None),
         "max_steps": cfg.train.max_steps if cfg.kind == "pretrain" else (results or {}).get("max_steps"),
         "tokens": (trainer or {}).get("tokens", (pretrain or {}).get("tokens")),
-        "seconds": (trainer or {}).get("elapsed", train[-1]["elapsed"] if train else None),
+        "seconds": (trainer or {}).get("elapsed", train[-1].get("elapsed") if train else None),
         "tokens_per_s": sum(rates) / len(rates) if rates else None,
         "train": train, "evals": evals, "final_eval": {k: v for k, v in evals[-1].items() if k not in RECORD_KEYS}
         if evals else {}, "results": results, "checkpoints": checkpoints,

@@ -134,7 +134,7 @@ def newest_checkpoint(run_dir: Path, read: Callable[[Path], Any] = lambda path: 
         raise EmberError(
             f"no intact checkpoint in {Path(run_dir) / CHECKPOINT_DIR}:\n  " + "\n  ".join(problems)
             + "\nnothing to resume from: start over with --overwrite (which deletes the run folder) or into "
-              "another --out")
+              "another --out"
         )
     return None
 

@@ -67,8 +67,10 @@ def _write(fmt: str, run_dir: Path, tmp: Path, info, module):
 
 def export_run(run_dir: str | Path, fmt: str, out: str | Path, verify: bool = True,
                verify_file: str | None = None, limit: int | None = 1000, batch_size: int = 32,
-               tolerance: float = DEFAULT_TOLERANCE, overwrite: bool = False) -> dict:
-    """Export, verify and atomically write; returns the report also saved as out/export.json."""
+               tolerance: float = DEFAULT_TOLERANCE, overwrite: bool = False, source: str | Path | None = None) -> dict:
+    """Export, verify and atomically write; returns the report also saved as out/export.json.
+    ``source``: the folder the user named, when ``run_dir`` is a temporary view of it (a checkpoint,
+    ``ember.runs.sharded.weights_view``); export.json records it, not the view that is gone."""
     from ember.serve.graph import InferenceGraph, describe, load_module
     from ember.serve.inputs import verification_rows
     from ember.serve.graph import read_manifest
@@ -82,14 +84,15 @@ def export_run(run_dir: str | Path, fmt: str, out: str | Path, verify: bool = Tr
         raise EmberError(f"{run_dir} is itself an export; export from the original run folder")
     if out.exists() and not overwrite:
         raise EmberError(f"{out} already exists; pass --overwrite to replace it, or choose another --out")
-    if out.resolve() == run_dir.resolve():
+    source = Path(source) if source is not None else run_dir
+    if out.resolve() in (run_dir.resolve(), source.resolve()):
         raise EmberError("--out must differ from the run folder")
     info, tokenizer = describe(run_dir)
     module = load_module(run_dir, info)
     with atomic_folder(out) as tmp:  # renamed into place only once verified
         started = time.perf_counter()
         make_candidate, weights = _write(fmt, run_dir, tmp, info, module)
-        report = {"format": fmt, "source": str(run_dir.resolve()), "model": info.summary(),
+        report = {"format": fmt, "source": str(source.resolve()), "model": info.summary(),
                   "state_keys": list(module.state_dict()),
                   "export_seconds": round(time.perf_counter() - started, 2),
                   "size_bytes": {"original_weights": _size(run_dir / "model.safetensors"),

@@ -226,6 +226,8 @@ def read_tsv_examples(
 
 def _lines(path: Path) -> list[str]:
     """The file's lines, decoded strictly as UTF-8 (a BOM and CRLF endings are tolerated)."""
+    if path.is_dir():
+        raise EmberError(f"{path} is a folder; name the file to read")
     if not path.is_file():
         raise EmberError(f"file not found: {path}")
     raw = path.read_bytes()
@@ -268,7 +270,7 @@ def _read(
     path: Path, spec: TaskSpec, prefix: str, require_label: bool, limit: int | None
 ) -> list[Example]:
     if limit is not None and limit < 0:
-        raise ValueError(f"limit must be >= 0, got {limit}")
+        raise EmberError(f"a limit of examples must be >= 0, got {limit}")
     lines = _lines(path)
     split = _splitter(spec, path)
     needed = [spec.text_a] + ([spec.text_b] if spec.text_b else [])

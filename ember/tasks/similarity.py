@@ -53,5 +53,10 @@ def cosine(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 def similarity_metrics(cosines: np.ndarray, gold: np.ndarray) -> dict[str, float]:
     """Pearson and Spearman of cosines vs gold scores, x100 (sentence-transformers' scale)."""
+    from ember.errors import EmberError
+
+    if len(gold) < 2 or np.ptp(gold) == 0:  # a correlation of one pair, or of constant scores, is undefined
+        raise EmberError(f"{len(gold)} pair(s) with {'one' if len(gold) < 2 else 'the same'} gold score: a "
+                         "correlation needs at least two pairs with different scores")
     return {"pearson_cosine": 100 * pearson(cosines, gold), "spearman_cosine": 100 * spearman(cosines, gold),
             "pairs": float(len(gold))}

@@ -159,6 +159,8 @@ def evaluate_run(run_dir: Path, split: str = "", path: str | None = None, task: 
     module = load_task_module(run_dir, cfg, adapter, pad_token_id(tokenizer))
     examples, features = adapter.load(split, tokenizer, cfg.task.max_length, path=path)
     where = split if path is None else str(path)
+    if not features:  # a file with a header and nothing under it: nothing to score
+        raise EmberError(f"{where} has no examples to score (only a header?)")
     with inference_progress(f"evaluating {Path(where).name if path else where}", progress):
         metrics = adapter.score(module, examples, features, cfg.task.eval_batch_size, cfg.train.device)
     result = {"task": adapter.display_name, "split": where, "metrics": metrics}

@@ -42,9 +42,11 @@ class MetricsLogger:
         records = []
         for line in Path(path).read_text(encoding="utf-8").splitlines():
             try:
-                records.append(json.loads(line))
+                record = json.loads(line)
             except ValueError:  # a line cut short by a kill mid-write
                 continue
+            if isinstance(record, dict) and "step" in record and "split" in record:  # not a stray line
+                records.append(record)
         return records
 
     @staticmethod

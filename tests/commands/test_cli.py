@@ -82,6 +82,27 @@ def test_resuming_a_run_that_is_not_there_says_so(tmp_path):
     assert done.returncode == 1 and "there is no run in" in done.stderr and "data.prepared" not in done.stderr
 
 
+@pytest.mark.parametrize("args,message", [
+    (["fewshot", "r", "--task", "sst2", "--limit", "0"], "argument --limit: expected 1 or more, got 0"),
+    (["finetune", "--task", "sst2", "--out", "o", "--train-limit", "-5"], "argument --train-limit: expected 1 or more"),
+    (["distill", "--method", "kd", "--teacher", "t", "--out", "o", "--train-limit", "x"],
+     "argument --train-limit: expected a whole number, got 'x'"),
+    (["generate", "r", "--prompt", "x", "--num-beams", "0"], "argument --num-beams: expected 1 or more, got 0"),
+])
+def test_counts_below_one_are_usage_errors(args, message):
+    """--limit 0 reached torch (bincount of an empty float tensor), --train-limit -5 a ValueError,
+    --num-beams 0 was taken silently: each is argparse's one line now."""
+    done = ember(*args)
+    assert done.returncode == 2 and message in done.stderr and "Traceback" not in done.stderr, done.stderr
+
+
+def test_glue_with_no_task_data_fails_and_says_where_it_looked(wiki_prepared, tmp_path):
+    done = subprocess.run([sys.executable, "-m", "ember", "glue", "random", "--model", "bert-tiny", "--tokenizer",
+                           str(wiki_prepared / "tokenizer.json"), "--tasks", "rte", "--out", str(tmp_path / "g")],
+                          capture_output=True, text=True, env={**__import__("os").environ, "EMBER_DATA": str(tmp_path)})
+    assert done.returncode == 1 and "no task's data was found: RTE" in done.stderr, done.stderr
+
+
 def test_evaluate_on_a_folder_that_is_not_a_run(tmp_path):
     done = ember("evaluate", str(tmp_path))
     assert done.returncode == 1 and "not an ember run folder" in done.stderr

@@ -196,6 +196,9 @@ def test_evaluate_zero_shot_on_a_pair_file_and_its_refusals(tiny_run, tmp_path, 
                           (["--task", "stsb"], "ember evaluate " + str(tiny_run) + " --zero-shot")):
         assert ember_main(["evaluate", str(tiny_run), *args]) == 1
         assert message in capsys.readouterr().err
+    (tmp_path / "one.tsv").write_text("sentence1\tsentence2\tscore\na fine film\ta good film\t4.0\n")
+    assert ember_main(["evaluate", str(tiny_run), "--zero-shot", "--file", str(tmp_path / "one.tsv")]) == 1
+    assert "a correlation needs at least two pairs" in capsys.readouterr().err  # was a ValueError traceback
 
 
 def test_embed_refuses_a_run_without_hidden_states(tmp_path, capsys):

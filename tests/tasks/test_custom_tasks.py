@@ -124,6 +124,9 @@ def test_custom_classify_run_evaluates_predicts_and_serves_from_its_folder(sst2_
     assert "is a folder; name the predictions file" in capsys.readouterr().err
     assert main(["predict", str(run), "--input", str(source), "--out", str(tmp_path / "p.json")]) == 1
     assert "name the file .jsonl" in capsys.readouterr().err and not (tmp_path / "p.json").exists()
+    (tmp_path / "header.csv").write_text("id,review,sentiment\n")  # nothing under the header: one line, not a ValueError
+    assert main(["evaluate", str(run), "--file", str(tmp_path / "header.csv")]) == 1
+    assert "header.csv: no rows" in capsys.readouterr().err
     assert ember.predict(run, source) == rows  # the verb's rows, from Python
     predictor = load_predictor(run, "")
     served = predictor.run("classify", [predictor.parse("classify", {"texts": ["a gripping , beautifully acted film",

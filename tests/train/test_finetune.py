@@ -55,10 +55,14 @@ def test_finetune_sst2_from_random_init_learns_on_real_data(sst2_run):
     assert (run / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"  # the loss and dev accuracy, plotted
 
 
-def test_evaluate_reloads_best_checkpoint_with_same_metrics(sst2_run):
+def test_evaluate_reloads_best_checkpoint_with_same_metrics(sst2_run, tmp_path):
     run, result = sst2_run
     again = evaluate_run(run)
     assert again["metrics"] == pytest.approx(result["metrics"])
+    header = tmp_path / "header.tsv"  # SST-2's header and no rows: one line, not metrics' ValueError
+    header.write_text(real_data("glue", "SST-2", "dev.tsv").read_text().splitlines()[0] + "\n")
+    with pytest.raises(EmberError, match="has no examples to score"):
+        evaluate_run(run, path=str(header))
 
 
 def test_finetune_scores_the_dev_set_once_when_its_last_evaluation_is_the_best(wiki_prepared, tmp_path,
