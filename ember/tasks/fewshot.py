@@ -109,16 +109,26 @@ def build_context(tokenizer, fmt: PromptFormat, demos: list[Example], query: Exa
         return tokenizer.encode(text, add_special_tokens=False).ids
 
     query_text = render(fmt, query, with_answer=False)
-    for start in range(len(demos) + 1):
-        kept = demos[start:]
+    shown = [render(fmt, d, with_answer=True) + fmt.separator for d in demos]
+
+    def context(start: int) -> list[int]:
         # One string, encoded once, so the query's tokens are those it has after a separator.
-        text = "".join(render(fmt, d, with_answer=True) + fmt.separator for d in kept) + query_text
-        ids = encode(text)
-        if len(ids) <= room:
-            return ids, len(kept)
-        if not kept:
-            return ids[-room:], 0
-    raise AssertionError("unreachable")
+        return encode("".join(shown[start:]) + query_text)
+
+    alone = context(len(demos))
+    if len(alone) > room:
+        return alone[-room:], 0
+    # The fewest dropped: binary search over how many of the oldest to drop (dropping more never
+    # makes the context longer), log2(k) encodings; one per k made --shots 256 take seconds per
+    # example and --shots 100000 never finish.
+    lo, hi = 0, len(demos)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if len(context(mid)) <= room:
+            hi = mid
+        else:
+            lo = mid + 1
+    return context(lo), len(demos) - lo
 
 
 def score_continuations(model, contexts: list[list[int]], continuations: list[list[int]],

@@ -9,7 +9,7 @@ import torch
 
 from conftest import real_data
 from ember.tasks.fewshot import (FORMATS, build_context, calibrate_scores, content_free_queries,
-                                 draw_demonstrations, evaluate_fewshot, score_continuations)
+                                 draw_demonstrations, evaluate_fewshot, render, score_continuations)
 from ember.tasks.glue import Example
 from gpt_helpers import make_gpt_run
 
@@ -68,6 +68,20 @@ def test_fewshot_context_drops_oldest_demonstrations_to_fit(tmp_path):
     assert "film number 7" in text and "film number 0" not in text  # the oldest go first
     alone, kept = build_context(tok, fmt, demos, query, room=4)
     assert kept == 0 and len(alone) == 4
+    # the fewest dropped, as a scan from the oldest finds them, for every room; real SST-2 sentences
+    sentences = real_data("glue", "SST-2", "train.tsv").read_text(encoding="utf-8").splitlines()[1:301]
+    real = [Example(str(i), line.split("\t")[0], None, int(line.split("\t")[1])) for i, line in enumerate(sentences)]
+
+    def scanned(room):
+        for start in range(len(real) + 1):
+            text = "".join(render(fmt, d, with_answer=True) + fmt.separator for d in real[start:])
+            if len(tok.encode(text + render(fmt, query, with_answer=False), add_special_tokens=False).ids) <= room:
+                return len(real) - start
+        return 0
+
+    for room in (16, 64, 200, 1024, 4000):
+        ids, kept = build_context(tok, fmt, real, query, room=room)
+        assert len(ids) <= room and kept == scanned(room), room
 
 
 def test_fewshot_sst2_on_real_data_reports_accuracy_per_k(tmp_path):
