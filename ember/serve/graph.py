@@ -223,5 +223,5 @@ class InferenceGraph(nn.Module):
 def hidden_layers(states: Sequence, need_hidden: bool | Sequence[int]) -> Sequence:
     """The hidden states a caller asked for: every layer (True) or the listed ones, in that
     order. An embedding request reads one layer; stacking all L + 1 (each (B, T, H)) into a new
-    tensor was ~1% of an MiniLM embedding pass and L + 1 times the memory."""
+    tensor was ~1% of a MiniLM embedding pass and L + 1 times the memory."""
     return [states[i] for i in need_hidden] if isinstance(need_hidden, (list, tuple)) else states
