@@ -119,9 +119,7 @@ def run(args) -> int:
         masked = "; an encoder fills in [MASK]s with `ember fill-mask`" if family in ENCODER_FAMILIES else ""
         raise EmberError(f"{args.run_dir} holds a {family} model; ember generate writes text with GPT runs (--prompt) "
                          f"and T5 runs (--input){masked}")
-    from_file = read_prompts(args.prompts_file) if args.prompts_file else []
-    if args.prompts_file and not from_file:
-        raise EmberError(f"{args.prompts_file} holds no prompts (only empty lines)")
+    from_file = read_prompts(args.prompts_file) if args.prompts_file else []  # an empty file: "file is empty"
     prompts = list(args.prompt) + list(args.input) + from_file
     if not prompts:
         raise EmberError("no prompts: pass --prompt TEXT (T5: --input TEXT) or --prompts-file FILE")

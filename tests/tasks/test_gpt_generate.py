@@ -143,7 +143,7 @@ def test_gpt_generate_text_stop_sequence_and_cli(gpt_run, tmp_path, capsys):
     assert main(["generate", str(gpt_run), "--prompt", "The town", "--tldr", "--max-new-tokens", "8"]) == 0
     (tmp_path / "empty.txt").write_text("\n\n")
     assert main(["generate", str(gpt_run), "--prompts-file", str(tmp_path / "empty.txt")]) == 1
-    assert "empty.txt holds no prompts" in capsys.readouterr().err
+    assert "empty.txt: file is empty" in capsys.readouterr().err
 
 
 def test_gpt_tldr_keeps_three_sentences():

@@ -84,7 +84,7 @@ def test_sharded_checkpoint_missing_shard_is_named_and_the_previous_one_used(tmp
     (first / "__0_0.distcp").unlink()
     with pytest.raises(EmberError, match="no intact checkpoint") as err:
         resume_checkpoint(tmp_path, *trained(seed=1), DistInfo())
-    assert "without --resume" in str(err.value)
+    assert "start over with --overwrite" in str(err.value)
     assert first.is_dir() and second.is_dir()  # nothing deleted: the user decides
 
 
