@@ -4,8 +4,8 @@ A checkpoint is a folder ``checkpoints/step-00001000/`` holding ``model.safetens
 ``optimizer.pt`` and ``trainer_state.json``, plus ``manifest.json`` with each file's size and
 SHA-256. It is written under a temporary name, flushed to disk, and renamed into place, so a
 process killed at any moment leaves either the previous checkpoints or a complete new one;
-a leftover temporary folder or a file that no longer matches its manifest is reported and
-skipped, and the newest good checkpoint is used.
+a leftover temporary folder is ignored (and removed by the next save), a file that no longer
+matches its manifest is reported and skipped, and the newest good checkpoint is used.
 
 Under ``train.parallel: fsdp`` a checkpoint folder holds each rank's shard instead of
 ``model.safetensors``/``optimizer.pt`` (``ember.runs.sharded``); the same manifest, listing
@@ -79,6 +79,8 @@ def save_checkpoint(run_dir: Path, step: int, model_state: dict, optimizer_state
         raise
     for old in list_checkpoints(run_dir)[:-keep] if keep > 0 else []:
         shutil.rmtree(old, ignore_errors=True)
+    for stale in root.glob(".step-*.tmp"):  # half-written by a process killed mid-save; this one finished
+        shutil.rmtree(stale, ignore_errors=True)
     return final
 
 

@@ -57,6 +57,7 @@ def test_resume_skips_a_corrupt_checkpoint_and_still_matches(wiki_prepared, unin
     assert done.returncode == 0, done.stderr[-2000:]
     assert f"checkpoint {newest} is damaged" in done.stderr
     assert train_losses(run) == uninterrupted
+    assert not list((run / "checkpoints").glob(".step-*.tmp"))  # the next save cleared the half-written one
 
 
 def test_resume_with_only_damaged_checkpoints_is_a_clear_error(wiki_prepared, tmp_path):
