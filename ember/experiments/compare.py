@@ -370,7 +370,9 @@ def run_compare(recipes: list[str], data: str | Path | list[str], budget: float,
 
     clock = Clock(budget, n_train, finetune.epochs)
     ran = {"probe": 0, "pretrain": 0, "finetune": 0}
-    todo_pre = [e for e in entries if not (root / e.label / "pretrain.json").is_file()]
+    # done = its summary and its weights (weights deleted by hand: pre-training resumes and writes them)
+    todo_pre = [e for e in entries if not ((root / e.label / "pretrain.json").is_file()
+                                           and (root / e.label / "pretrain" / "model.safetensors").is_file())]
     todo_ft = [(label, spec.name, seed) for spec in specs for seed in seeds for label, _ in models
                if not (root / label / f"{spec.name}-seed{seed}" / "results.json").is_file()]
     say = clock.say
