@@ -26,10 +26,11 @@ def run(args) -> int:
     from ember.errors import EmberError
     from ember.fileio import atomic_folder
     from ember.interop.convert import export_hf, import_hf
+    from ember.runs.folder import holds
     from ember.runs.sharded import weights_view
 
     source, out = Path(args.from_hf or args.to_hf), Path(args.out)
-    if out.resolve() == source.resolve() or out.resolve() in source.resolve().parents:
+    if holds(out, source):
         raise EmberError(f"--out {out} would replace the folder being converted ({source}); choose another folder")
     if out.exists() and not out.is_dir():
         raise EmberError(f"--out {out} is a file; name a folder to write")

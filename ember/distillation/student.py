@@ -85,23 +85,13 @@ def count_parameters(module: torch.nn.Module) -> int:
     return sum(p.numel() for p in module.parameters())
 
 
-def _changed_keys(saved: dict, record: dict, prefix: str = "") -> list[str]:
-    """The settings that differ, named down to the leaf (train.lr, settings.temperature)."""
-    changed = []
-    for key in set(saved) | set(record):
-        a, b = saved.get(key), record.get(key)
-        if isinstance(a, dict) and isinstance(b, dict):
-            changed += _changed_keys(a, b, f"{prefix}{key}.")
-        elif a != b:
-            changed.append(prefix + key)
-    return changed
-
-
 def check_same_recipe(out, record: dict, resume: bool) -> None:
     """On --resume, refuse settings that differ from the run's distill.json (the continuation
     would silently mix two recipes)."""
     import json
     from pathlib import Path
+
+    from ember.runs.folder import changed_settings
 
     path = Path(out) / "distill.json"
     if not resume:
@@ -112,7 +102,7 @@ def check_same_recipe(out, record: dict, resume: bool) -> None:
                              "distil into a new --out")
         return
     saved = json.loads(path.read_text())
-    changed = sorted(_changed_keys(saved, record))
+    changed = changed_settings(saved, record)
     if changed:
         raise EmberError(f"--resume continues {out} with its own settings, but this command changes "
                          f"{', '.join(changed)}; use the original options or start a new --out")

@@ -62,6 +62,24 @@ def check_family(run_dir: Path, cfg: RunConfig, supported: tuple[str, ...]) -> N
         )
 
 
+def holds(folder: str | Path, path: str | Path) -> bool:
+    """Whether ``path`` is ``folder`` or lies inside it (replacing ``folder`` would delete it)."""
+    folder = Path(folder).resolve()
+    return Path(path).resolve() == folder or folder in Path(path).resolve().parents
+
+
+def changed_settings(old: dict, new: dict, prefix: str = "") -> list[str]:
+    """The settings that differ between two nested dicts, named down to the leaf (train.lr)."""
+    changed = []
+    for key in set(old) | set(new):
+        a, b = old.get(key), new.get(key)
+        if isinstance(a, dict) and isinstance(b, dict):
+            changed += changed_settings(a, b, f"{prefix}{key}.")
+        elif a != b:
+            changed.append(prefix + key)
+    return sorted(changed)
+
+
 def check_run_dir(run_dir: Path, resume: bool, overwrite: bool, inputs=()) -> bool:
     """Whether ``run_dir`` holds an old run that --overwrite will replace; refuses one without
     --resume or --overwrite, and refuses a ``run_dir`` that is, or holds, one of the command's
@@ -70,8 +88,7 @@ def check_run_dir(run_dir: Path, resume: bool, overwrite: bool, inputs=()) -> bo
     inputs (RUN/inputs/) are not an old run."""
     run_dir = Path(run_dir)
     for source in inputs:
-        if source and (Path(source).resolve() == run_dir.resolve()
-                                                   or run_dir.resolve() in Path(source).resolve().parents):
+        if source and holds(run_dir, source):
             raise EmberError(f"--out {run_dir} is where this command reads {source} from; write the new run to "
                              "another folder")
     existing = run_dir.is_dir() and any(p.name != RUN_INPUTS for p in run_dir.iterdir())
@@ -100,10 +117,8 @@ def check_resume_settings(saved: RunConfig, wanted: RunConfig, out: Path, skip_s
     """Refuse a --resume whose command changes a saved setting (the learning rate, the task's
     length, --features ...): the continuation would not be the run it continues, and the
     config.yaml rewritten with the new value would misdescribe the steps already taken."""
-    old, new = to_dict(saved), to_dict(wanted)
-    changed = [f"{section}.{key}" for section, values in new.items() if isinstance(values, dict)
-               and section not in skip_sections for key, value in values.items()
-               if key not in RESUMABLE_CHANGES and value != old.get(section, {}).get(key)]
+    changed = [name for name in changed_settings(to_dict(saved), to_dict(wanted)) if "." in name
+               and name.split(".")[0] not in skip_sections and name.split(".")[1] not in RESUMABLE_CHANGES]
     if changed or wanted.objective != saved.objective:
         raise EmberError(f"--resume continues {out} with its saved settings, but this command changes "
                          f"{changed or ['objective']}; drop those options or start a new run")

@@ -63,15 +63,7 @@ def _jsonl(path: Path, lines: list[str], key: str) -> list[str]:
 
 def _tsv(path: Path, lines: list[str], column: str | None) -> list[str]:
     header = lines[0].split("\t")
-    if column is None:
-        found = [c for c in DEFAULT_COLUMNS if c in header]
-        column = found[0] if found else header[0] if len(header) == 1 else None
-    if column is None or column not in header:
-        wanted = repr(column) if column else "'text' or 'sentence'"
-        raise EmberError(f"{path}:1: no {wanted} column in the header ({', '.join(header)}); the first line "
-                         "names the columns; choose the text's column with --column")
-    if len(lines) == 1:
-        raise EmberError(f"{path}:2: no rows after the header")
+    column = _text_column(path, header, column, rows=len(lines) - 1)
     index = header.index(column)
     texts = []
     for lineno, line in enumerate(lines[1:], 2):
@@ -86,16 +78,22 @@ def _csv(path: Path, column: str | None) -> list[str]:
     from ember.tasks.table_files import read_table
 
     table = read_table(path)
-    if column is None:
-        found = [c for c in DEFAULT_COLUMNS if c in table.columns]
-        column = found[0] if found else table.columns[0] if len(table.columns) == 1 else None
-    if column is None or column not in table.columns:
-        wanted = repr(column) if column else "'text' or 'sentence'"
-        raise EmberError(f"{path}:1: no {wanted} column in the header ({', '.join(table.columns)}); the first "
-                         "line names the columns; choose the text's column with --column")
-    if not table.rows:
-        raise EmberError(f"{path}:2: no rows after the header")
+    column = _text_column(path, list(table.columns), column, rows=len(table.rows))
     return [_text(row[column], path, int(where.rsplit(":", 1)[1]), column) for where, row in table.rows]
+
+
+def _text_column(path: Path, header: list[str], column: str | None, rows: int) -> str:
+    """The column holding the texts: ``column``, else text / sentence / the only one."""
+    if column is None:
+        found = [c for c in DEFAULT_COLUMNS if c in header]
+        column = found[0] if found else header[0] if len(header) == 1 else None
+    if column is None or column not in header:
+        wanted = repr(column) if column else "'text' or 'sentence'"
+        raise EmberError(f"{path}:1: no {wanted} column in the header ({', '.join(header)}); the first line "
+                         "names the columns; choose the text's column with --column")
+    if not rows:
+        raise EmberError(f"{path}:2: no rows after the header")
+    return column
 
 
 def _text(value, path: Path, lineno: int, name: str) -> str:

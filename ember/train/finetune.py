@@ -45,7 +45,7 @@ def check_options(cfg: RunConfig) -> None:
     """Refuse option combinations that cannot mean anything, before any work is done."""
     from ember.train.checks import check_train_settings
 
-    check_train_settings(cfg.train, "finetune")
+    check_train_settings(cfg.train)  # (one process only: ember.api.finetune refuses torchrun first)
     task = cfg.task
     if task.features and (task.layer_lr_decay != 1.0 or task.gradual_unfreeze):
         raise EmberError("--features freezes the whole encoder, so --layer-lr-decay and --gradual-unfreeze "
