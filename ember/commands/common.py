@@ -27,7 +27,11 @@ def int_list_arg(text: str) -> list[int]:
         raise argparse.ArgumentTypeError(f"expected comma-separated integers, e.g. 1,2,3; got {text!r}") from None
     if not values or min(values) < 0:
         raise argparse.ArgumentTypeError(f"expected non-negative integers, e.g. 1,2,3; got {text!r}")
+    repeated = sorted({v for v in values if values.count(v) > 1})
+    if repeated:  # a repeat would run the same seed (or k) twice and count it twice in the summary
+        raise argparse.ArgumentTypeError(f"{', '.join(map(str, repeated))} given more than once in {text!r}")
     return values
+
 
 def add_train_options(parser, defaults_note: str = "") -> None:
     parser.add_argument("--seed", type=int, help="random seed (weights, data order, masks, dropout)")

@@ -40,9 +40,9 @@ def register(sub) -> None:
     p = sub.add_parser("generate", help="generate text with a GPT-style causal LM or a T5 model",
                        description=HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("run_dir", help="run folder of a gpt/gpt2 or t5 model")
-    p.add_argument("--prompt", action="append", default=[], help="prompt text (repeatable; a T5 run's input)")
+    p.add_argument("--prompt", action="append", default=[], help="prompt text (repeatable; a T5 run's input; \\n = newline, for few-shot layouts)")
     p.add_argument("--input", action="append", default=[], metavar="TEXT",
-                   help="input text of a T5 run (repeatable; the same as --prompt there)")
+                   help="input text of a T5 run (repeatable; the same as --prompt there, \\n = newline)")
     p.add_argument("--prompts-file", metavar="FILE",
                    help="prompts, one per line (.txt) or JSON objects with a \"prompt\" field (.jsonl)")
     p.add_argument("--max-new-tokens", type=int, help="tokens to generate per prompt (default 50; 100 with --tldr)")
@@ -90,8 +90,12 @@ def read_prompts(path: str) -> list[str]:
                 raise EmberError(f"{path}:{n}: expected a JSON object with a \"prompt\" (or \"text\") "
                                  "field") from None
         else:
-            prompts.append(line.replace("\\n", "\n"))
+            prompts.append(_newlines(line))
     return prompts
+
+
+def _newlines(text: str) -> str:
+    return text.replace("\\n", "\n")
 
 
 BEAM_OPTIONS = ("num_beams", "length_penalty", "early_stopping")
@@ -100,7 +104,7 @@ TLDR = {"max_new_tokens": 100, "temperature": 1.0, "top_k": 2}  # GPT-2 §3.6, u
 
 def sampling_settings(args, defaults: dict | None = None) -> dict:
     """The GenerationConfig settings both kinds of model take from the command line (over ``defaults``)."""
-    settings = {"seed": args.seed, "stop": tuple(s.replace("\\n", "\n") for s in args.stop), **(defaults or {})}
+    settings = {"seed": args.seed, "stop": tuple(map(_newlines, args.stop)), **(defaults or {})}
     for name in ("max_new_tokens", "temperature", "top_k", "top_p"):
         if getattr(args, name) is not None:
             settings[name] = getattr(args, name)
@@ -120,7 +124,8 @@ def run(args) -> int:
         raise EmberError(f"{args.run_dir} holds a {family} model; ember generate writes text with GPT runs (--prompt) "
                          f"and T5 runs (--input){masked}")
     from_file = read_prompts(args.prompts_file) if args.prompts_file else []  # an empty file: "file is empty"
-    prompts = list(args.prompt) + list(args.input) + from_file
+    # A shell argument cannot hold a newline without $'...' quoting: "\n" in one is a newline, as in --stop.
+    prompts = [_newlines(p) for p in list(args.prompt) + list(args.input)] + from_file
     if not prompts:
         raise EmberError("no prompts: pass --prompt TEXT (T5: --input TEXT) or --prompts-file FILE")
     if args.batch_size < 1:

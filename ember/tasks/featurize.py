@@ -12,6 +12,7 @@ Truncation is reported, not silent: the result carries ``n_truncated``.
 from __future__ import annotations
 
 import logging
+import sys
 from typing import NamedTuple, Sequence
 
 import torch
@@ -21,6 +22,15 @@ from ember.errors import EmberError
 from ember.tasks.glue import Example
 
 log = logging.getLogger(__name__)
+
+
+def note_truncated(where: str, n_truncated: int, total: int, what: str, max_length: int,
+                   unit: str = "tokens", consequence: str = "") -> None:
+    """The stderr note every task prints when inputs were cut. It names the setting rather than one
+    verb's flag: the quickstart and the Python API have no --max-length."""
+    print(f"{where}: truncated {n_truncated} of {total} {what} to {max_length} {unit}{consequence} "
+          "(a larger task.max_length keeps more: --max-length in ember finetune and ember glue, "
+          "max_length= in ember.finetune)", file=sys.stderr)
 
 # The strategies `tokenizers` implements. "longest_first" (BERT's run_classifier
 # `_truncate_seq_pair`) trims one token at a time from the longer segment.

@@ -165,6 +165,10 @@ def evaluate_fewshot(model, tokenizer, task: str, shots: list[int], seeds: list[
     """Accuracy for every k in ``shots``: {"k=K": {"mean", "std", "min", "max", "per_seed",
     "mean_shots_used", "predicted_label_rate"}, "majority": ..., "examples": N}; with
     ``calibrate`` also "k=K calibrated" in the same form (contextual calibration)."""
+    for name, values in (("shots", shots), ("seeds", seeds)):
+        if not values or len(set(values)) != len(values):
+            raise EmberError(f"{name} {list(values)} must be distinct values, e.g. 1,2,3 (a repeat would be "
+                             "counted twice in the summary)")
     spec = get_task(task)
     fmt = prompt_format(spec.name)
     evaluation = read_examples(spec, fmt.eval_split, data_root=data_root, limit=limit)

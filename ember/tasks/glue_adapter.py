@@ -10,7 +10,6 @@ backbones change the input format and the head through their own subclass (GPT-1
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -45,8 +44,9 @@ class GlueAdapter:
         examples = self.read(split, path, limit)
         features, n_truncated = self.encode(examples, tokenizer, max_length)
         if n_truncated:
-            print(f"{self.spec.display_name} {split}: truncated {n_truncated} of {len(examples)} examples "
-                  f"to {max_length} tokens (raise --max-length to keep more)", file=sys.stderr)
+            from ember.tasks.featurize import note_truncated
+
+            note_truncated(f"{self.spec.display_name} {split}", n_truncated, len(examples), "examples", max_length)
         return examples, features
 
     def build_module(self, backbone, pad_id):

@@ -44,6 +44,7 @@ class _WithKnowledge:
     # Not served yet: the serving methods encode plain text (ember.tasks.requests.TextEncoder)
     # and would silently drop the knowledge; `ember serve` / `ember export` say so, `ember predict` works.
     inference_methods = None
+    _where = ""  # the split (or file) being loaded, for the statistics line
     not_served_reason = ("its inputs carry knowledge (K-BERT's injected triples or ERNIE's entities), which the "
                          "served and exported inputs (plain text) would silently drop")
 
@@ -56,11 +57,18 @@ class _WithKnowledge:
             self._inputs = (tokenizer, KnowledgeInputs(tokenizer, base, self.entity_names))
         return self._inputs[1]
 
-    @staticmethod
-    def _report(inputs, before, what: str) -> None:
+    def load(self, split, tokenizer, max_length, limit=None, path=None):
+        # Remembered so that the statistics line says which split it counts (train and dev print one each).
+        self._where = f"{split if path is None else path}, "
+        try:
+            return super().load(split, tokenizer, max_length, limit=limit, path=path)
+        finally:
+            self._where = ""
+
+    def _report(self, inputs, before, what: str) -> None:
         new = inputs.stats.since(before)
         if new.sentences:
-            print(f"knowledge ({what}): {new.line()}", file=sys.stderr)
+            print(f"knowledge ({self._where}{what}): {new.line()}", file=sys.stderr)
 
     def build_module(self, backbone, pad_id):
         if self.entity_vectors is not None:  # fresh fine-tuning: the TransE table from its file

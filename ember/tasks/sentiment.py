@@ -192,8 +192,9 @@ class SentimentAdapter(GlueAdapter):
         warn_if_tokenizer_mangles(tokenizer, examples[:200], self.spec.display_name)
         features, n_truncated = encode_examples(examples, tokenizer, max_length)
         if n_truncated:
-            print(f"{self.spec.display_name} {split}: truncated {n_truncated} of {len(examples)} examples "
-                  f"to {max_length} tokens (raise --max-length to keep more)", file=sys.stderr)
+            from ember.tasks.featurize import note_truncated
+
+            note_truncated(f"{self.spec.display_name} {split}", n_truncated, len(examples), "examples", max_length)
         return examples, features
 
     def metrics_of(self, predictions, labels) -> dict[str, float]:

@@ -15,7 +15,6 @@ can only lower recall, never flatter the score) and the number of such sentences
 from __future__ import annotations
 
 import re
-import sys
 from pathlib import Path
 from typing import NamedTuple, Sequence
 
@@ -28,7 +27,7 @@ from torch import nn
 from ember.errors import EmberError
 from ember.nn.linear_head import BackboneWithLinearHead
 from ember.tasks.batching import length_sorted_batches
-from ember.tasks.featurize import collate, extra_inputs
+from ember.tasks.featurize import collate, extra_inputs, note_truncated
 from ember.tasks.glue import BertHParams
 from ember.tasks.inference import token_view
 from ember.tasks.requests import body_schema
@@ -300,9 +299,8 @@ class ConllNerAdapter:
         labels = [[self.label_ids[t] for t in s.tags] for s in sentences]
         features, n_truncated = self.encode_words([s.words for s in sentences], tokenizer, max_length, labels)
         if n_truncated:
-            print(f"{self.display_name} {split if path is None else path}: truncated {n_truncated} of "
-                  f"{len(sentences)} sentences to {max_length} sub-tokens; their cut-off words count as O "
-                  "(raise --max-length to keep them)", file=sys.stderr)
+            note_truncated(f"{self.display_name} {split if path is None else path}", n_truncated, len(sentences),
+                           "sentences", max_length, unit="sub-tokens", consequence="; their cut-off words count as O")
         return sentences, features
 
     def read(self, split: str, path: str | Path | None = None, limit: int | None = None) -> list:

@@ -32,7 +32,6 @@ context), so a T5 and a BERT fine-tune on the same examples for the same number 
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -41,6 +40,7 @@ from torch import nn
 
 from ember.errors import EmberError
 from ember.nn.lm_loss import seq2seq_loss
+from ember.tasks.featurize import note_truncated
 from ember.tasks.glue import BertHParams
 from ember.tasks.text2text_encoding import (
     NO_GRAPH_REASON,
@@ -162,8 +162,8 @@ class Text2TextAdapter:
         if hasattr(self.inner, "note_longest_target"):  # kept in RUN/task.json for predict and evaluate
             self.inner.note_longest_target(enc.longest_target)
         if n_truncated:
-            print(f"{self.display_name} {split}: truncated {n_truncated} of {len(examples)} text-to-text inputs "
-                  f"to {max_length} tokens (raise --max-length to keep more)", file=sys.stderr)
+            note_truncated(f"{self.display_name} {split}", n_truncated, len(examples), "text-to-text inputs",
+                           max_length)
         return examples, features
 
     def build_module(self, backbone, pad_id) -> Text2TextModel:

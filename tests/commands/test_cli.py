@@ -77,6 +77,15 @@ def test_a_mistyped_seed_list_is_a_usage_error_not_a_traceback(verb):
     assert "argument --seeds: expected comma-separated integers, e.g. 1,2,3; got '1,x'" in done.stderr
 
 
+@pytest.mark.parametrize("verb,flag", [(["fewshot", "r", "--task", "sst2"], "--shots"), (["fewshot", "r", "--task", "sst2"], "--seeds"),
+                                       (["glue", "r", "--out", "x"], "--seeds"), (["finetune", "--task", "sst2", "--out", "x"], "--seeds")])
+def test_a_repeated_value_in_a_seed_or_shot_list_is_a_usage_error(verb, flag):
+    """fewshot --shots 1,1 ran k=1 twice and reported it as "6 seeds"; a repeated seed ran twice."""
+    done = ember(*verb, flag, "1,2,1")
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert f"argument {flag}: 1 given more than once in '1,2,1'" in done.stderr
+
+
 def test_resuming_a_run_that_is_not_there_says_so(tmp_path):
     done = ember("pretrain", "--out", str(tmp_path / "nothere"), "--resume")
     assert done.returncode == 1 and "there is no run in" in done.stderr and "data.prepared" not in done.stderr

@@ -112,6 +112,8 @@ def test_custom_classify_run_evaluates_predicts_and_serves_from_its_folder(sst2_
     printed = capsys.readouterr()
     # stdout is the JSON alone (notes such as truncation go to stderr): `ember evaluate RUN | jq` works
     assert "evaluating" not in printed.err and "truncated 66 of 872" in printed.err
+    # the note names the setting, not one verb's flag (the quickstart and the Python API have no --max-length)
+    assert "a larger task.max_length keeps more" in printed.err
     assert json.loads(printed.out)["metrics"]["accuracy"] == pytest.approx(custom.metrics["accuracy"])
     assert all(r["prediction"] in ("neg", "pos") and set(r["probabilities"]) == {"neg", "pos"} for r in rows)
     # the same predictions as CSV, a spreadsheet's format

@@ -108,6 +108,11 @@ def test_fewshot_sst2_on_real_data_reports_accuracy_per_k(tmp_path):
     predicted = score_continuations(model, contexts, conts).argmax(-1)
     expected = sum(int(p) == e.label for p, e in zip(predicted, examples)) / 24
     assert report["k=0"]["mean"] == pytest.approx(expected)
+    from ember.errors import EmberError
+
+    for shots, seeds in (([1, 1], [1, 2]), ([1], [2, 2])):  # a repeat was run and counted twice
+        with pytest.raises(EmberError, match="must be distinct"):
+            evaluate_fewshot(model, tok, "sst2", shots=shots, seeds=seeds, max_length=128, limit=4)
 
 
 def test_fewshot_calibration_divides_out_a_label_bias():

@@ -144,6 +144,14 @@ def test_gpt_generate_text_stop_sequence_and_cli(gpt_run, tmp_path, capsys):
     (tmp_path / "empty.txt").write_text("\n\n")
     assert main(["generate", str(gpt_run), "--prompts-file", str(tmp_path / "empty.txt")]) == 1
     assert "empty.txt: file is empty" in capsys.readouterr().err
+    # "\n" in a --prompt is a newline (as in --stop): the same continuation as a JSONL prompt with one
+    (tmp_path / "two-lines.jsonl").write_text(json.dumps({"prompt": "The river\nThe bank"}) + "\n")
+    sources = {"flag": ["--prompt", "The river\\nThe bank"], "file": ["--prompts-file", str(tmp_path / "two-lines.jsonl")]}
+    for name, source in sources.items():
+        assert main(["generate", str(gpt_run), *source, "--max-new-tokens", "6", "--no-progress",
+                     "--out", str(tmp_path / f"{name}.jsonl")]) == 0
+    rows = [json.loads((tmp_path / f"{name}.jsonl").read_text()) for name in sources]
+    assert rows[0]["prompt"] == "The river\nThe bank" and rows[0] == rows[1]
 
 
 def test_gpt_tldr_keeps_three_sentences():

@@ -112,7 +112,8 @@ def test_kbert_and_ernie_finetune_on_sst2_then_evaluate_and_predict_from_the_run
     assert not (tmp_path / "exported").exists()
 
 
-def test_kbert_conll_tagging_labels_words_only_and_reloads(minilm_tokenizer, small_data_root, tmp_path, monkeypatch):
+def test_kbert_conll_tagging_labels_words_only_and_reloads(minilm_tokenizer, small_data_root, tmp_path, monkeypatch,
+                                                            capsys):
     import ember
 
     torch.set_num_threads(1)
@@ -120,6 +121,7 @@ def test_kbert_conll_tagging_labels_words_only_and_reloads(minilm_tokenizer, sma
     tok_path, tok = minilm_tokenizer
     cfg, adapter = with_knowledge(knowledge_cfg(graph=str(KG_SAMPLE)), get_adapter("conll2003"))
     sentences, features = adapter.load("dev", tok, 128)
+    assert f"knowledge (dev, {len(sentences)} sentences): " in capsys.readouterr().err  # the line names its split
     for s, f in zip(sentences, features):
         labelled = [i for i, y in enumerate(f["labels"]) if y != -100]
         assert labelled == [p for p in f["word_starts"] if p >= 0]  # first token of each word, never injected
