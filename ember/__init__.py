@@ -23,3 +23,8 @@ def __getattr__(name: str):
 
         return getattr(ember.api, name)
     raise AttributeError(f"module 'ember' has no attribute {name!r}; its API: {', '.join(sorted(_API))}")
+
+
+def __dir__() -> list[str]:
+    """The lazily imported functions too, so a notebook's tab completion offers ``ember.load``."""
+    return sorted(set(globals()) | _API)

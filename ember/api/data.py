@@ -14,6 +14,7 @@ names the columns or the row.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -35,9 +36,28 @@ def _kind(data: Any) -> str:
         return "array"
     if isinstance(data, dict):
         return "columns"
-    if isinstance(data, (str, Path)) and Path(data).is_dir():
+    if _saved_dataset(data):
         return "saved_dataset"
     return "other"
+
+
+# What Dataset.save_to_disk / DatasetDict.save_to_disk write at the top of the folder.
+_SAVED_DATASET_FILES = ("dataset_info.json", "state.json", "dataset_dict.json")
+
+
+def _saved_dataset(data: Any) -> bool:
+    """A Path to a folder, or a str naming a folder that ``save_to_disk`` wrote. A str is a text
+    first: "." or "data" are words to classify unless a saved dataset is really there, and a long
+    text is no path at all (the file system refuses to look it up: ENAMETOOLONG)."""
+    if isinstance(data, Path):
+        return data.is_dir()
+    if not isinstance(data, str) or "\n" in data or not data.strip():
+        return False
+    try:
+        folder = Path(data)
+        return folder.is_dir() and any((folder / name).is_file() for name in _SAVED_DATASET_FILES)
+    except (OSError, ValueError):  # too long a name, a NUL byte
+        return False
 
 
 def load_saved_dataset(folder: str | Path):
@@ -48,7 +68,11 @@ def load_saved_dataset(folder: str | Path):
         raise EmberError(f"{folder} is a folder; reading a Hugging Face dataset saved with save_to_disk "
                          "needs the optional package `datasets` (pip install datasets), or pass a list "
                          "or a pandas DataFrame") from None
-    loaded = datasets.load_from_disk(str(folder))
+    try:
+        loaded = datasets.load_from_disk(str(folder))
+    except FileNotFoundError as exc:  # a folder, but not one save_to_disk wrote
+        raise EmberError(f"{folder} is a folder but not a saved Hugging Face dataset ({exc}); pass texts, "
+                         "a list, or a DataFrame") from None
     if _kind(loaded) == "datasetdict":
         raise EmberError(f"{folder} holds a DatasetDict with splits {sorted(loaded)}; pass one split, "
                          f"e.g. datasets.load_from_disk({str(folder)!r})[{sorted(loaded)[0]!r}]")
@@ -106,7 +130,7 @@ def _check_text(value: Any, index: int, where: str) -> str:
 def texts(data: Any, column: str | None = None, where: str = "the input") -> tuple[list[str], bool]:
     """(texts, single): a string, a list/tuple/array of strings, a pandas Series, or one column
     of a DataFrame / ``datasets.Dataset`` / dict of columns (``column``, or its only column)."""
-    if isinstance(data, str) and not Path(data).is_dir():
+    if isinstance(data, str) and not _saved_dataset(data):
         return [_check_text(data, 0, where)], True
     kind, data = _table(data, where)
     if kind in ("dataframe", "dataset", "columns"):
@@ -120,8 +144,8 @@ def texts(data: Any, column: str | None = None, where: str = "the input") -> tup
                          f"{type(data).__name__}")
     elif kind in ("series", "array"):
         values = data.tolist()
-    elif isinstance(data, (list, tuple)):
-        values = list(data)
+    elif isinstance(data, (list, tuple, Iterator)):
+        values = list(data)  # a generator or map object too, as sentence-transformers' encode takes
     else:
         raise EmberError(f"{where}: expected a string, a list of strings, a pandas DataFrame or Series, or a "
                          f"datasets.Dataset, not {type(data).__name__}")

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from ember.api.results import RunResult
 from ember.errors import EmberError
+from ember.api.caller_state import keeps_caller_state
 
 TASK_METHODS = ("kd", "pkd", "tinybert")
 CORPUS_DEFAULTS = {"lr": 5e-4, "max_steps": 10000, "warmup_ratio": 0.01, "eval_every": 500, "save_every": 500}
@@ -38,6 +39,7 @@ def distill_train_config(corpus_level: bool, overrides: list[str] | tuple[str, .
     return run_config_from_dict(values, where="distill settings").train
 
 
+@keeps_caller_state
 def distill(method: str, teacher: str | Path, out: str | Path, *, stage: str = "task", data: str | Path | None = None,
             unlabeled: list[str] | tuple[str, ...] = (), overrides: list[str] | tuple[str, ...] = (),
             lr: float | None = None, batch_size: int | None = None, warmup_ratio: float | None = None,
@@ -48,12 +50,20 @@ def distill(method: str, teacher: str | Path, out: str | Path, *, stage: str = "
     max_unlabeled, train_limit, task_unlabeled, temperature, alpha, soft_loss, beta, pkd_strategy,
     epochs, intermediate_epochs, logits_cache; corpus level: student, student_layers, student_init).
 
-    >>> result = ember.distillation("kd", "runs/sst2", "runs/sst2-kd", student="bert-tiny",
+    >>> result = ember.distill("kd", "runs/sst2", "runs/sst2-kd", student="bert-tiny",
     ...                        unlabeled=["task"])  # doctest: +SKIP
     """
     from ember.train.loop import use_threads
 
+    from ember.api.arguments import folder_arg, strings_arg
+
+    teacher, out = folder_arg(teacher, "teacher"), folder_arg(out, "out")
+    overrides, unlabeled = strings_arg(overrides, "overrides"), strings_arg(unlabeled, "unlabeled")
     corpus_level = is_corpus_level(method, stage)
+    if not corpus_level:
+        from ember.train.checks import refuse_step_budget
+
+        refuse_step_budget(overrides, max_steps, f"task-level distillation ({method})")
     check_teacher_family(Path(teacher))
     train = distill_train_config(corpus_level, overrides, lr=lr, batch_size=batch_size,
                                  warmup_ratio=warmup_ratio, max_steps=max_steps)

@@ -20,13 +20,20 @@ import numpy as np
 
 from ember.errors import EmberError
 from ember.tasks.batching import inference_progress, length_sorted_batches
+from ember.api.caller_state import keeps_caller_state
 
 
 def load_embedder(run: str | Path, backend: str = "", max_length: int | None = None, batch_size: int = 32,
                   threads: int = 0):
-    """The predictor of ``run`` (a run or `ember export` folder), checked to have an ``embed`` method."""
+    """The predictor of ``run`` (a run or `ember export` folder, or a Hugging Face checkpoint folder,
+    converted once into a cached run as ``ember.load`` does), checked to have an ``embed`` method."""
+    from ember.api.arguments import folder_arg
+    from ember.api.sources import run_of_hf_folder
     from ember.serve.predictor import load_predictor
 
+    run = folder_arg(run, "run")
+    if (run / "config.json").is_file() and not (run / "config.yaml").is_file():
+        run = run_of_hf_folder(run)
     if batch_size < 1:
         raise EmberError(f"batch_size must be at least 1, got {batch_size}")
     if max_length is not None and max_length < 8:
@@ -70,11 +77,14 @@ def embed_with(predictor, texts: Sequence[str], pooling: str | None = None, laye
     return out, truncated
 
 
-def embed(run: str | Path, texts: Sequence[str] | str, *, pooling: str | None = None, layer: int | None = None,
+@keeps_caller_state
+def embed(run: str | Path, texts, *, column: str | None = None, pooling: str | None = None, layer: int | None = None,
           normalize: bool | None = None, max_length: int | None = None, backend: str = "", batch_size: int = 32,
           threads: int = 0, progress: bool = False) -> np.ndarray:
     """Sentence vectors (N, H) float32 of ``texts``, row i for text i; one text (a str) gives its
-    vector (H,), as sentence-transformers' ``encode`` does.
+    vector (H,), as sentence-transformers' ``encode`` does. ``texts``: a str, a list or generator
+    of str, a pandas Series, or one ``column`` of a DataFrame, ``datasets.Dataset`` or dict of
+    columns (ember.api.data.texts, as ``Model.embed`` reads them).
 
     ``pooling``: mean | cls; ``layer``: 0 = embeddings, -1 = last (default); ``normalize``: L2;
     ``backend``: torch (default), int8, bf16, onnx, onnx-int8.
@@ -82,12 +92,15 @@ def embed(run: str | Path, texts: Sequence[str] | str, *, pooling: str | None = 
     >>> vectors = ember.embed("runs/minilm", ["a fine film", "a dull mess"])  # doctest: +SKIP
     >>> float(vectors[0] @ vectors[1])  # cosine, when the run normalises  # doctest: +SKIP
     """
+    from ember.api.data import texts as read_texts
+
+    values, single = read_texts(texts, column, where="ember.embed()'s texts")  # checked before the model loads
     predictor = load_embedder(run, backend, max_length, batch_size, threads)
-    if isinstance(texts, str):  # one text, not its characters
-        return embed_with(predictor, [texts], pooling, layer, normalize, progress)[0][0]
-    return embed_with(predictor, texts, pooling, layer, normalize, progress)[0]
+    vectors = embed_with(predictor, values, pooling, layer, normalize, progress)[0]
+    return vectors[0] if single else vectors
 
 
+@keeps_caller_state
 def embed_file(run: str | Path, input: str | Path, out: str | Path, *, column: str | None = None,
                pooling: str | None = None, layer: int | None = None, normalize: bool | None = None,
                max_length: int | None = None, backend: str = "", batch_size: int = 32, threads: int = 0,

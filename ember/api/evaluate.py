@@ -5,7 +5,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ember.api.caller_state import keeps_caller_state
 
+
+SIMILARITY_SETTINGS = ("pooling", "layer", "max_length", "backend", "batch_size")  # evaluate_similarity's
+
+
+@keeps_caller_state
 def evaluate(run: str | Path, split: str = "", file: str | Path | None = None, task: str = "", data=None,
              column: str | None = None, pair_column: str | None = None, label_column: str | None = None,
              zero_shot: bool = False, progress: bool = False, num_beams: int | None = None,
@@ -26,10 +32,17 @@ def evaluate(run: str | Path, split: str = "", file: str | Path | None = None, t
     >>> ember.evaluate("runs/sst2")["metrics"]["accuracy"]  # doctest: +SKIP
     >>> ember.evaluate("runs/minilm", task="stsb", zero_shot=True)["metrics"]["spearman_cosine"]  # doctest: +SKIP
     """
+    from ember.api.arguments import folder_arg
     from ember.errors import EmberError
     from ember.tasks.task_model import evaluate_run
 
+    run = folder_arg(run, "run")
     decoding = {"num_beams": num_beams, "length_penalty": length_penalty, "max_new_tokens": max_new_tokens}
+    unknown = sorted(set(similarity) - set(SIMILARITY_SETTINGS))
+    if unknown:  # a typo (splt=) was reported as a zero-shot setting, or reached a TypeError inside
+        raise EmberError(f"evaluate() got unknown keyword(s) {', '.join(unknown)}; it takes split, file, task, "
+                         f"data, column, pair_column, label_column, zero_shot, progress, num_beams, length_penalty, "
+                         f"max_new_tokens, and with zero_shot=True {', '.join(SIMILARITY_SETTINGS)}")
     if zero_shot:
         if data is not None:
             raise EmberError("zero_shot=True reads a task's pairs or a file; data= is for fine-tuned runs")

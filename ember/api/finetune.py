@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from ember.api.caller_state import keeps_caller_state
 from ember.api.results import RunResult
 from ember.config import ModelConfig, RunConfig
 from ember.errors import EmberError
@@ -68,10 +69,13 @@ def finetune_config(task: str, model_cfg: ModelConfig, init: str = "random", see
     from ember.tasks.base import get_adapter
     from ember.tasks.glue import BertHParams
 
+    from ember.train.checks import refuse_step_budget
+
     unknown = sorted(set(settings) - set(SETTINGS))
     if unknown:
         raise EmberError(f"unknown fine-tuning setting(s) {unknown}; known: {', '.join(sorted(SETTINGS))} "
                          "(or pass section.key=value overrides)")
+    refuse_step_budget(overrides, None, "fine-tuning")
     adapter = get_adapter(task, model_cfg)  # the family's form of the task (GPT-1's, T5's text-to-text)
     hp = getattr(adapter, "hparams", BertHParams())
     values = to_dict(RunConfig(kind="finetune"))
@@ -88,6 +92,7 @@ def finetune_config(task: str, model_cfg: ModelConfig, init: str = "random", see
     return dataclasses.replace(cfg, model=model_cfg)
 
 
+@keeps_caller_state
 def finetune(task: str, out: str | Path, init="random", *, model: str = "", tokenizer: str = "",
              seeds: list[int] | None = None, train_limit: int | None = None,
              overrides: list[str] | tuple[str, ...] = (), resume: bool = False, overwrite: bool = False,
@@ -128,8 +133,15 @@ def finetune(task: str, out: str | Path, init="random", *, model: str = "", toke
 
     from ember.train.distributed import one_process
 
+    from ember.api.arguments import folder_arg, strings_arg
+
     one_process("finetune")  # before a custom task's inputs are copied into out
-    out = Path(out)
+    out, overrides = folder_arg(out, "out"), strings_arg(overrides, "overrides")
+    if settings.get("seed") is not None:  # one run's seed, as pretrain(seed=...) and the CLI's --seed take it
+        if seeds:
+            raise EmberError("pass seed= (one run) or seeds= (one run each), not both")
+        seeds = [settings.pop("seed")]
+    settings.pop("seed", None)
     seeds = list(seeds) if seeds else [None]
     if len(set(seeds)) != len(seeds):
         raise EmberError(f"seeds {seeds} repeat a seed; give distinct seeds, e.g. 1,2,3")

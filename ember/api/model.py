@@ -25,12 +25,13 @@ other keyword is a request option (``top_k=3``, ``pooling="cls"``, ``max_new_tok
 
 from __future__ import annotations
 
-import functools
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 
+from ember.api.caller_state import caller_state_kept, keeps_caller_state
 from ember.api.data import texts
 from ember.api.sources import layout, run_of_hf_folder
 from ember.errors import EmberError
@@ -50,18 +51,23 @@ def _python_limits():
     return Limits(max_body_bytes=big, max_texts=big, max_chars=big, max_new_tokens=big)
 
 
+@keeps_caller_state
 def load(path: str | Path, backend: str = "torch", max_length: int | None = None, max_batch: int = 32,
          threads: int = 0) -> "Model":
     """The model in ``path``: a run folder, an `ember export` folder (which runs its own format)
     or a Hugging Face checkpoint folder (converted once into a cached run, see
     ``ember.api.sources``), on ``backend``. ``max_length`` caps tokens per input (default:
-    the run's), ``max_batch`` rows per forward pass, ``threads`` CPU threads (0 = all).
+    the run's), ``max_batch`` rows per forward pass, ``threads`` the CPU threads this model's calls
+    run on (0: torch's setting at each call). The caller's torch thread count and random state are
+    as they were after every call (``ember.api.caller_state``).
 
     >>> model = ember.load("runs/sst2", backend="onnx")  # doctest: +SKIP
     """
     from ember.serve.predictor import load_predictor
 
-    source = Path(path)
+    from ember.api.arguments import folder_arg
+
+    source = folder_arg(path, "path")
     if backend not in BACKENDS:
         raise EmberError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
     kind = layout(source)
@@ -69,14 +75,15 @@ def load(path: str | Path, backend: str = "torch", max_length: int | None = None
     # An export folder runs its own format: "torch" (the default) then means "as exported".
     predictor = load_predictor(run_dir, "" if kind == "export" and backend == "torch" else backend, threads,
                                max_length, max_batch)
-    return Model(predictor, run_dir, source, kind)
+    return Model(predictor, run_dir, source, kind, threads)
 
 
 class Model:
     """A loaded model; its inference methods are attributes (see the module docstring)."""
 
-    def __init__(self, predictor, run_dir: Path, source: Path, kind: str) -> None:
+    def __init__(self, predictor, run_dir: Path, source: Path, kind: str, threads: int = 0) -> None:
         self._predictor = predictor
+        self._threads = threads
         self.path = Path(run_dir)  # the folder that runs (the cached run of an HF checkpoint)
         self.source = Path(source)  # what was passed to ember.load
         self.layout = kind  # "run", "export" or "hf"
@@ -118,13 +125,27 @@ class Model:
         endpoint = name.replace("_", "-")
         for candidate in (name, endpoint):
             if candidate in self._predictor.methods:
-                return functools.partial(self._call, candidate)
+                return self._method(candidate)
         what = f"this model ({self._predictor.info.display_name}, {self.source})"
         if name in KNOWN_METHODS:
             raise AttributeError(f"{what} has no {name!r} method; it has: {', '.join(self.methods)}")
         raise AttributeError(f"{what} has no attribute {name!r}; its methods: {', '.join(self.methods)}")
 
     # -- running a method ----------------------------------------------------------------------
+    def _method(self, name: str):
+        """The bound inference method ``name``, documented with the request it takes (help() shows it)."""
+        def method(data: Any, column: str | None = None, **options):
+            with caller_state_kept():  # a seeded generate() or a model with threads= leaves the caller's state
+                if self._threads:
+                    torch.set_num_threads(self._threads)
+                return self._call(name, data, column, **options)
+        schema = getattr(self._predictor.methods[name], "request_schema", None) or {}
+        method.__name__ = method.__qualname__ = name.replace("-", "_")
+        method.__doc__ = (f"{method.__name__}(data, column=None, **options): {schema.get('description', '')}\n\n"
+                          "data: a str, a list of str, a pandas Series, or one column of a DataFrame / Dataset; "
+                          "options: the request fields of POST /" + name + " (ember serve's /docs lists them)")
+        return method
+
     def _call(self, name: str, data: Any, column: str | None = None, **options):
         method = self._predictor.methods[name]
         fields = dict(getattr(method, "inputs", DEFAULT_INPUTS))
@@ -200,6 +221,10 @@ class Model:
         (``options``: verify_file, limit, batch_size, tolerance); returns the report."""
         from ember.serve.export import export_run
 
+        unknown = sorted(set(options) - {"verify_file", "limit", "batch_size", "tolerance"})
+        if unknown:
+            raise EmberError(f"export() got unknown keyword(s) {', '.join(unknown)}; its options: verify_file, "
+                             "limit, batch_size, tolerance")
         return export_run(self._source_run("export"), format, path, verify=verify, overwrite=overwrite, **options)
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+from ember.api.caller_state import keeps_caller_state
 from ember.api.results import RunResult
 from ember.config import RunConfig, to_dict
 from ember.errors import EmberError
@@ -72,6 +73,7 @@ def pretrain_config(recipe: str | Path | RunConfig | None, out: str | Path, data
     return cfg
 
 
+@keeps_caller_state
 def pretrain(recipe: str | Path | RunConfig | None = "bert-mini", out: str | Path = "runs/pretrain",
              data: str | Path | None = None, overrides: list[str] | tuple[str, ...] = (), resume: bool = False,
              overwrite: bool = False, progress: bool = True) -> RunResult:
@@ -84,7 +86,9 @@ def pretrain(recipe: str | Path | RunConfig | None = "bert-mini", out: str | Pat
     from ember.train.logging import last_evaluation
     from ember.train.pretrain import run_pretraining
 
-    out = Path(out)
+    from ember.api.arguments import folder_arg, strings_arg
+
+    out, overrides = folder_arg(out, "out"), strings_arg(overrides, "overrides")
     cfg = pretrain_config(recipe, out, data, overrides, resume)
     trained = run_pretraining(cfg, out, resume=resume, overwrite=overwrite, progress=progress)
     _record_recipe(out, recipe, data, overrides, resume)

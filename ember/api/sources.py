@@ -58,13 +58,33 @@ def _checkpoint_key(hf_dir: Path) -> str:
     if not weights:
         raise EmberError(f"{hf_dir} has config.json but neither model.safetensors nor pytorch_model.bin; "
                          "a Hugging Face checkpoint folder needs its weights")
-    for file in [hf_dir / "config.json", *(hf_dir / n for n in HF_TOKENIZER_FILES), weights[0]]:
+    for file in [hf_dir / "config.json", *(hf_dir / n for n in HF_TOKENIZER_FILES), weights[0],
+                 *_sentence_transformers_files(hf_dir)]:
         if file.is_file():
             digest.update(f"{file.name}\n".encode())
             with open(file, "rb") as fh:
                 for block in iter(lambda: fh.read(1 << 20), b""):
                     digest.update(block)
     return digest.hexdigest()[:24]
+
+
+def _sentence_transformers_files(hf_dir: Path) -> list[Path]:
+    """The files a sentence-transformers folder's conversion reads besides the model's own (its
+    pipeline, pooling and max length: ember.interop.sentence_transformers), so that editing one
+    converts the checkpoint again. An unreadable modules.json is the conversion's to report."""
+    import json
+
+    modules_file = hf_dir / "modules.json"
+    if not modules_file.is_file():
+        return []
+    try:
+        modules = json.loads(modules_file.read_text(encoding="utf-8"))
+        folders = {str(m.get("path", "") or "") for m in modules if isinstance(m, dict)}
+    except (ValueError, TypeError, AttributeError, UnicodeDecodeError):
+        folders = set()
+    files = [modules_file] + [hf_dir / folder / name for folder in sorted(folders | {""})
+                              for name in ("config.json", "sentence_bert_config.json") if folder or name != "config.json"]
+    return [f for f in files if f.is_file()]
 
 
 def run_of_hf_folder(hf_dir: Path) -> Path:

@@ -117,6 +117,13 @@ def export_hf(run_dir: str | Path, out_dir: str | Path) -> Path:
                       causal=cfg.model.family in DECODER_FAMILIES,
                       seq2seq_pad=cfg.model.pad_token_id if seq2seq else None,
                       settings=getattr(interop, "TOKENIZER_SETTINGS", None))
+    from ember.runs.embedding import read_embedding_defaults
+
+    embedding = read_embedding_defaults(run_dir)  # an imported sentence encoder's pooling goes back out with it
+    if embedding is not None:
+        from ember.interop.sentence_transformers import write_sentence_transformers
+
+        write_sentence_transformers(out_dir, embedding, cfg.model.hidden_size, cfg.model.max_position)
     return out_dir
 
 

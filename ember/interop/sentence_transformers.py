@@ -105,3 +105,21 @@ def _pooling_mode(cfg: dict, where: Path) -> str:
                          "pooling_mode_mean_tokens (mean) or pooling_mode_cls_token (cls), so this "
                          "checkpoint's vectors cannot be reproduced")
     return _POOLING_FLAGS[on[0]]
+
+
+def write_sentence_transformers(out_dir: Path, defaults: EmbeddingDefaults, hidden_size: int, max_position: int) -> None:
+    """The pipeline files of ``defaults`` beside an exported HF encoder in ``out_dir`` (the folder is
+    the Transformer module, path ""), so that sentence-transformers, and ember's own import, pool,
+    normalise and truncate as the run does: a run imported from such a folder goes back out whole."""
+    pool_flags = {flag: _POOLING_FLAGS[flag] == defaults.pooling for flag in _POOLING_FLAGS}
+    modules = [{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+               {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}]
+    if defaults.normalize:
+        modules.append({"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"})
+        (out_dir / "2_Normalize").mkdir(exist_ok=True)  # Normalize has no settings; its folder is still expected
+    (out_dir / "1_Pooling").mkdir(exist_ok=True)
+    (out_dir / "1_Pooling" / "config.json").write_text(
+        json.dumps({"word_embedding_dimension": hidden_size, **pool_flags}, indent=2) + "\n")
+    (out_dir / MODULES_FILE).write_text(json.dumps(modules, indent=2) + "\n")
+    (out_dir / "sentence_bert_config.json").write_text(
+        json.dumps({"max_seq_length": defaults.max_length or max_position, "do_lower_case": False}, indent=2) + "\n")

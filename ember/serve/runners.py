@@ -45,14 +45,13 @@ class TorchRunner:
 
 
 class OnnxRunner:
-    def __init__(self, session, backend: str = "onnx", cleanup: Path | None = None) -> None:
+    def __init__(self, session, backend: str = "onnx") -> None:
         self.session = session
         self.backend = backend
         # The dynamic axes the export named ("batch", "seq"), read back from the file itself.
         shape = next(o.shape for o in session.get_outputs() if o.name == "logits")
         self.logits_axes = {i: d for i, d in enumerate(shape) if isinstance(d, str)}
         self.calls = 0
-        self._cleanup = cleanup  # temporary folder of an on-the-fly export
 
     def __call__(self, arrays: dict[str, np.ndarray], need_hidden: bool | list[int] = False):
         self.calls += 1
@@ -66,10 +65,6 @@ class OnnxRunner:
         if not need_hidden:
             return out[0], None
         return out[0], (np.stack(hidden_layers(out[1], need_hidden)) if isinstance(need_hidden, list) else out[1])
-
-    def __del__(self):
-        if self._cleanup is not None:
-            shutil.rmtree(self._cleanup, ignore_errors=True)
 
 
 class HFRunner:
@@ -109,8 +104,10 @@ class HFRunner:
             pad = torch.from_numpy(np.ascontiguousarray(arrays["attention_mask"])) == 0
             start, end = back(out.start_logits, 1), back(out.end_logits, 1)
             logits = torch.stack([start.masked_fill(pad, -1e4), end.masked_fill(pad, -1e4)], 1)
-        else:  # *ForPreTraining models name their MLM logits prediction_logits
-            logits = out.logits if hasattr(out, "logits") else out.prediction_logits
+        else:  # *ForPreTraining models name their MLM logits prediction_logits; a model without a head
+            # (BertModel, an imported sentence encoder) gives its last hidden states, as ember's EmbeddingModel
+            logits = next(getattr(out, name) for name in ("logits", "prediction_logits", "last_hidden_state")
+                          if getattr(out, name, None) is not None)
             logits = back(logits, 1) if logits.dim() == 3 else logits  # per token: (B, T, C)
         hidden = back(torch.stack(hidden_layers(out.hidden_states, need_hidden)), 2).numpy() if need_hidden else None
         return logits.float().numpy(), hidden
@@ -211,7 +208,7 @@ def load_runner(path: str | Path, backend: str = "", threads: int = 0):
         if backend == "onnx-int8":
             onnx_path = quantize_onnx(onnx_path, tmp / "model-int8.onnx")
         session = onnx_session(onnx_path, threads)
-    except BaseException:
+    finally:  # the session holds the model in memory; the file is not needed past this point (a folder
+        # left to a finalizer stayed behind when the interpreter exited first, ~90 MB for MiniLM)
         shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return OnnxRunner(session, backend, cleanup=tmp), info, tokenizer
+    return OnnxRunner(session, backend), info, tokenizer

@@ -107,9 +107,10 @@ def parse_generate(data: dict, limits: Limits, context: int, vocab_size: int) ->
     check_fields(data, {"prompt", "prompts", "max_new_tokens", "temperature", "top_k", "top_p", "stop", "seed"})
     prompts = texts_field(data, "prompt", "prompts", limits)
     high = min(limits.max_new_tokens, context - 1)
-    settings = parse_decoding(data, high, vocab_size,
-                              f" (the server's cap is {limits.max_new_tokens}; the model's context of {context} "
-                              "tokens must also hold at least one prompt token)")
+    # name what binds: a server's cap, or the context (a Python caller has no cap of its own)
+    why = (" (the server's cap)" if limits.max_new_tokens < context - 1 else
+           f" (the model's context of {context} tokens must also hold at least one prompt token)")
+    settings = parse_decoding(data, high, vocab_size, why)
     return {"prompts": prompts, "config": GenerationConfig(**settings)}
 
 

@@ -46,7 +46,8 @@ class GlueAdapter:
         if n_truncated:
             from ember.tasks.featurize import note_truncated
 
-            note_truncated(f"{self.spec.display_name} {split}", n_truncated, len(examples), "examples", max_length)
+            note_truncated(f"{self.spec.display_name} {split if path is None else path}", n_truncated, len(examples),
+                           "examples", max_length)
         return examples, features
 
     def build_module(self, backbone, pad_id):

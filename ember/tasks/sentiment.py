@@ -194,7 +194,8 @@ class SentimentAdapter(GlueAdapter):
         if n_truncated:
             from ember.tasks.featurize import note_truncated
 
-            note_truncated(f"{self.spec.display_name} {split}", n_truncated, len(examples), "examples", max_length)
+            note_truncated(f"{self.spec.display_name} {split if path is None else path}", n_truncated, len(examples),
+                           "examples", max_length)
         return examples, features
 
     def metrics_of(self, predictions, labels) -> dict[str, float]:

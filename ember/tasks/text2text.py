@@ -158,12 +158,13 @@ class Text2TextAdapter:
     def load(self, split, tokenizer, max_length, limit=None, path=None):
         examples = self.inner.read(split, path, limit)
         enc = self.encoder(tokenizer, max_length)
-        features, n_truncated = enc(examples, self.decoder_limit, where=f"{self.display_name} {split}: ")
+        features, n_truncated = enc(examples, self.decoder_limit,
+                                    where=f"{self.display_name} {split if path is None else path}: ")
         if hasattr(self.inner, "note_longest_target"):  # kept in RUN/task.json for predict and evaluate
             self.inner.note_longest_target(enc.longest_target)
         if n_truncated:
-            note_truncated(f"{self.display_name} {split}", n_truncated, len(examples), "text-to-text inputs",
-                           max_length)
+            note_truncated(f"{self.display_name} {split if path is None else path}", n_truncated, len(examples),
+                           "text-to-text inputs", max_length)
         return examples, features
 
     def build_module(self, backbone, pad_id) -> Text2TextModel:

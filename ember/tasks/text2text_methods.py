@@ -74,9 +74,9 @@ class Seq2SeqGenerateMethod(GenerateMethod):
                             "temperature", "top_k", "top_p", "stop", "seed"})
         texts = texts_field(data, "text", "texts", limits)
         high = min(limits.max_new_tokens, self.decoder_limit)
-        settings = parse_decoding(data, high, self.vocab_size,
-                                  f" (the server's cap is {limits.max_new_tokens}; the decoder's limit, "
-                                  f"model.max_position, is {self.decoder_limit})")
+        why = (" (the server's cap)" if limits.max_new_tokens < self.decoder_limit else
+               f" (the decoder's limit, model.max_position, is {self.decoder_limit})")
+        settings = parse_decoding(data, high, self.vocab_size, why)
         beams = int_field(data, "num_beams", 1, 1, MAX_BEAMS)
         penalty = number_field(data, "length_penalty", 1.0)
         if abs(penalty) > MAX_LENGTH_PENALTY:

@@ -31,6 +31,16 @@ def check_device(device: str) -> None:
                          f"(cuda:0 to cuda:{torch.cuda.device_count() - 1})")
 
 
+def refuse_step_budget(overrides, max_steps: int | None, where: str) -> None:
+    """Runs counted in epochs (fine-tuning, task distillation) set train.max_steps from the epochs
+    (``ember.train.loop.epoch_schedule``); a step budget given too was silently replaced."""
+    named = [o for o in overrides if str(o).split("=", 1)[0].strip() == "train.max_steps"]
+    if named or max_steps is not None:
+        raise EmberError(f"{where} lasts a number of epochs, which set the steps: train.max_steps is not used "
+                         "there. Pass fewer epochs (fractions work, e.g. epochs=0.1 / --epochs 0.1), or a time "
+                         "budget (train.max_time / --max-time)")
+
+
 def check_train_settings(cfg: TrainConfig, one_process_verb: str = "") -> None:
     """``one_process_verb``: the verb (finetune, distill, ...) trains in one process only."""
     from ember.train.distributed import one_process

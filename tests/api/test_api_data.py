@@ -74,6 +74,27 @@ def test_finetune_and_evaluate_from_dataframes_write_the_data_into_the_run(init,
     assert len((out / "inputs" / "train.tsv").read_text().splitlines()) == 51
 
 
+def test_library_calls_leave_the_callers_random_state_and_thread_count(init, tmp_path):
+    """In a notebook: fine-tuning seeded torch's global generator and set one thread for good, and
+    loading a model drew its initial weights from the caller's generator. Each call now leaves
+    both as it found them (real SST-2 rows)."""
+    torch.set_num_threads(2)
+    torch.manual_seed(123)
+    expected = torch.rand(4)
+    torch.manual_seed(123)
+    out = tmp_path / "sst2"
+    ember.finetune("sst2", out, init, train=sst2_frame("train", 32), dev=sst2_frame("dev", 16), column="review",
+                   label_column="sentiment", epochs=1, max_length=32, num_threads=1, seed=7, progress=False)
+    assert torch.get_num_threads() == 2
+    model = ember.load(out, threads=1)
+    assert torch.get_num_threads() == 2
+    probabilities = model.classify(["a gripping film", "a dull mess"])
+    assert torch.get_num_threads() == 2 and len(probabilities) == 2
+    ember.evaluate(out)
+    ember.embed(out, ["a gripping film"])
+    assert torch.equal(torch.rand(4), expected)
+
+
 def test_pair_task_rows_with_quotes_and_line_breaks_round_trip_through_the_task_reader(tmp_path):
     """MRPC (CSV-style quoting) and SST-2 (no quoting): what the reader reads is what was given,
     but for tabs / line breaks, which become spaces."""
@@ -112,6 +133,30 @@ def test_bad_in_memory_data_gets_one_clear_message_each(init, tmp_path):
     with pytest.raises(EmberError, match="row 0 has no second text; MRPC classifies sentence pairs"):
         ember.finetune("mrpc", tmp_path / "bad3", init, train=[("one sentence", None, 1)], progress=False)
     assert not (tmp_path / "bad" / "config.yaml").exists()
+
+
+def test_a_step_budget_for_runs_counted_in_epochs_is_refused_not_replaced(init, tmp_path):
+    """ember.finetune(overrides=["train.max_steps=3"]) ran 24 steps, distill("kd", max_steps=4) 6:
+    the epochs set the steps. Both are refused before anything is written, naming the way out."""
+    with pytest.raises(EmberError, match="fine-tuning lasts a number of epochs.*epochs=0.1"):
+        ember.finetune("sst2", tmp_path / "ft", init, overrides=["train.max_steps=3"], progress=False)
+    with pytest.raises(EmberError, match="task-level distillation \\(kd\\) lasts a number of epochs"):
+        ember.distill("kd", tmp_path / "no-teacher-needed", tmp_path / "kd", max_steps=4, progress=False)
+    assert not (tmp_path / "ft").exists() and not (tmp_path / "kd").exists()
+
+
+def test_wrong_argument_types_are_one_line_each_and_one_override_may_be_a_string(init, tmp_path):
+    """Path(123) was a TypeError from inside; overrides="train.max_steps=3" was read character by
+    character ("override 't' must look like section.key=value")."""
+    for call, message in [(lambda: ember.load(123), "path= takes a folder path \\(a str or pathlib.Path\\), not int"),
+                          (lambda: ember.evaluate(5), "run= takes a folder path"),
+                          (lambda: ember.finetune("sst2", None, init), "out= takes a folder path"),
+                          (lambda: ember.finetune("sst2", tmp_path / "x", init, overrides=[3]),
+                           "overrides= takes a list of strings; it holds int 3")]:
+        with pytest.raises(EmberError, match=message):
+            call()
+    with pytest.raises(EmberError, match="fine-tuning lasts a number of epochs"):  # the one override, read whole
+        ember.finetune("sst2", tmp_path / "x", init, overrides="train.max_steps=3", progress=False)
 
 
 def test_a_saved_datasets_folder_is_read_and_without_the_package_says_what_to_install(init, tmp_path, monkeypatch):

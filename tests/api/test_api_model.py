@@ -204,13 +204,42 @@ def test_hf_folder_loads_through_a_cache_converted_once_real_minilm(monkeypatch,
     again = ember.load(folder)
     assert again.path == model.path
     np.testing.assert_allclose(again.embed(texts[:2]), got[:2], atol=1e-6)
+    # ember.embed takes the checkpoint folder as ember.load does (it said "not an ember run folder")
+    np.testing.assert_allclose(ember.embed(folder, texts[:2]), got[:2], atol=1e-6)
 
 
-def test_backends_onnx_and_int8_answer_close_to_torch(runs, sst2_dev):
+def test_an_edited_sentence_transformers_pooling_converts_the_checkpoint_again(tmp_path):
+    """The cache key hashed config.json, the tokenizer and the weights only: a copy of the real
+    checkpoint with [CLS] pooling and 64-token inputs loaded as the mean-pooled 256-token original."""
+    import json
+    import shutil
+
+    folder = real_data("checkpoints", "all-MiniLM-L6-v2")
+    copy = tmp_path / "minilm-cls"
+    shutil.copytree(folder, copy, ignore=shutil.ignore_patterns("model.safetensors"))
+    (copy / "model.safetensors").symlink_to(folder / "model.safetensors")
+    original = ember.load(copy)
+    assert original.info["embedding"]["pooling"] == "mean" and original.info["max_length"] == 256
+    pooling = json.loads((copy / "1_Pooling" / "config.json").read_text())
+    pooling.update(pooling_mode_mean_tokens=False, pooling_mode_cls_token=True)
+    (copy / "1_Pooling" / "config.json").write_text(json.dumps(pooling))
+    (copy / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": 64, "do_lower_case": False}))
+    edited = ember.load(copy)
+    assert edited.path != original.path
+    assert edited.info["embedding"]["pooling"] == "cls" and edited.info["max_length"] == 64
+
+
+def test_backends_onnx_and_int8_answer_close_to_torch(runs, sst2_dev, monkeypatch, tmp_path):
     pytest.importorskip("onnxruntime")
+    import tempfile
+
     texts = [ex.text_a for ex in sst2_dev[:20]]
     fp32 = [r["probabilities"]["positive"] for r in ember.load(runs["sst2"]).classify(texts)]
+    (tmp_path / "tmp").mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
     onnx = ember.load(runs["sst2"], backend="onnx")
+    # the on-the-fly export is gone once the session holds it (a finalizer left it behind at exit)
+    assert not list((tmp_path / "tmp").iterdir())
     assert onnx.backend == "onnx"
     assert [r["probabilities"]["positive"] for r in onnx.classify(texts)] == pytest.approx(fp32, abs=1e-4)
     int8 = [r["probabilities"]["positive"] for r in ember.load(runs["sst2"], backend="int8").classify(texts)]

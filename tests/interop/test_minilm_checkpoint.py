@@ -160,3 +160,59 @@ def test_minilm_bf16_backend_keeps_the_sts_score_and_the_vectors(run, sentences,
     assert got.dtype == np.float32 and got.shape == want.shape
     assert ((got * want).sum(1) > 0.995).all()  # both unit vectors: cosines
     assert not np.array_equal(got, want)  # bf16 did run
+
+
+def test_minilm_hf_export_of_a_headless_encoder_verifies_on_its_hidden_states(run, reference, sentences, tmp_path):
+    """`ember export --format hf` of the checkpoint (a BertModel, no head) crashed in verification:
+    the transformers side has no logits. Its last hidden states are compared, as ember's own."""
+    from ember.serve.export import export_run
+
+    report = export_run(run, "hf", tmp_path / "hf", limit=20)
+    assert report["verification"]["max_abs_diff"] < 1e-3 and report["verification"]["prediction_agreement"] is None
+    back = load_hf(transformers.BertModel, tmp_path / "hf")
+    ids, mask = encode(run, sentences)
+    with torch.no_grad():
+        got = back(input_ids=ids, attention_mask=mask).last_hidden_state
+        want = reference(input_ids=ids, attention_mask=mask).last_hidden_state
+    torch.testing.assert_close(got[mask.bool()], want[mask.bool()], atol=ATOL, rtol=0)
+
+
+def test_minilm_embed_reads_texts_as_the_model_methods_do(run, sentences):
+    """ember.embed on a dict of columns embedded the column names (one vector for "review"); it reads
+    texts as Model.embed does: a column, a generator, a long text, and a word that names a folder."""
+    import ember
+
+    want = ember.embed(run, sentences)
+    assert np.array_equal(ember.embed(run, {"review": sentences}), want)  # its only column
+    assert np.array_equal(ember.embed(run, {"review": sentences, "id": list(range(len(sentences)))}, column="review"),
+                          want)
+    assert np.array_equal(ember.embed(run, (s for s in sentences)), want)
+    from ember.errors import EmberError
+
+    with pytest.raises(EmberError, match="has columns review, id: say which holds the texts"):
+        ember.embed(run, {"review": sentences, "id": list(range(len(sentences)))})
+    long = " ".join(sentences)  # 1,000+ characters: Path(text).is_dir() raised "File name too long"
+    assert len(long) > 300 and ember.embed(run, long).shape == (384,)
+    model = ember.load(run)
+    assert model.embed(long).shape == (384,)
+    assert np.array_equal(model.embed("."), ember.embed(run, "."))  # a text, not the current folder
+
+
+def test_minilm_sent_back_out_is_a_sentence_transformers_folder_with_its_pooling(run, checkpoint, sentences,
+                                                                                  tmp_path):
+    """`ember convert --to-hf` of the imported checkpoint wrote the BertModel alone: re-imported, it
+    embedded unnormalised at 128 tokens (vectors up to 0.97 apart). The export now carries
+    modules.json, 1_Pooling, 2_Normalize and sentence_bert_config.json: sentence-transformers
+    loads it and gives the original's vectors, and ember re-imports the same defaults."""
+    st = pytest.importorskip("sentence_transformers")
+    from ember.interop.convert import export_hf, import_hf
+    from ember.runs.embedding import read_embedding_defaults
+
+    export_hf(run, tmp_path / "hf")
+    exported = st.SentenceTransformer(str(tmp_path / "hf"), device="cpu")
+    original = st.SentenceTransformer(str(checkpoint), device="cpu")
+    assert exported.max_seq_length == original.max_seq_length == 256
+    np.testing.assert_allclose(exported.encode(sentences), original.encode(sentences), atol=1e-6)
+    again = import_hf(tmp_path / "hf", tmp_path / "again")
+    ours, theirs = read_embedding_defaults(again), read_embedding_defaults(run)
+    assert (ours.pooling, ours.normalize, ours.max_length) == (theirs.pooling, theirs.normalize, theirs.max_length)

@@ -200,6 +200,8 @@ BAD_REQUESTS = [
     (json.dumps({"prompt": "a" * 20_001}).encode(), 422, "20001 characters"),
     (b'{"prompt": "a", "max_new_tokens": 0}', 422, "'max_new_tokens' must be between 1 and 63"),
     (b'{"prompt": "a", "max_new_tokens": 64}', 422, "'max_new_tokens' must be between 1 and 63"),
+    # what binds is named: here the context, not the server's cap (a Python caller has none)
+    (b'{"prompt": "a", "max_new_tokens": 64}', 422, "63 (the model's context of 64 tokens must also hold"),
     (b'{"prompt": "a", "max_new_tokens": "5"}', 422, "'max_new_tokens' must be an integer"),
     (b'{"prompt": "a", "max_new_tokens": true}', 422, "'max_new_tokens' must be an integer"),
     (b'{"prompt": "a", "temperature": -0.5}', 422, "'temperature' must be 0 (greedy) or between"),
@@ -334,7 +336,7 @@ def test_ember_serve_process_generates_caps_max_new_tokens_and_stops_on_sigterm(
         got = httpx.post(f"{url}/generate", json={"prompt": "The river", "max_new_tokens": 16}, timeout=60)
         assert got.status_code == 200 and got.json()["results"][0]["generated_tokens"] <= 16
         over = httpx.post(f"{url}/generate", json={"prompt": "The river", "max_new_tokens": 17}, timeout=60)
-        assert over.status_code == 422 and "cap is 16" in over.json()["error"]
+        assert over.status_code == 422 and "between 1 and 16 (the server's cap)" in over.json()["error"]
     finally:
         proc.send_signal(signal.SIGTERM)
         output, _ = proc.communicate(timeout=60)

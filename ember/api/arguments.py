@@ -1,0 +1,33 @@
+"""Checks of the library functions' path and list arguments, so that a wrong type is one
+``EmberError`` naming the argument rather than a ``TypeError`` from deep inside (``Path(123)``)
+or a string taken as a list of its characters (``overrides="train.lr=1e-4"`` read as 't', 'r', ...)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from ember.errors import EmberError
+
+
+def folder_arg(value, name: str) -> Path:
+    """``value`` as a Path: a str or an os.PathLike."""
+    if isinstance(value, (str, os.PathLike)) and str(value):
+        return Path(value)
+    raise EmberError(f"{name}= takes a folder path (a str or pathlib.Path), not {type(value).__name__} {value!r:.60}")
+
+
+def strings_arg(value, name: str) -> list[str]:
+    """A list of str; one str is a list of one (``overrides="train.lr=1e-4"``), None an empty list."""
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return [value]
+    try:
+        values = list(value)
+    except TypeError:
+        raise EmberError(f"{name}= takes a list of strings, not {type(value).__name__} {value!r:.60}") from None
+    wrong = [v for v in values if not isinstance(v, str)]
+    if wrong:
+        raise EmberError(f"{name}= takes a list of strings; it holds {type(wrong[0]).__name__} {wrong[0]!r:.60}")
+    return values
