@@ -17,6 +17,7 @@ from ember.api.caller_state import keeps_caller_state
 from ember.api.results import RunResult
 from ember.config import ModelConfig, RunConfig
 from ember.errors import EmberError
+from ember.fileio import atomic_write_text
 
 # keyword setting -> the config field it sets
 SETTINGS = {
@@ -145,6 +146,8 @@ def finetune(task: str, out: str | Path, init="random", *, model: str = "", toke
     seeds = list(seeds) if seeds else [None]
     if len(set(seeds)) != len(seeds):
         raise EmberError(f"seeds {seeds} repeat a seed; give distinct seeds, e.g. 1,2,3")
+    if not overwrite:
+        _check_seed_layout(out, len(seeds))
     if any(d is not None and not _is_table_file(d) for d in (train, dev, test)) and len(seeds) == 1:
         # out is the run folder: clear an old run now, before data from Python goes into out/inputs
         from ember.runs.folder import prepare_run_dir
@@ -177,7 +180,7 @@ def finetune(task: str, out: str | Path, init="random", *, model: str = "", toke
         summary["other_splits"] = {split: summarize_seeds([{"metrics": r["other_splits"][split]} for r in results])
                                    for split in results[0]["other_splits"]}
     out.mkdir(parents=True, exist_ok=True)
-    (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    atomic_write_text(out / "summary.json", json.dumps(summary, indent=2))
     splits = {results[0]["split"]: summary["metrics"], **summary.get("other_splits", {})}
     for split, metrics in splits.items():
         for name, s in metrics.items():
@@ -186,6 +189,23 @@ def finetune(task: str, out: str | Path, init="random", *, model: str = "", toke
                   f"(median {s['median']:.4f}, {len(seeds)} seeds)")
     means = {name: s["mean"] for name, s in summary["metrics"].items()}
     return RunResult(out, means, results, summary["metrics"])
+
+
+def _check_seed_layout(out: Path, n_seeds: int) -> None:
+    """One seed's run is ``out`` itself, several seeds' runs are ``out/seed-N``: a folder laid out one
+    way is refused to the other (``--seeds 1 --resume`` into a multi-seed folder trained a new run
+    beside its seed folders, and the next --resume compared against that stray run)."""
+    if not out.is_dir():
+        return
+    seed_runs = sorted(p.name for p in out.glob("seed-*") if (p / "config.yaml").is_file())
+    if n_seeds == 1 and (seed_runs or (out / "summary.json").is_file()):
+        one = out / (seed_runs[0] if seed_runs else "seed-1")
+        raise EmberError(f"{out} holds the runs of several seeds ({', '.join(seed_runs) or 'summary.json'}); one "
+                         f"seed's run is its own folder (--out {one}), or pass all the seeds (e.g. --seeds 1,2,3) "
+                         "to resume or extend them")
+    if n_seeds > 1 and (out / "config.yaml").is_file():
+        raise EmberError(f"{out} holds the run of one seed; the runs of several seeds go in seed-N folders of a "
+                         "folder of their own: choose another --out (or --overwrite)")
 
 
 def _is_file(data) -> bool:

@@ -58,7 +58,8 @@ def register(sub) -> None:
     p.add_argument("--epochs", type=float, help="training epochs (default 3)")
     p.add_argument("--batch-size", type=int, help="sequences per step (default 32)")
     p.add_argument("--max-length", type=int, help="max tokens per example (default 128)")
-    p.add_argument("--warmup-ratio", type=float, help="fraction of steps for LR warm-up (default 0.1)")
+    p.add_argument("--warmup-ratio", type=float,
+                   help="fraction of steps for LR warm-up (default 0.1; a T5 run: 0, as its constant Adafactor)")
     p.add_argument("--seeds", type=int_list_arg, default=None, help="comma-separated seeds, e.g. 1,2,3: one run each, "
                    "mean and std reported (overrides --seed)")
     p.add_argument("--train-split", help="split to train on (default train; SNLI here: dev) or a TSV file in the task's layout")
@@ -79,7 +80,7 @@ def register(sub) -> None:
                    help="discriminative fine-tuning: the head gets --lr, the top layer lr*X, the next lr*X^2, "
                    "..., the embeddings lr*X^(L+1) (e.g. 0.8; ULMFiT's 'divide by 2.6' is 0.385)")
     g.add_argument("--schedule", choices=["linear", "constant", "stlr"],
-                   help="lr schedule: linear warm-up/decay (BERT, default), constant after warm-up, or stlr "
+                   help="lr schedule: linear warm-up/decay (BERT, default), constant after warm-up (T5's default), or stlr "
                    "(ULMFiT slanted triangular: rise over 10%% of steps, decay to lr/32)")
     g.add_argument("--gradual-unfreeze", action="store_true",
                    help="epoch 1 trains the head and the top layer, each further epoch one more layer down, "

@@ -115,6 +115,21 @@ def check_settings(out: Path, settings: dict) -> None:
     atomic_write_text(path, json.dumps(settings, indent=2))
 
 
+def fine_tuning_recipe(model_cfg, task: str) -> str:
+    """What the runs are fine-tuned with when no flag overrides it, in the report's words: the
+    family's own defaults (a T5 run takes T5's Adafactor at a constant rate, not BERT's AdamW)."""
+    from ember.tasks.base import get_adapter
+
+    adapter = get_adapter(task, model_cfg)
+    hp, train = adapter.hparams, getattr(adapter, "train_defaults", {})
+    if train.get("optimizer") == "adafactor":
+        return (f"T5's settings (Raffel et al. 2020, §3.1.3: Adafactor at a constant lr {hp.learning_rate:g}, no "
+                f"warm-up; batch {hp.batch_size}, {hp.epochs:g} epochs, max length {hp.max_length}, outputs "
+                "decoded as text and parsed back)")
+    return ("BERT's settings (Devlin et al. 2019, §4.1: batch 32, lr 2e-5, 3 epochs, 10% warm-up, max length "
+            "128)")
+
+
 def run_glue(init: str, out: str | Path, tasks: list[str] | None = None, seeds: list[int] = (1, 2, 3),
              train_limit: int | None = None, epochs: float | None = None, max_length: int | None = None,
              lr: float | None = None, train_files: dict[str, str] | None = None, model: str = "",
@@ -155,7 +170,8 @@ def run_glue(init: str, out: str | Path, tasks: list[str] | None = None, seeds: 
     label = f"random {model}" if init_id == "random" else Path(init_id).name
     if label == "pretrain":  # `ember compare` names every pre-training folder so: say whose it is
         label = f"{Path(init_id).parent.name}/{label}"
-    meta = {"model": label, "settings": settings, "seeds": seeds, "tasks": tasks}
+    meta = {"model": label, "settings": settings, "seeds": seeds, "tasks": tasks,
+            "recipe": fine_tuning_recipe(model_cfg, tasks[0])}
 
     def report():
         return write_reports(out, plans, meta)

@@ -113,7 +113,8 @@ def render_markdown(results: dict) -> str:
     lines = [
         "# GLUE-style results", "",
         f"Model `{s['init']}`{' (' + s['model'] + ')' if s['model'] else ''}, fine-tuned on each task with "
-        "BERT's settings (Devlin et al. 2019, §4.1: batch 32, lr 2e-5, 3 epochs, 10% warm-up, max length 128)"
+        + results.get("recipe", "BERT's settings (Devlin et al. 2019, §4.1: batch 32, lr 2e-5, 3 epochs, 10% "
+                      "warm-up, max length 128)")
         + (f", overridden: {', '.join(overrides)}" if overrides else "")
         + f"; {len(seeds)} seed(s) ({', '.join(map(str, seeds))}), best epoch on the evaluation split. "
         "Scores x 100 on the dev sets (SNLI: test), mean ± sample std over seeds, then the median.", "",
@@ -136,6 +137,11 @@ def render_markdown(results: dict) -> str:
         lines.append(f"* Average: mean of each task's main metric ({mains}) over the {len(avg['tasks'])} "
                      "tasks above; ± is the std over seeds of the per-seed average. The papers average 8 "
                      "(BERT, no WNLI) or 9 tasks, so it is not comparable with their Average column.")
+    elif all(c["status"] == "done" for c in cols if c["status"] != "missing"):
+        undefined = [f"{c['column']} {METRIC_NAMES[c['main_metric']]}" for c in cols if c.get("summary")
+                     and c["summary"][c["main_metric"]]["mean"] is None]
+        lines.append(f"* Average: {DASH}: {', '.join(undefined) or 'a main metric'} is undefined (a correlation of "
+                     "outputs that are all the same, or all invalid, has no value).")
     else:
         lines.append(f"* Average: {DASH} until every task shown has a finished run.")
     lines += ["", "## Runs", "", "| task | seed | trained on | scored on | metrics | best step / steps | folder |",

@@ -183,12 +183,13 @@ def collect(paths: list[str | Path]) -> list[dict]:
     return [summarize(r, n) for r, n in zip(runs, names)]
 
 
-def write_report(paths: list[str | Path], out: str | Path, title: str | None = None) -> Path:
-    """One self-contained HTML page for the runs at or under ``paths`` (written atomically)."""
+def write_report(paths: list[str | Path] | str | Path, out: str | Path, title: str | None = None) -> Path:
+    """One self-contained HTML page for the runs at or under ``paths`` (one path, or a list; written
+    atomically)."""
     from ember.experiments.report_page import render_report
     from ember.fileio import atomic_write_text
 
-    summaries = collect(paths)
+    summaries = collect([paths] if isinstance(paths, (str, Path)) else paths)  # a str, not its characters
     out = Path(out)
     if not title:
         title = summaries[0]["name"] if len(summaries) == 1 else f"{len(summaries)} runs"

@@ -209,6 +209,9 @@ class GenerateMethod:
     def _decode(self, inputs: list[list[int]], cfg, stop_check) -> list[list[int]]:
         return generate_ids(self.model, inputs, cfg, self.eot_id, stop_check)
 
+    def _text(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(ids)
+
     def _settings(self, c) -> dict:
         return {"max_new_tokens": c.max_new_tokens, "temperature": c.temperature, "top_k": c.top_k,
                 "top_p": c.top_p, "stop": list(c.stop), "seed": None if c.greedy else c.seed}
@@ -238,7 +241,7 @@ class GenerateMethod:
             results = []
             for ids, cut in enc:
                 new = new_ids[k]
-                text, stopped = cut_at_stop(self.tokenizer.decode(new), c.stop)
+                text, stopped = cut_at_stop(self._text(new), c.stop)
                 results.append({"text": text, "finish_reason": finish_reason(stopped, len(new), c.max_new_tokens),
                                 self.tokens_key: len(ids), "generated_tokens": len(new), "truncated": cut})
                 k += 1

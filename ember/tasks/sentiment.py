@@ -245,9 +245,15 @@ def mangled_letters(tokenizer, texts) -> str:
     return "".join(sorted(lost))
 
 
+_WARNED: set = set()  # (task, letters) already warned about in this process
+
+
 def warn_if_tokenizer_mangles(tokenizer, examples, name: str) -> None:
+    """Once per task and set of letters: train, dev and test printed the same warning each."""
     lost = mangled_letters(tokenizer, [ex.text_a for ex in examples])
-    if lost:
+    key = (name, lost[:20])
+    if lost and key not in _WARNED:
+        _WARNED.add(key)
         print(f"warning: this tokenizer's normalizer changes {name} letters {lost[:20]!r} (accent "
               "stripping decomposes Hangul into jamo and й into и); train a tokenizer with "
               "`ember tokenizer train`, which keeps them", file=sys.stderr)

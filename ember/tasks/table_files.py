@@ -6,7 +6,9 @@ about a cell names its place. Formats, chosen by the file's suffix:
 
 * ``.csv`` - comma-separated with a header row; quoted fields may hold commas, doubled quotes
   and newlines (the way pandas, spreadsheets and ``datasets`` write CSV).
-* ``.tsv`` / ``.tab`` - the same with tabs.
+* ``.tsv`` / ``.tab`` - the same with tabs; a file whose quotes do not follow CSV's rules but
+  whose lines all split into the header's number of fields is read as plain tab-separated text
+  with its quotes kept (the GLUE files' layout: a sentence may start with an unmatched ").
 * ``.jsonl`` / ``.ndjson`` / ``.json`` - one JSON object per line, or one JSON array of
   objects (the two layouts ``datasets``' ``load_dataset("json")`` reads); the keys are the columns.
 * a folder written by ``datasets``' ``save_to_disk`` (``ember.tasks.hf_datasets``).
@@ -124,7 +126,28 @@ def _read_json_array(path: Path, text: str) -> Table:
 
 
 def csv_records(path: Path, delimiter: str = ","):
-    """(start line, fields) of a delimited file whose quoted fields may span lines."""
+    """(start line, fields) of a delimited file whose quoted fields may span lines. Tab-separated
+    text is read as quoted TSV when it is, else as plain tab-split lines when every line has the
+    header's number of fields (``_plain_tab_records``); else the quoting error stands."""
+    if delimiter != "\t":
+        return _quoted_records(path, delimiter)
+    try:
+        return iter(list(_quoted_records(path, delimiter)))
+    except EmberError:
+        plain = _plain_tab_records(path)
+        if plain is None:
+            raise
+        return iter(plain)
+
+
+def _plain_tab_records(path: Path) -> list | None:
+    """Lines split at tabs, quotes kept as text; None when the lines disagree on their number of fields."""
+    records = [(n, line.split("\t") if line else []) for n, line in enumerate(_lines(path), 1)]
+    widths = {len(fields) for _, fields in records if fields}
+    return records if len(widths) == 1 else None
+
+
+def _quoted_records(path: Path, delimiter: str):
     lines = _lines(path)  # strict UTF-8 with file:line errors; BOM, CRLF, trailing blanks handled
     reader = csv.reader((line + "\n" for line in lines), delimiter=delimiter, strict=True)
     while True:

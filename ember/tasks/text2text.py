@@ -202,7 +202,7 @@ class Text2TextAdapter:
         rows = []
         for ex, out in zip(examples, self.outputs(module, features, batch_size)):
             p = self.template.parse(out, ex)
-            value = p.value
+            value = p.value if p.valid else None  # a QA parse keeps the text it rejected; "output" shows it
             if p.valid and self.kind == "classify" and not self.template.is_regression:
                 value = self.template.words[value]
             rows.append({"id": getattr(ex, "guid", None) or ex.qid, "prediction": value, "valid": p.valid,

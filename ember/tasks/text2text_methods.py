@@ -106,6 +106,11 @@ class Seq2SeqGenerateMethod(GenerateMethod):
 
         return seq2seq_generate_ids(self.model, inputs, cfg, self.eot_id, stop_check if cfg.num_beams == 1 else None)
 
+    def _text(self, ids: list[int]) -> str:
+        from ember.tokenizers.sentinels import decode_with_sentinels
+
+        return decode_with_sentinels(self.tokenizer, ids)  # a span-corruption run's answer is its sentinels
+
     def _settings(self, c) -> dict:
         return {**super()._settings(c), "num_beams": c.num_beams, "length_penalty": c.length_penalty,
                 "early_stopping": c.early_stopping}

@@ -37,6 +37,22 @@ def has_sentinels(tok: Tokenizer) -> bool:
     return tok.token_to_id(sentinel_token(0)) is not None
 
 
+def decode_with_sentinels(tok: Tokenizer, ids: list[int]) -> str:
+    """``ids`` as text with their sentinels spelled out (the other special tokens dropped, as
+    ``decode`` drops them): what a span-corruption model writes is "<extra_id_0> capital <extra_id_1>",
+    and plain ``decode`` showed only " capital" (or nothing, for a run of sentinels)."""
+    text, run = [], []
+    for i in ids:
+        token = tok.id_to_token(i)
+        if token is not None and token.startswith("<extra_id_") and tok.token_to_id(token) == i:
+            text += [tok.decode(run), token]
+            run = []
+        else:
+            run.append(i)
+    text.append(tok.decode(run))
+    return " ".join(t.strip() for t in text if t.strip())
+
+
 def sentinel_ids(tok: Tokenizer, where: str = "the tokenizer") -> list[int]:
     """Ids of ``<extra_id_0>``, ``<extra_id_1>``, ... in sentinel order (the i-th corrupted
     span gets entry i), as many as the vocabulary has consecutively from 0."""

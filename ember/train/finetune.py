@@ -88,11 +88,15 @@ def run_finetuning(cfg: RunConfig, run_dir: Path, state: dict | None, tokenizer_
     dev_examples, dev_features = adapter.load(cfg.task.eval_split, tokenizer, cfg.task.max_length)
     train_cfg, steps_per_epoch = epoch_schedule(cfg.train, len(train_features), cfg.task.epochs)
     cfg = dataclasses.replace(cfg, train=train_cfg, kind="finetune")
+    module = build_task_module(cfg, adapter, state, pad_id)  # a model that cannot be built: no folder written
+    # ULMFiT options: per-layer lr scales and the unfreezing hook, both functions of the step only; built
+    # here, so a model without layers to scale (T5's Text2TextModel) is refused before anything is written.
+    lr_scale = lr_scale_fn(module, cfg.task.layer_lr_decay) if cfg.task.layer_lr_decay != 1.0 else None
+    unfreeze = gradual_unfreezing(module, steps_per_epoch) if cfg.task.gradual_unfreeze else None
     if cfg.task.gradual_unfreeze and cfg.task.epochs < cfg.model.num_layers + 1:
         print(f"note: gradual unfreezing over {cfg.task.epochs:g} epochs trains only the head and the top "
               f"{math.ceil(cfg.task.epochs)} of {cfg.model.num_layers} layers; --epochs "
               f"{cfg.model.num_layers + 1} or more reaches the embeddings")
-    module = build_task_module(cfg, adapter, state, pad_id)  # a model that cannot be built: no folder written
     if resume and (Path(run_dir) / "config.yaml").is_file():  # before config.yaml is rewritten
         check_resume_settings(load_run_config(run_dir), cfg, run_dir)
     prepare_run_dir(run_dir, resume, overwrite, inputs=(tokenizer_path,))  # the --init folder's tokenizer
@@ -118,9 +122,6 @@ def run_finetuning(cfg: RunConfig, run_dir: Path, state: dict | None, tokenizer_
         save_weights(m.state_dict(), run_dir / "model.safetensors", {"task": adapter.name})
         best_seen["metrics"] = dict(metrics)
 
-    # ULMFiT options: per-layer lr scales and the unfreezing hook, both functions of the step only.
-    lr_scale = lr_scale_fn(module, cfg.task.layer_lr_decay) if cfg.task.layer_lr_decay != 1.0 else None
-    unfreeze = gradual_unfreezing(module, steps_per_epoch) if cfg.task.gradual_unfreeze else None
     # The trainer groups batches by length where the head's loss is one term per example
     # (classification, regression, QA's windows), not for a per-token loss (tagging, text-to-text:
     # a CoNLL tagger grouped stayed at all-O on one seed of three).

@@ -160,9 +160,9 @@ def test_a_bad_train_setting_is_refused_before_the_run_folder_is_written(setting
     from conftest import real_data
 
     minilm = real_data("checkpoints", "all-MiniLM-L6-v2")
-    for verb in (["pretrain", "--data", str(wiki_prepared)],
-                 ["finetune", "--task", "sst2", "--init", str(minilm), "--train-limit", "8"]):
-        done = ember(*verb, "--out", str(tmp_path / "run"), "--set", setting, "--set", "train.max_steps=1")
+    for verb in (["pretrain", "--data", str(wiki_prepared), "--set", "train.max_steps=1"],
+                 ["finetune", "--task", "sst2", "--init", str(minilm), "--train-limit", "8", "--epochs", "0.5"]):
+        done = ember(*verb, "--out", str(tmp_path / "run"), "--set", setting)
         assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
         assert f"error: {setting.split('=')[0]}" in done.stderr, done.stderr
         assert not (tmp_path / "run").exists()

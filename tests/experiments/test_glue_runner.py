@@ -189,3 +189,29 @@ def test_glue_cell_shows_no_spread_for_a_single_seed():
     two = summarize_seeds([{"metrics": {"accuracy": 0.586}}, {"metrics": {"accuracy": 0.614}}])
     assert _cell({"summary": one, "metrics_shown": ["accuracy"]}, "mean") == "63.6"
     assert _cell({"summary": two, "metrics_shown": ["accuracy"]}, "mean") == "60.0 ± 2.0"
+
+
+def test_glue_report_names_the_families_settings_and_why_an_average_is_undefined(tmp_path):
+    """A T5 run's table said it was fine-tuned "with BERT's settings" (it ran Adafactor at a constant
+    1e-3); an STS-B whose outputs were all invalid (Pearson undefined) read "Average: - until every
+    task shown has a finished run" although every run had finished."""
+    import json
+
+    from ember.config import model_preset
+    from ember.experiments.glue import fine_tuning_recipe, plan_tasks
+    from ember.experiments.glue_report import collect_results, render_markdown
+    from ember.experiments.report_common import clean
+
+    assert "Adafactor at a constant lr 0.001" in fine_tuning_recipe(model_preset("t5-tiny"), "stsb")
+    assert fine_tuning_recipe(model_preset("bert-tiny"), "stsb").startswith("BERT's settings")
+    real_data("glue", "STS-B")
+    plan = plan_tasks(["stsb"], {}, train_limit=64)[0]
+    run = tmp_path / "runs" / "stsb-seed1"
+    run.mkdir(parents=True)
+    (run / "results.json").write_text(json.dumps({"metrics": {"pearson": float("nan"), "spearman": float("nan")},
+                                                  "best_step": 2, "steps": 2}))
+    meta = {"model": "t5", "seeds": [1], "tasks": ["stsb"], "recipe": fine_tuning_recipe(model_preset("t5-tiny"), "stsb"),
+            "settings": {"init": "t5", "model": "", "lr": None, "epochs": None, "max_length": None, "train_limit": 64}}
+    text = render_markdown(clean(collect_results(tmp_path, [plan], meta)))
+    assert "fine-tuned on each task with T5's settings" in text and "BERT's settings" not in text
+    assert "Average: –: STS-B Spearman is undefined" in text

@@ -111,10 +111,13 @@ def test_one_report_per_run_without_out_and_bad_input(runs, tmp_path, capsys):
     (tmp_path / "empty").mkdir()
     assert main(["report", str(tmp_path / "empty")]) == 1
     assert "holds no run folder (a folder with config.yaml)" in capsys.readouterr().err
-    from ember.experiments.run_report import find_runs
+    from ember.experiments.run_report import find_runs, write_report
 
     with pytest.raises(EmberError, match="is not a folder"):
         find_runs(tmp_path / "missing")
+    # one path as a str is one run (it was read as a list of its characters: "r is not a folder")
+    page = write_report(str(runs / "bert-mini"), tmp_path / "one.html").read_text()
+    assert "ember report: bert-mini" in page
 
 
 def test_glue_links_its_runs_table_to_the_report(runs):

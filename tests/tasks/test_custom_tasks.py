@@ -163,6 +163,12 @@ def test_custom_classify_seeds_write_a_summary(wiki_prepared, tmp_path):
     for seed in (1, 2):
         assert (tmp_path / "seeds" / f"seed-{seed}" / "task.json").is_file()
     assert result.summary["accuracy"]["mean"] == pytest.approx(sum(summary["metrics"]["accuracy"]["values"]) / 2)
+    # one seed into that folder trained a new run beside seed-1/ and seed-2/: refused, naming seed-1's folder
+    with pytest.raises(EmberError, match=r"holds the runs of several seeds \(seed-1, seed-2\).*seeds/seed-1\)"):
+        ember.finetune("classify", tmp_path / "seeds", model="bert-tiny", tokenizer=str(wiki_prepared / "tokenizer.json"),
+                       overrides=TINY, epochs=1, seeds=[1], train=train, dev=dev, column="review",
+                       label_column="sentiment", resume=True, **QUICK)
+    assert not (tmp_path / "seeds" / "config.yaml").exists()
 
 
 def test_custom_pair_and_regression_find_the_usual_columns(wiki_prepared, tmp_path):
@@ -286,6 +292,27 @@ def _refused(tmp_path, kind, match, **files):
     with pytest.raises(EmberError, match=match):
         ember.finetune(kind, out, model="bert-tiny", tokenizer="unused.json", **files)
     assert not out.exists()
+
+
+def test_custom_regression_reads_glue_style_tsv_whose_quotes_are_text(tmp_path):
+    """Rows copied from the real STS-B dev.tsv (lines 690-760, some sentences opening with an
+    unmatched quote) were refused as "bad CSV quoting"; a TSV whose lines all split into the
+    header's fields is read as the GLUE readers read it, quotes kept."""
+    from ember.tasks.custom import custom_task
+
+    source = real_data("glue", "STS-B", "dev.tsv").read_text(encoding="utf-8").splitlines()
+    (tmp_path / "sts.tsv").write_text("\n".join([source[0]] + source[689:760]) + "\n", encoding="utf-8")
+    (tmp_path / "train.tsv").write_text("\n".join(source[:40]) + "\n", encoding="utf-8")
+    adapter = custom_task("regression", tmp_path / "train.tsv", tmp_path / "sts.tsv")
+    got = adapter.read("dev")
+    want = read_examples("stsb", "dev")[688:759]
+    assert [(e.text_a, e.text_b, e.label) for e in got] == [(e.text_a, e.text_b, e.label) for e in want]
+    assert sum(e.text_b.startswith('"') or e.text_a.startswith('"') for e in got) >= 3
+    # a TSV that quotes the way pandas writes it still reads as quoted (a tab inside a quoted text)
+    (tmp_path / "quoted.tsv").write_text('text\tlabel\n"a\tb ""c"""\t1.5\nplain\t2\n')
+    (tmp_path / "train2.tsv").write_text("text\tlabel\nfine\t1\nok\t2\n")
+    rows = custom_task("regression", tmp_path / "train2.tsv", tmp_path / "quoted.tsv").read("dev")
+    assert [(e.text_a, e.label) for e in rows] == [('a\tb "c"', 1.5), ("plain", 2.0)]
 
 
 def test_custom_task_refuses_a_missing_column_and_lists_the_columns(tmp_path, capsys):

@@ -78,6 +78,23 @@ def test_t5_squad_input_is_question_then_context_and_the_target_the_first_answer
     assert adapter.main_metric == "f1" and adapter.hparams.max_length == 512
 
 
+def test_t5_squad_predict_file_leaves_an_invalid_answer_empty_and_keeps_the_raw_output(tok, tmp_path):
+    """`ember predict` wrote a rejected QA output ("sssss", no span of the context) as the prediction;
+    the docs (and /answer, and the classification tasks) leave it empty, with the raw output beside it."""
+    import json
+
+    source = json.loads(real_data("squad2-dev-half", "dev-v2.0.json").read_text())
+    paragraph = source["data"][0]["paragraphs"][0]
+    paragraph["qas"] = paragraph["qas"][:2]
+    (tmp_path / "two.json").write_text(json.dumps({"version": "v2.0", "data": [{"title": "t", "paragraphs": [paragraph]}]}))
+    adapter = get_adapter("squad2", T5)
+    outputs = ["sssssssssss", "France"]  # the decoder's outputs for the two questions: junk, and a span of the context
+    adapter.outputs = lambda module, features, batch_size: outputs
+    rows, _ = adapter.predict_file(None, tok, 512, tmp_path / "two.json", 2, "cpu")
+    assert [(r["prediction"], r["valid"], r["output"]) for r in rows] == [
+        (None, False, outputs[0]), ("France", True, outputs[1])]
+
+
 @pytest.mark.parametrize("task,folder,text,target", [
     ("nsmc", "nsmc", "nsmc sentence: 스토리며 설정이며 결국엔 삼류 쓰레기 영화..", "negative"),
     ("rusentiment", "rusentiment", "rusentiment sentence: урря!я дождался этой овцыы)", "positive")],
@@ -265,3 +282,30 @@ def test_t5_text2text_fine_tuning_on_real_sst2_learns(tmp_path, t5_glue_tokenize
     assert result.metrics["accuracy"] > 0.6 and result.metrics["invalid"] < 0.05
     saved = json.loads((tmp_path / "run" / "results.json").read_text())
     assert saved["metrics"]["invalid"] == result.metrics["invalid"] and saved["task"] == "SST-2"
+
+
+@pytest.mark.parametrize("options", [{"layer_lr_decay": 0.8}, {"ulmfit": True}])
+def test_t5_layerwise_options_are_refused_before_the_run_folder_is_written(options, tmp_path, t5_glue_tokenizer):
+    """--layer-lr-decay / --ulmfit on a T5 run were refused when the optimizer was built, after
+    config.yaml was written: the corrected command then met "already holds a run"."""
+    import ember
+    from ember.errors import EmberError
+
+    with pytest.raises(EmberError, match="no layered encoder backbone"):
+        ember.finetune("sst2", tmp_path / "run", init="random", model="t5-tiny", tokenizer=str(t5_glue_tokenizer),
+                       train_limit=16, epochs=1, max_length=48, progress=False, overrides=TINY_T5, **options)
+    assert not (tmp_path / "run").exists()
+
+
+def test_t5_generated_text_spells_its_sentinels_and_drops_the_other_special_tokens(tok):
+    """A span-corruption run answers in sentinels ("<extra_id_0> capital <extra_id_1>"); decoding
+    without special tokens showed " capital", or an empty line for a run of sentinels."""
+    from ember.tokenizers.sentinels import decode_with_sentinels
+
+    ids = tok.encode("<extra_id_0> capital <extra_id_1>").ids  # the template appends </s>
+    assert ids[-1] == tok.token_to_id("</s>") and tok.decode(ids).strip() == "capital"
+    assert decode_with_sentinels(tok, ids) == "<extra_id_0> capital <extra_id_1>"
+    only = [tok.token_to_id("<extra_id_0>"), tok.token_to_id("<extra_id_5>"), tok.token_to_id("<pad>")]
+    assert decode_with_sentinels(tok, only) == "<extra_id_0> <extra_id_5>"
+    words = tok.encode("a gem of a film").ids
+    assert decode_with_sentinels(tok, words) == tok.decode(words)  # no sentinel: decode's own text
