@@ -46,7 +46,8 @@ def load_embedder(run: str | Path, backend: str = "", max_length: int | None = N
 
 
 def embed_with(predictor, texts: Sequence[str], pooling: str | None = None, layer: int | None = None,
-               normalize: bool | None = None, progress: bool = False) -> tuple[np.ndarray, int]:
+               normalize: bool | None = None, progress: bool = False,
+               layer_weights: Sequence[float] | None = None) -> tuple[np.ndarray, int]:
     """(vectors (N, H) float32 in the texts' order, how many texts were truncated) from a loaded predictor."""
     from ember.tasks.requests import Limits
 
@@ -59,7 +60,9 @@ def embed_with(predictor, texts: Sequence[str], pooling: str | None = None, laye
     if pooling is not None and pooling not in ("mean", "cls"):
         raise EmberError(f"pooling {pooling!r}: sentence vectors are pooled by mean or cls")
     method = predictor.methods["embed"]
-    options = {k: v for k, v in (("pooling", pooling), ("layer", layer), ("normalize", normalize)) if v is not None}
+    options = {k: v for k, v in (("pooling", pooling), ("layer", layer), ("normalize", normalize),
+                                 ("layer_weights", None if layer_weights is None else list(layer_weights)))
+               if v is not None}
     # The method's own checks (pooling name, layer range, text validity) over all texts at once,
     # so an error names the text's index in the whole list.
     request = method.parse({"texts": texts, **options}, Limits(max_texts=len(texts), max_chars=10**9))
@@ -79,14 +82,15 @@ def embed_with(predictor, texts: Sequence[str], pooling: str | None = None, laye
 
 @keeps_caller_state
 def embed(run: str | Path, texts, *, column: str | None = None, pooling: str | None = None, layer: int | None = None,
-          normalize: bool | None = None, max_length: int | None = None, backend: str = "", batch_size: int = 32,
-          threads: int = 0, progress: bool = False) -> np.ndarray:
+          layer_weights: Sequence[float] | None = None, normalize: bool | None = None, max_length: int | None = None,
+          backend: str = "", batch_size: int = 32, threads: int = 0, progress: bool = False) -> np.ndarray:
     """Sentence vectors (N, H) float32 of ``texts``, row i for text i; one text (a str) gives its
     vector (H,), as sentence-transformers' ``encode`` does. ``texts``: a str, a list or generator
     of str, a pandas Series, or one ``column`` of a DataFrame, ``datasets.Dataset`` or dict of
     columns (ember.api.data.texts, as ``Model.embed`` reads them).
 
-    ``pooling``: mean | cls; ``layer``: 0 = embeddings, -1 = last (default); ``normalize``: L2;
+    ``pooling``: mean | cls; ``layer``: 0 = embeddings, -1 = last (default), or ``layer_weights``
+    (one per layer, embeddings first: ELMo's softmax-weighted scalar mix); ``normalize``: L2;
     ``backend``: torch (default), int8, bf16, onnx, onnx-int8.
 
     >>> vectors = ember.embed("runs/minilm", ["a fine film", "a dull mess"])  # doctest: +SKIP
@@ -96,7 +100,7 @@ def embed(run: str | Path, texts, *, column: str | None = None, pooling: str | N
 
     values, single = read_texts(texts, column, where="ember.embed()'s texts")  # checked before the model loads
     predictor = load_embedder(run, backend, max_length, batch_size, threads)
-    vectors = embed_with(predictor, values, pooling, layer, normalize, progress)[0]
+    vectors = embed_with(predictor, values, pooling, layer, normalize, progress, layer_weights)[0]
     return vectors[0] if single else vectors
 
 

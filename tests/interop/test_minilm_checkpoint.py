@@ -196,6 +196,10 @@ def test_minilm_embed_reads_texts_as_the_model_methods_do(run, sentences):
     model = ember.load(run)
     assert model.embed(long).shape == (384,)
     assert np.array_equal(model.embed("."), ember.embed(run, "."))  # a text, not the current folder
+    mix = [0.5, -1.0, 0.0, 0.3, 1.0, 2.0, 0.1]  # ELMo's scalar mix over the 7 layers, as Model.embed takes it
+    np.testing.assert_allclose(ember.embed(run, sentences, layer_weights=mix), model.embed(sentences, layer_weights=mix),
+                               atol=1e-6)
+    assert not np.allclose(ember.embed(run, sentences, layer_weights=mix), want, atol=1e-3)
 
 
 def test_minilm_sent_back_out_is_a_sentence_transformers_folder_with_its_pooling(run, checkpoint, sentences,
