@@ -35,7 +35,11 @@ def distill_train_config(corpus_level: bool, overrides: list[str] | tuple[str, .
 
     values = {"train": {**to_dict(TrainConfig()), **(CORPUS_DEFAULTS if corpus_level else TASK_DEFAULTS),
                         **{k: v for k, v in train.items() if v is not None}}}
-    values = apply_overrides(values, [o for o in overrides if o.startswith("train.")])
+    ignored = [o for o in overrides if not o.startswith("train.")]
+    if ignored:  # they were dropped without a word (--set data.eval_examples=8 did nothing)
+        raise EmberError(f"distillation takes train.* overrides only; {', '.join(ignored)} would not be used (the "
+                         "student's shape comes from --student / --student-layers, its inputs from the teacher)")
+    values = apply_overrides(values, overrides)
     return run_config_from_dict(values, where="distill settings").train
 
 

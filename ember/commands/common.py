@@ -33,7 +33,7 @@ def int_list_arg(text: str) -> list[int]:
     return values
 
 
-def add_train_options(parser, defaults_note: str = "") -> None:
+def add_train_options(parser, defaults_note: str = "", overridable: str = "any config field") -> None:
     parser.add_argument("--seed", type=int, help="random seed (weights, data order, masks, dropout)")
     parser.add_argument("--device", help="torch device, e.g. cpu or cuda (default: cpu)")
     parser.add_argument("--dtype", choices=["float32", "bfloat16"],
@@ -45,7 +45,7 @@ def add_train_options(parser, defaults_note: str = "") -> None:
                         help="continue the run in --out from its newest intact checkpoint")
     parser.add_argument("--overwrite", action="store_true", help="delete an existing run in --out first")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE",
-                        help="override any config field, e.g. --set train.lr=1e-4 (repeatable)")
+                        help=f"override {overridable}, e.g. --set train.lr=1e-4 (repeatable)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar (for logs)")
 
 
@@ -88,7 +88,8 @@ def add_decoding_options(parser) -> None:
                        help="beam score = log p / length^A (T5: 0.6; default 1.0)")
     group.add_argument("--max-new-tokens", type=int, metavar="N",
                        help="the most tokens written per output (default: the task's budget: its longest "
-                            "label + 1; your own targets: twice the longest one fine-tuning read)")
+                            "label + 1; SQuAD and your own targets: at least 32, your own twice the longest one "
+                            "fine-tuning read)")
 
 
 def decoding_of(args) -> dict:

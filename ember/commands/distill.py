@@ -52,7 +52,7 @@ def register(sub) -> None:
     g.add_argument("--unlabeled", nargs="+", default=[], metavar="PATH|task",
                    help="text files/folders (wiki, plain text, lines, JSONL), split into sentences, and/or "
                    "'task' for the task's training text without labels")
-    g.add_argument("--max-unlabeled", type=int, default=100_000, help="at most this many sentences from files")
+    g.add_argument("--max-unlabeled", type=int, default=100_000, help="at most this many sentences from files (default 100,000)")
     g.add_argument("--train-limit", type=count_arg, help="use only the first N task training examples (with "
                    "gold labels when alpha < 1)")
     g.add_argument("--task-unlabeled", type=int, help="with --unlabeled task: the first N training examples "
@@ -61,14 +61,14 @@ def register(sub) -> None:
                    "share one between students of the same teacher and transfer set")
     g = p.add_argument_group("losses")
     g.add_argument("--temperature", type=float, help="softmax temperature T (defaults: kd 2, pkd 5, tinybert 1, "
-                   "distilbert 2)")
+                   "distilbert 2; tinybert's general stage matches hidden states and attentions, no logits)")
     g.add_argument("--alpha", type=float, help="weight of the soft loss; 1 - alpha weighs the gold-label loss "
                    "on the labelled training set (defaults: kd 1, pkd 0.5, tinybert 1)")
     g.add_argument("--soft-loss", choices=["ce", "mse"], default="ce",
                    help="soft cross-entropy with T^2 scaling (default) or MSE on logits")
     g.add_argument("--beta", type=float, default=100.0, help="pkd: weight of the patience loss (default 100)")
     g.add_argument("--pkd-strategy", choices=["skip", "last"], default="skip",
-                   help="pkd: teacher layers k, 2k, ... (skip) or the last ones (last)")
+                   help="pkd: teacher layers k, 2k, ... (skip, the default) or the last ones (last)")
     g.add_argument("--ce-weight", type=float, default=5.0, help="distilbert: soft-target weight (5)")
     g.add_argument("--mlm-weight", type=float, default=2.0, help="distilbert: MLM weight (2)")
     g.add_argument("--cos-weight", type=float, default=1.0, help="distilbert: cosine weight (1)")
@@ -81,7 +81,7 @@ def register(sub) -> None:
     g.add_argument("--lr", type=float, help="peak learning rate (task 5e-5, corpus 5e-4)")
     g.add_argument("--batch-size", type=int, help="sequences per step (32)")
     g.add_argument("--warmup-ratio", type=float, help="fraction of steps for warm-up (task 0.1, corpus 0.01)")
-    add_train_options(p)
+    add_train_options(p, overridable="a train.* setting (the other sections are not used here)")
     p.set_defaults(run=run)
 
 

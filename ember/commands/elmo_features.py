@@ -36,7 +36,7 @@ def register(sub) -> None:
     p.add_argument("--lr", type=float, default=1e-3, help="Adam learning rate (default 1e-3)")
     p.add_argument("--embedding-dim", type=int, default=100, help="size of x_k (default 100)")
     p.add_argument("--hidden-size", type=int, default=128, help="BiLSTM size per direction (default 128)")
-    p.add_argument("--dropout", type=float, default=0.5, help="dropout on inputs and pooled features")
+    p.add_argument("--dropout", type=float, default=0.5, help="dropout on inputs and pooled features (default 0.5)")
     p.add_argument("--seed", type=int, default=0, help="random seed (weights, data order, dropout)")
     p.add_argument("--device", default="cpu", help="torch device (default cpu)")
     p.add_argument("--max-time", type=duration_arg, default=0.0, help="training time budget, e.g. 20m")

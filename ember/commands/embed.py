@@ -25,7 +25,7 @@ def register(sub) -> None:
     p.add_argument("run_dir", help="encoder run folder, or an export folder (onnx, int8, onnx-int8)")
     p.add_argument("--input", required=True, help="texts: .txt (one per line), .jsonl, .tsv or .csv (a header row; --column names the text column)")
     p.add_argument("--out", required=True, help="vectors file to write (.npy)")
-    p.add_argument("--column", help="the text's key (.jsonl) or column (.tsv)")
+    p.add_argument("--column", help="the text's key (.jsonl) or column (.tsv, .csv)")
     p.add_argument("--pooling", choices=["mean", "cls"], help="default: the run's (else mean)")
     p.add_argument("--layer", type=int, help="hidden layer to pool: 0 = embeddings, -1 = last (default)")
     norm = p.add_mutually_exclusive_group()

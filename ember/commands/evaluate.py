@@ -18,7 +18,8 @@ def register(sub) -> None:
     p.add_argument("run_dir", help="fine-tuned run folder (with --zero-shot: any encoder run)")
     p.add_argument("--split", default="", help="split of the task's data (default: the run's eval split)")
     p.add_argument("--file", help="a labelled file in the task's layout instead of a split "
-                   "(TSV for GLUE tasks, CoNLL columns for conll2003)")
+                   "(TSV for GLUE tasks, CoNLL columns for conll2003, SQuAD JSON for squad/squad2; a custom "
+                   "task: a file like its --dev)")
     p.add_argument("--task", default="", help="task name (default: the one the run was trained on); another "
                    "task with the run's labels is scored in its own language, e.g. an SST-2 run on "
                    "rusentiment-binary (zero-shot cross-lingual transfer)")

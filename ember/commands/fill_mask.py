@@ -8,7 +8,8 @@ def register(sub) -> None:
                        description="Print the top-k predictions of a pre-training run's MLM head "
                        "for each mask token in TEXT.")
     p.add_argument("run_dir", help="pre-training run folder")
-    p.add_argument("text", nargs="+", help="text with one or more [MASK] tokens")
+    p.add_argument("text", nargs="+", help="text with one or more mask tokens ([MASK]; <mask> for a "
+                   "RoBERTa / byte-level BPE vocabulary)")
     p.add_argument("--top-k", type=int, default=5, help="predictions per mask (default 5)")
     p.set_defaults(run=run)
 

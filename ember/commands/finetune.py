@@ -14,12 +14,14 @@ def register(sub) -> None:
         help="fine-tune on a classification, NER or question-answering task",
         description=textwrap.fill("Fine-tune a pre-trained (or random) encoder on SST-2, CoLA, MRPC, RTE, STS-B, "
         "QNLI, SNLI (sentence classification/regression), CoNLL-2003 (named entities, entity-level "
-        "F1, also reported on test) or SQuAD read from $EMBER_DATA. Defaults follow the BERT paper "
-        "(lr 2e-5 - 5e-5 for NER -, batch 32, 3 epochs, 10% warm-up, max length 128). Evaluates on "
+        "F1, also reported on test) or SQuAD read from $EMBER_DATA. Defaults are the task's and the family's: "
+        "the BERT paper's for encoders (lr 2e-5 - 5e-5 for NER and SQuAD -, batch 32, 3 epochs, 10% warm-up, max "
+        "length 128; SQuAD 384 tokens, SQuAD 2.0 2 epochs of batch 48), T5's constant Adafactor at 1e-3, "
+        "an LSTM's lr 1e-3. Evaluates on "
         "dev after each epoch and keeps the best weights in OUT/model.safetensors; OUT/results.json "
-        "holds the dev metrics. Transfer options for any backbone and task: --features (ELMo-style "
-        "frozen encoder + learned layer mix + small head), --layer-lr-decay / --schedule stlr / "
-        "--gradual-unfreeze (ULMFiT; --ulmfit sets all three), --patience (early stopping).", 100),
+        "holds the dev metrics. Transfer options: --features (ELMo-style frozen encoder + learned layer mix "
+        "+ small head; Transformer encoders), --layer-lr-decay / --schedule stlr / --gradual-unfreeze (ULMFiT; "
+        "--ulmfit sets all three; encoders and LSTMs), --patience (early stopping, any run).", 100),
         epilog="examples:\n"
         "  ember finetune --task sst2 --init runs/bert-mini --out runs/sst2 --features\n"
         "  ember finetune --task conll2003 --init runs/bert-mini --out runs/ner --layer-lr-decay 0.8 --patience 2\n"
@@ -54,18 +56,22 @@ def register(sub) -> None:
     p.add_argument("--tokenizer", default="", help="tokenizer.json for --init random")
     p.add_argument("--out", required=True, help="run folder to write")
     p.add_argument("--lr", type=float, help="peak learning rate (default: the task's BERT value; a T5 run: "
-                   "1e-3 with Adafactor, T5's)")
-    p.add_argument("--epochs", type=float, help="training epochs (default 3)")
-    p.add_argument("--batch-size", type=int, help="sequences per step (default 32)")
-    p.add_argument("--max-length", type=int, help="max tokens per example (default 128)")
+                   "1e-3 with Adafactor, T5's; an LSTM run: 1e-3)")
+    p.add_argument("--epochs", type=float, help="training epochs; fractions work (default: the task's: 3; SQuAD 2.0: 2)")
+    p.add_argument("--batch-size", type=int, help="sequences per step (default: the task's: 32; SQuAD 2.0: 48)")
+    p.add_argument("--max-length", type=int,
+                   help="max tokens per example (default: the task's: 128; SQuAD 384; a T5 run on SQuAD 512)")
     p.add_argument("--warmup-ratio", type=float,
-                   help="fraction of steps for LR warm-up (default 0.1; a T5 run: 0, as its constant Adafactor)")
+                   help="fraction of steps for LR warm-up (default 0.1; a T5 run: 0, as its constant Adafactor; "
+                   "--schedule stlr has its own rise)")
     p.add_argument("--seeds", type=int_list_arg, default=None, help="comma-separated seeds, e.g. 1,2,3: one run each, "
                    "mean and std reported (overrides --seed)")
-    p.add_argument("--train-split", help="split to train on (default train; SNLI here: dev) or a TSV file in the task's layout")
-    p.add_argument("--eval-split", help="split to select and report on (default dev; SNLI here: test)")
+    p.add_argument("--train-split", help="split to train on (default train) or a TSV file in the task's layout; SNLI "
+                   "and QNLI have no train split here: SNLI takes --train-split dev --eval-split test, QNLI a "
+                   "file (`ember glue` does both itself)")
+    p.add_argument("--eval-split", help="split to select and report on (default dev)")
     p.add_argument("--train-limit", type=count_arg, help="use only the first N training examples (quick runs)")
-    g = p.add_argument_group("transfer options (any backbone, any task)")
+    g = p.add_argument_group("transfer options (--features: Transformer encoders; ULMFiT's: encoders and LSTMs)")
     g.add_argument("--features", action="store_true",
                    help="feature-based transfer (ELMo): freeze the encoder, learn a softmax-weighted mix of "
                    "its layers (reported in results.json) and a small head on top")

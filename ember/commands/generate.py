@@ -11,7 +11,8 @@ HELP = """\
 Continue text with a causal LM run folder (from `ember pretrain --recipe gpt2-*` or a GPT-2 /
 OpenAI GPT checkpoint imported with `ember convert --from-hf`). Greedy by default; a
 --temperature above 0 samples, optionally from the --top-k most likely tokens and/or the
-smallest set reaching probability --top-p. Each prompt stops at end-of-text, at a --stop
+smallest set reaching probability --top-p (either of which samples at temperature 1 when
+--temperature is not above 0). Each prompt stops at end-of-text, at a --stop
 sequence (cut off) or after --max-new-tokens. Many prompts (--prompts-file, one per line,
 or JSONL with a "prompt" field) run in batches, left-padded, with a key/value cache.
 
@@ -49,7 +50,7 @@ def register(sub) -> None:
     p.add_argument("--temperature", type=float,
                    help="0 = greedy (default); > 0 samples from softmax(logits / T)")
     p.add_argument("--top-k", type=int, help="sample only from the k most likely tokens (implies sampling)")
-    p.add_argument("--top-p", type=float, help="nucleus sampling: smallest set with probability >= p")
+    p.add_argument("--top-p", type=float, help="nucleus sampling: smallest set with probability >= p (implies sampling)")
     p.add_argument("--stop", action="append", default=[], metavar="TEXT",
                    help="stop a continuation at this text, which is cut off (repeatable; \\n = newline)")
     p.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")

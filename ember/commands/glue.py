@@ -17,7 +17,7 @@ and median over seeds. SNLI stands in for MNLI (train on its dev, score on its t
 no train split here); QQP is not available; QNLI runs only with --train-file qnli=PATH.
 Missing tasks are shown as "–" with the reason. Settings are BERT's (batch 32, lr 2e-5,
 3 epochs, 10% warm-up, max length 128; a T5 run: T5's Adafactor at a constant 1e-3, no
-warm-up) unless overridden for all tasks.
+warm-up; an LSTM run: lr 1e-3) unless overridden for all tasks.
 
 OUT/glue.md, OUT/glue.json and OUT/glue.png are rebuilt after every run; OUT/runs/<task>-seed<k>/
 hold the fine-tuning runs. Re-running the same command skips finished runs and resumes an
@@ -42,7 +42,7 @@ def register(sub) -> None:
     p.add_argument("--train-limit", type=count_arg, help="use only the first N training examples of each task")
     p.add_argument("--epochs", type=float, help="training epochs for every task (default: BERT's 3)")
     p.add_argument("--max-length", type=int, help="max tokens per example (default: BERT's 128)")
-    p.add_argument("--lr", type=float, help="peak learning rate for every task (default: BERT's 2e-5, T5's 1e-3; "
+    p.add_argument("--lr", type=float, help="peak learning rate for every task (default: BERT's 2e-5, T5's and an LSTM's 1e-3; "
                    "miniature models fine-tune better with ~1e-4, Turc et al. 2019)")
     p.add_argument("--train-file", action="append", default=[], metavar="TASK=PATH",
                    help="training TSV for a task the data folder lacks one for, e.g. qnli=QNLI/train.tsv")

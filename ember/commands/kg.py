@@ -41,8 +41,8 @@ def register(sub) -> None:
                    "for WordNet)")
     e.add_argument("--norm", type=int, choices=[1, 2], default=2, help="L1 or L2 distance (default 2; §4.2 used 1 "
                    "for WordNet)")
-    e.add_argument("--batch-size", type=int, default=1024)
-    e.add_argument("--seed", type=int, default=0)
+    e.add_argument("--batch-size", type=int, default=1024, help="triples per step (default 1024)")
+    e.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     e.add_argument("--max-time", type=duration_arg, default=0.0, help="stop after this long, e.g. 10m")
     e.set_defaults(run=run_embed)
 
@@ -51,7 +51,7 @@ def register(sub) -> None:
                          "(at most --max-triples per entity), as the flattened tree with soft positions.")
     s.add_argument("triples", help="triples file")
     s.add_argument("text", nargs="+", help="sentence(s)")
-    s.add_argument("--max-triples", type=int, default=2)
+    s.add_argument("--max-triples", type=int, default=2, help="triples injected per entity (K-BERT's k; default 2)")
     s.add_argument("--relations", help="only these relations (comma-separated)")
     s.set_defaults(run=run_show)
     p.set_defaults(run=lambda args: p.print_help() or 2)

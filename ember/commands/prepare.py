@@ -99,7 +99,8 @@ def register(subparsers) -> None:
                         help="detect: documents read to fit the detector (default: 5000)")
     parser.add_argument("--workers", type=int, metavar="N",
                         help="processes that split and tokenize (default: the cores this process may use; "
-                        "1 = in this process); the output is the same for any N")
+                        "1 = in this process); the output is the same for any N. Plain INPUTs only: --part and "
+                        "--lang/--parallel run in one process")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar (for logs)")
     parser.set_defaults(run=run)
 

@@ -20,15 +20,16 @@ def register(sub) -> None:
         "t5-tiny, t5-mini, t5-small, t5-base; Dai & Le's LSTMs (docs/lstm.md) lm-lstm, sa-lstm; ELMo "
         "elmo-mini; ERNIE's dEA on an existing encoder (docs/knowledge.md) ernie-dea. ELMo and ernie-dea read "
         "raw text instead of shards: `ember pretrain --recipe elmo-mini --data ../shared/data/wiki-en --out "
-        "runs/elmo --max-time 15m`. With --max-time the learning-rate schedule still spans the recipe's "
-        "max_steps; --set train.schedule=time spans the time budget instead.",
+        "runs/elmo --max-time 15m`. With --max-time a linear (or stlr) learning-rate schedule still spans the "
+        "recipe's max_steps; --set train.schedule=time spans the time budget instead (bert-cram-cpu's "
+        "recipe does; T5's inverse_sqrt does not depend on max_steps).",
     )
     p.add_argument("--recipe", help="recipe name or YAML path (default: bert-mini; with --resume, "
                    "the run's saved settings)")
     p.add_argument("--data", help="prepared corpus folder (from `ember prepare`); for "
                    "ELMo (objective bilm) and ernie-dea raw text: a file, folder or glob")
     p.add_argument("--out", required=True, help="run folder to write")
-    p.add_argument("--max-steps", type=int, help="optimizer steps (the LR schedule spans these)")
+    p.add_argument("--max-steps", type=int, help="optimizer steps (a linear or stlr LR schedule spans these)")
     p.add_argument("--batch-size", type=int, help="sequences per optimizer step, over all ranks")
     p.add_argument("--grad-accum", type=int, help="micro-batches accumulated per step")
     p.add_argument("--lr", type=float, help="peak learning rate")

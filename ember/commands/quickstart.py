@@ -22,7 +22,7 @@ def register(sub) -> None:
     p.add_argument("--pretrain-steps", type=int, default=300, help="pre-training steps (default 300)")
     p.add_argument("--pretrain-time", type=duration_arg, default=360.0,
                    help="pre-training wall-clock cap (default 6m)")
-    p.add_argument("--max-docs", type=int, default=1500, help="documents to use from the corpus")
+    p.add_argument("--max-docs", type=int, default=1500, help="documents to use from the corpus (default 1,500)")
     p.add_argument("--finetune-epochs", type=float, default=1.0, help="SST-2 epochs (default 1)")
     p.add_argument("--finetune-limit", type=int, default=20000,
                    help="SST-2 training sentences to use (default 20000; 0 = all 67,349)")

@@ -17,7 +17,7 @@ def register(sub) -> None:
         "its RUN/embedding.json names). A GPT pre-training run "
         "serves /generate and /score (PyTorch fp32 or --int8; prompts longer than the context are cut "
         "from the left and flagged; --max-new-tokens caps each request). A T5 run serves /generate from "
-        "input texts (beam search too), and a text-to-text fine-tuned one also /classify or /answer "
+        "input texts (beam search too) and /score (log p(target | input)), and a text-to-text fine-tuned one also /classify or /answer "
         "(docs/t5.md). Every model serves GET /healthz and, at GET /, a page to try its endpoints in a "
         "browser. "
         "Concurrent requests are micro-batched: up to --max-batch requests or --max-wait-ms "

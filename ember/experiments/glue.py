@@ -126,6 +126,9 @@ def fine_tuning_recipe(model_cfg, task: str) -> str:
         return (f"T5's settings (Raffel et al. 2020, §3.1.3: Adafactor at a constant lr {hp.learning_rate:g}, no "
                 f"warm-up; batch {hp.batch_size}, {hp.epochs:g} epochs, max length {hp.max_length}, outputs "
                 "decoded as text and parsed back)")
+    if model_cfg.family == "lstm":  # Dai & Le's LSTMs: BERT's schedule at an LSTM's learning rate
+        return (f"an LSTM's settings (lr {hp.learning_rate:g}, batch {hp.batch_size}, {hp.epochs:g} epochs, "
+                f"{hp.warmup_ratio:.0%} warm-up, max length {hp.max_length})")
     return ("BERT's settings (Devlin et al. 2019, §4.1: batch 32, lr 2e-5, 3 epochs, 10% warm-up, max length "
             "128)")
 

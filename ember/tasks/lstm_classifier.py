@@ -99,6 +99,12 @@ class LstmTaskAdapter:
         return dataclasses.replace(self.task_adapter.hparams, learning_rate=LSTM_LEARNING_RATE)
 
     def build_module(self, backbone, pad_id: int) -> LstmClassifier:
+        from ember.tasks.feature_transfer import FeatureBackbone
+
+        if isinstance(backbone, FeatureBackbone):  # its pooled output has no LSTM final state: a traceback at step 1
+            raise EmberError("--features mixes a Transformer encoder's layers; an LSTM run (Dai & Le 2015) fine-tunes "
+                             "whole, from its final state or pooled outputs: drop --features (ELMo's layer mix is "
+                             "`ember elmo-features`)")
         return LstmClassifier(backbone, self.task_adapter.spec.num_labels, pad_id, self.pooling)
 
 

@@ -142,6 +142,15 @@ def test_pkd_and_tinybert_task_stage_cli_on_sst2(sst2_teacher, tmp_path):
         json.loads((out / "results.json").read_text())["metrics"]["accuracy"])
 
 
+def test_distill_refuses_overrides_it_would_not_use(sst2_teacher, tmp_path, capsys):
+    """--set data.eval_examples=8 or task.max_length=16 were dropped without a word (only train.* is read)."""
+    for setting in ("data.eval_examples=8", "task.max_length=16"):
+        assert main(["distill", "--method", "kd", "--teacher", str(sst2_teacher), "--out", str(tmp_path / "kd"),
+                     "--set", setting]) == 1
+        assert f"distillation takes train.* overrides only; {setting} would not be used" in capsys.readouterr().err
+        assert not (tmp_path / "kd").exists()
+
+
 @pytest.fixture(scope="module")
 def wiki_teacher(wiki_prepared, tmp_path_factory):
     from ember.recipes import recipe_path
@@ -161,7 +170,7 @@ def test_distilbert_cli_starts_from_every_other_teacher_layer_and_fill_mask_read
     out = tmp_path / "distil"
     # lr 0: one step that changes nothing, so the saved student is exactly its initialisation.
     distill("--method", "distilbert", "--teacher", str(wiki_teacher), "--data", str(wiki_prepared),
-            "--max-steps", "1", "--lr", "0", "--set", "data.eval_examples=8", "--out", str(out))
+            "--max-steps", "1", "--lr", "0", "--out", str(out))
     teacher = load_weights(wiki_teacher / "model.safetensors")
     student = load_weights(out / "model.safetensors")
     assert sum(k.startswith("backbone.layers.") for k in student) * 2 == sum(
@@ -184,7 +193,7 @@ def test_tinybert_general_stage_cli_trains_a_narrower_student_for_finetune_init(
 
     out = tmp_path / "general"
     distill("--method", "tinybert", "--stage", "general", "--teacher", str(wiki_teacher), "--data", str(wiki_prepared),
-            "--student", "bert-tiny", "--student-layers", "2", "--max-steps", "3", "--set", "data.eval_examples=8",
+            "--student", "bert-tiny", "--student-layers", "2", "--max-steps", "3",
             "--out", str(out))
     cfg, state, _ = load_init(str(out))
     assert (cfg.num_layers, cfg.hidden_size) == (2, 128) and state
@@ -195,7 +204,7 @@ def test_tinybert_general_stage_cli_trains_a_narrower_student_for_finetune_init(
 def test_tinybert_task_stage_starts_from_the_general_student(wiki_prepared, wiki_teacher, sst2_teacher, tmp_path):
     general = tmp_path / "general"
     distill("--method", "tinybert", "--stage", "general", "--teacher", str(wiki_teacher), "--data", str(wiki_prepared),
-            "--student", "bert-tiny", "--student-layers", "2", "--max-steps", "2", "--set", "data.eval_examples=8",
+            "--student", "bert-tiny", "--student-layers", "2", "--max-steps", "2",
             "--out", str(general))
     task = tmp_path / "task"
     distill("--method", "tinybert", "--teacher", str(sst2_teacher), "--student-init", str(general), "--unlabeled",

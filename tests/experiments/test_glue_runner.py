@@ -204,6 +204,7 @@ def test_glue_report_names_the_families_settings_and_why_an_average_is_undefined
 
     assert "Adafactor at a constant lr 0.001" in fine_tuning_recipe(model_preset("t5-tiny"), "stsb")
     assert fine_tuning_recipe(model_preset("bert-tiny"), "stsb").startswith("BERT's settings")
+    assert fine_tuning_recipe(model_preset("lstm-mini"), "stsb").startswith("an LSTM's settings (lr 0.001,")
     real_data("glue", "STS-B")
     plan = plan_tasks(["stsb"], {}, train_limit=64)[0]
     run = tmp_path / "runs" / "stsb-seed1"

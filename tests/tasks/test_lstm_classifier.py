@@ -192,6 +192,9 @@ def test_lstm_runs_given_to_transformer_only_verbs_get_one_clear_message(lstm_ru
     assert not (tmp_path / "kd").exists()
     assert main(["finetune", "--task", "conll2003", "--init", str(lstm_run), "--out", str(tmp_path / "ner")]) == 1
     assert "per-token task" in capsys.readouterr().err and not (tmp_path / "ner").exists()
+    # --features (a Transformer's layer mix) reached an AttributeError at the first step
+    assert main(["finetune", "--task", "sst2", "--init", str(lstm_run), "--features", "--out", str(tmp_path / "f")]) == 1
+    assert "an LSTM run (Dai & Le 2015) fine-tunes whole" in capsys.readouterr().err and not (tmp_path / "f").exists()
     from ember.errors import EmberError
     from ember.serve.graph import describe
 
