@@ -135,7 +135,8 @@ def onnx_contenders(run: Path, features: list[dict], pad_id: int, size: int, wor
 def real_inputs(module, ref, int8, features, args, extra: dict | None = None) -> dict:
     labels = np.asarray([f["label"] for f in features])
     size, pad = 32, module.pad_id
-    fixed = padded_batches(features, pad, size, 128)
+    # run_glue pads to its max length, 128, or the model's positions when fewer (the smoke model's 64)
+    fixed = padded_batches(features, pad, size, min(128, module.backbone.config.max_position))
     dynamic = padded_batches(features, pad, size, None)
 
     def over(fn, batches):

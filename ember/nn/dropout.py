@@ -96,7 +96,13 @@ def attention_scores(q: torch.Tensor, k: torch.Tensor, attn_mask: torch.Tensor |
     if attn_mask is None:
         return scores
     if attn_mask.dtype == torch.bool:
-        return scores.masked_fill(~attn_mask, torch.finfo(scores.dtype).min)
+        # Added as 0 / finfo.min, in place on the fresh product (its backward needs q and k only): one
+        # pass forward and none backward, where masked_fill cloned the (B, heads, T, S) scores and, in the
+        # backward, their gradient (12 copies a gpt2-mini step). The same values: score + finfo.min rounds
+        # to finfo.min, and a masked position's probability is 0, so its gradient is 0 either way (a row
+        # that masks every key, which no real input has, is uniform in both; only its gradient differs).
+        blocked = torch.zeros(attn_mask.shape, dtype=scores.dtype, device=scores.device)
+        return scores.add_(blocked.masked_fill_(~attn_mask, torch.finfo(scores.dtype).min))
     return scores + attn_mask
 
 

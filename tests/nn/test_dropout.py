@@ -123,3 +123,27 @@ def test_bert_self_attention_packed_heads_give_the_strided_views_numbers_and_gra
 
     for got, want in zip(run(True), run(False)):
         assert torch.equal(got, want)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_attention_scores_add_a_bool_mask_with_masked_fills_values_and_gradients(dtype):
+    """A bool mask is added in place as 0 / finfo.min (no clone forward or backward); the softmax
+    and the gradients of q and k are bit-for-bit those of masked_fill, for a causal triangle and a
+    padding mask over keys."""
+    import math
+
+    from ember.nn.dropout import attention_scores
+
+    g = torch.Generator().manual_seed(0)
+    q, k = (torch.randn(4, 2, 9, 8, generator=g).to(dtype).requires_grad_() for _ in range(2))
+    upstream = torch.randn(4, 2, 9, 9, generator=g).to(dtype)
+    padding = torch.ones(4, 1, 1, 9, dtype=torch.bool)
+    padding[1, ..., 6:] = padding[3, ..., 2:] = False
+    for mask in (torch.ones(9, 9, dtype=torch.bool).tril(), padding):
+        scores = (q * (1 / math.sqrt(8))) @ k.transpose(-1, -2)
+        want = scores.masked_fill(~mask, torch.finfo(dtype).min).softmax(-1)
+        got = attention_scores(q, k, mask).softmax(-1)
+        assert torch.equal(got, want)
+        for a, b in zip(torch.autograd.grad((got * upstream).sum(), (q, k)),
+                        torch.autograd.grad((want * upstream).sum(), (q, k))):
+            assert torch.equal(a, b)
