@@ -32,6 +32,7 @@ context), so a T5 and a BERT fine-tune on the same examples for the same number 
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -53,6 +54,25 @@ from ember.tasks.text2text_templates import template_for
 T5_TRAIN = {"optimizer": "adafactor", "schedule": "constant", "weight_decay": 0.0, "max_grad_norm": 0.0}
 T5_LR = 1e-3  # Raffel et al. 2020, §3.1.3: "a constant learning rate of 0.001"
 SQUAD_INPUT_LENGTH = 512  # T5's input length (§3.1.3); the context is cut, not windowed
+
+
+def _note_unspellable_targets(enc, examples, where: str) -> None:
+    """Free-text targets the tokenizer cannot give back (a character it maps to <unk>, or rewrites
+    as NFKC does: "½" -> "1⁄2"): no output can match them exactly, which the user should know
+    before reading exact match. Compared as exact match compares, whitespace-normalised."""
+    lost = []
+    for ex in examples:
+        target = getattr(ex, "target", None)
+        if target is None:
+            continue
+        back = enc.tokenizer.decode(enc.ids(target))
+        if " ".join(back.split()) != " ".join(target.split()):
+            lost.append((target, back))
+    if lost:
+        target, back = lost[0]
+        print(f"note: {where}: the tokenizer cannot spell {len(lost)} of {len(examples)} targets as written "
+              f"(e.g. {target[:40]!r} comes back as {back[:40]!r}), so exact match cannot reach them; a tokenizer "
+              "trained on text holding their characters can", file=sys.stderr)
 
 
 def _pad(rows: list[list[int]], value: int) -> torch.Tensor:
@@ -165,6 +185,8 @@ class Text2TextAdapter:
         if n_truncated:
             note_truncated(f"{self.display_name} {split if path is None else path}", n_truncated, len(examples),
                            "text-to-text inputs", max_length)
+        if self.kind == "generate":
+            _note_unspellable_targets(enc, examples, f"{self.display_name} {split if path is None else path}")
         return examples, features
 
     def build_module(self, backbone, pad_id) -> Text2TextModel:

@@ -75,6 +75,24 @@ def test_text2text_task_reads_input_and_target_columns_and_encodes_them_for_t5(l
     assert adapter.inner.record()["longest_target"] == longest  # kept for predict (RUN/task.json)
 
 
+def test_text2text_says_which_targets_the_tokenizer_cannot_spell(lead_files, t5_glue_tokenizer, tmp_path, capsys):
+    """A target the tokenizer maps to <unk> (Japanese for an English vocabulary) or rewrites ("½" ->
+    "1⁄2" under NFKC) can never be matched exactly; fine-tuning said nothing. The real SST-2 phrases
+    are all spelled, so they get no note."""
+    from ember.tokenizers import load_tokenizer
+
+    _, train, dev = lead_files
+    tok = load_tokenizer(t5_glue_tokenizer)
+    get_adapter(custom_task("text2text", train, dev), model_preset("t5-tiny")).load("dev", tok, 128, limit=20)
+    assert "cannot spell" not in capsys.readouterr().err
+    odd = write_jsonl(tmp_path / "odd.jsonl", [{"source": "a fine film", "target": "a fine film"},
+                                               {"source": "japan", "target": "日本"},
+                                               {"source": "a half", "target": "½ cup"}])
+    get_adapter(custom_task("text2text", train, odd), model_preset("t5-tiny")).load("dev", tok, 128)
+    err = capsys.readouterr().err
+    assert "cannot spell 2 of 3 targets as written (e.g. '日本' comes back as" in err
+
+
 def test_text2text_columns_are_found_or_named_and_bad_files_are_refused(tmp_path):
     rows = [{"question": "where is the cat ?", "answer": "on the mat"}, {"question": "who ?", "answer": "me"}]
     train, dev = write_jsonl(tmp_path / "a.jsonl", rows), write_jsonl(tmp_path / "b.jsonl", rows[::-1])
