@@ -12,9 +12,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ember.api.arguments import folder_arg, strings_arg
+from ember.api.caller_state import keeps_caller_state
 from ember.api.results import RunResult
 from ember.errors import EmberError
-from ember.api.caller_state import keeps_caller_state
 
 TASK_METHODS = ("kd", "pkd", "tinybert")
 CORPUS_DEFAULTS = {"lr": 5e-4, "max_steps": 10000, "warmup_ratio": 0.01, "eval_every": 500, "save_every": 500}
@@ -59,8 +60,6 @@ def distill(method: str, teacher: str | Path, out: str | Path, *, stage: str = "
     """
     from ember.train.loop import use_threads
 
-    from ember.api.arguments import folder_arg, strings_arg
-
     teacher, out = folder_arg(teacher, "teacher"), folder_arg(out, "out")
     overrides, unlabeled = strings_arg(overrides, "overrides"), strings_arg(unlabeled, "unlabeled")
     corpus_level = is_corpus_level(method, stage)
@@ -68,7 +67,7 @@ def distill(method: str, teacher: str | Path, out: str | Path, *, stage: str = "
         from ember.train.checks import refuse_step_budget
 
         refuse_step_budget(overrides, max_steps, f"task-level distillation ({method})")
-    check_teacher_family(Path(teacher))
+    check_teacher_family(teacher)
     train = distill_train_config(corpus_level, overrides, lr=lr, batch_size=batch_size,
                                  warmup_ratio=warmup_ratio, max_steps=max_steps)
     use_threads(train.num_threads)  # now, not at the Trainer: the teacher labels the transfer set first

@@ -18,21 +18,21 @@ from typing import Sequence
 
 import numpy as np
 
+from ember.api.arguments import folder_arg
+from ember.api.caller_state import keeps_caller_state
 from ember.errors import EmberError
 from ember.tasks.batching import inference_progress, length_sorted_batches
-from ember.api.caller_state import keeps_caller_state
 
 
 def load_embedder(run: str | Path, backend: str = "", max_length: int | None = None, batch_size: int = 32,
                   threads: int = 0):
     """The predictor of ``run`` (a run or `ember export` folder, or a Hugging Face checkpoint folder,
     converted once into a cached run as ``ember.load`` does), checked to have an ``embed`` method."""
-    from ember.api.arguments import folder_arg
-    from ember.api.sources import run_of_hf_folder
+    from ember.api.sources import is_hf_checkpoint, run_of_hf_folder
     from ember.serve.predictor import load_predictor
 
     run = folder_arg(run, "run")
-    if (run / "config.json").is_file() and not (run / "config.yaml").is_file():
+    if is_hf_checkpoint(run):
         run = run_of_hf_folder(run)
     if batch_size < 1:
         raise EmberError(f"batch_size must be at least 1, got {batch_size}")

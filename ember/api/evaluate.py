@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ember.api.arguments import folder_arg
 from ember.api.caller_state import keeps_caller_state
 
 
@@ -32,7 +33,6 @@ def evaluate(run: str | Path, split: str = "", file: str | Path | None = None, t
     >>> ember.evaluate("runs/sst2")["metrics"]["accuracy"]  # doctest: +SKIP
     >>> ember.evaluate("runs/minilm", task="stsb", zero_shot=True)["metrics"]["spearman_cosine"]  # doctest: +SKIP
     """
-    from ember.api.arguments import folder_arg
     from ember.errors import EmberError
     from ember.tasks.task_model import evaluate_run
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from ember.api.arguments import folder_arg, strings_arg
 from ember.api.caller_state import keeps_caller_state
 from ember.api.results import RunResult
 from ember.config import ModelConfig, RunConfig
@@ -69,7 +70,6 @@ def finetune_config(task: str, model_cfg: ModelConfig, init: str = "random", see
     from ember.config import apply_overrides, run_config_from_dict, to_dict
     from ember.tasks.base import get_adapter
     from ember.tasks.glue import BertHParams
-
     from ember.train.checks import refuse_step_budget
 
     unknown = sorted(set(settings) - set(SETTINGS))
@@ -134,15 +134,13 @@ def finetune(task: str, out: str | Path, init="random", *, model: str = "", toke
 
     from ember.train.distributed import one_process
 
-    from ember.api.arguments import folder_arg, strings_arg
-
     one_process("finetune")  # before a custom task's inputs are copied into out
     out, overrides = folder_arg(out, "out"), strings_arg(overrides, "overrides")
-    if settings.get("seed") is not None:  # one run's seed, as pretrain(seed=...) and the CLI's --seed take it
+    seed = settings.pop("seed", None)  # one run's seed, as the CLI's --seed
+    if seed is not None:
         if seeds:
             raise EmberError("pass seed= (one run) or seeds= (one run each), not both")
-        seeds = [settings.pop("seed")]
-    settings.pop("seed", None)
+        seeds = [seed]
     seeds = list(seeds) if seeds else [None]
     if len(set(seeds)) != len(seeds):
         raise EmberError(f"seeds {seeds} repeat a seed; give distinct seeds, e.g. 1,2,3")

@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from ember.api.arguments import folder_arg
 from ember.api.caller_state import caller_state_kept, keeps_caller_state
 from ember.api.data import texts
 from ember.api.sources import layout, run_of_hf_folder
@@ -64,8 +65,6 @@ def load(path: str | Path, backend: str = "torch", max_length: int | None = None
     >>> model = ember.load("runs/sst2", backend="onnx")  # doctest: +SKIP
     """
     from ember.serve.predictor import load_predictor
-
-    from ember.api.arguments import folder_arg
 
     source = folder_arg(path, "path")
     if backend not in BACKENDS:
@@ -221,10 +220,10 @@ class Model:
         (``options``: verify_file, limit, batch_size, tolerance); returns the report."""
         from ember.serve.export import export_run
 
-        unknown = sorted(set(options) - {"verify_file", "limit", "batch_size", "tolerance"})
+        known = ("verify_file", "limit", "batch_size", "tolerance")  # export_run's keywords besides these
+        unknown = sorted(set(options) - set(known))
         if unknown:
-            raise EmberError(f"export() got unknown keyword(s) {', '.join(unknown)}; its options: verify_file, "
-                             "limit, batch_size, tolerance")
+            raise EmberError(f"export() got unknown keyword(s) {', '.join(unknown)}; its options: {', '.join(known)}")
         return export_run(self._source_run("export"), format, path, verify=verify, overwrite=overwrite, **options)
 
 

@@ -9,6 +9,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from ember.api.arguments import folder_arg
 from ember.api.caller_state import keeps_caller_state
 from ember.errors import EmberError
 
@@ -77,8 +78,6 @@ def predict(run: str | Path, input: str | Path, out: str | Path | None = None, *
 
     >>> ember.predict("runs/sst2/seed-1", "reviews.tsv")[0]["prediction"]  # doctest: +SKIP
     """
-    from ember.api.arguments import folder_arg
-
     decoding = {"num_beams": num_beams, "length_penalty": length_penalty, "max_new_tokens": max_new_tokens}
     return run_predictions(folder_arg(run, "run"), input, decoding, progress, out).rows
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+from ember.api.arguments import folder_arg, strings_arg
 from ember.api.caller_state import keeps_caller_state
 from ember.api.results import RunResult
 from ember.config import RunConfig, to_dict
@@ -85,8 +86,6 @@ def pretrain(recipe: str | Path | RunConfig | None = "bert-mini", out: str | Pat
     """
     from ember.train.logging import last_evaluation
     from ember.train.pretrain import run_pretraining
-
-    from ember.api.arguments import folder_arg, strings_arg
 
     out, overrides = folder_arg(out, "out"), strings_arg(overrides, "overrides")
     cfg = pretrain_config(recipe, out, data, overrides, resume)

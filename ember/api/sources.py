@@ -32,6 +32,11 @@ def cache_root() -> Path:
     return Path(os.environ.get("EMBER_CACHE") or Path.home() / ".cache" / "ember")
 
 
+def is_hf_checkpoint(path: Path) -> bool:
+    """A Hugging Face folder (config.json) rather than an ember run or export (config.yaml)."""
+    return (path / "config.json").is_file() and not (path / "config.yaml").is_file()
+
+
 def layout(path: Path) -> str:
     """"run", "export" or "hf"; anything else is an EmberError saying what each layout holds."""
     if not path.exists():
@@ -42,7 +47,7 @@ def layout(path: Path) -> str:
                          "Hugging Face checkpoint folder)")
     if (path / "config.yaml").is_file():
         return "export" if (path / "export.json").is_file() else "run"
-    if (path / "config.json").is_file():
+    if is_hf_checkpoint(path):
         return "hf"
     held = sorted(p.name + ("/" if p.is_dir() else "") for p in path.iterdir())
     shown = ", ".join(held[:12]) + (", ..." if len(held) > 12 else "") if held else "nothing"
@@ -79,11 +84,12 @@ def _sentence_transformers_files(hf_dir: Path) -> list[Path]:
         return []
     try:
         modules = json.loads(modules_file.read_text(encoding="utf-8"))
-        folders = {str(m.get("path", "") or "") for m in modules if isinstance(m, dict)}
+        folders = sorted({str(m.get("path", "") or "") for m in modules if isinstance(m, dict)} - {""})
     except (ValueError, TypeError, AttributeError, UnicodeDecodeError):
-        folders = set()
-    files = [modules_file] + [hf_dir / folder / name for folder in sorted(folders | {""})
-                              for name in ("config.json", "sentence_bert_config.json") if folder or name != "config.json"]
+        folders = []
+    # the top folder's config.json is the model's own (already hashed); a module folder's is its settings
+    files = [modules_file, hf_dir / "sentence_bert_config.json"]
+    files += [hf_dir / folder / name for folder in folders for name in ("config.json", "sentence_bert_config.json")]
     return [f for f in files if f.is_file()]
 
 

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ember.errors import EmberError
-from ember.experiments.glue_report import GLUE_TASKS
+from ember.experiments.glue_report import BERT_RECIPE, GLUE_TASKS
 from ember.fileio import atomic_write_text
 
 # Tasks whose data lacks a train split: (train split, eval split) to use instead.
@@ -129,8 +129,7 @@ def fine_tuning_recipe(model_cfg, task: str) -> str:
     if model_cfg.family == "lstm":  # Dai & Le's LSTMs: BERT's schedule at an LSTM's learning rate
         return (f"an LSTM's settings (lr {hp.learning_rate:g}, batch {hp.batch_size}, {hp.epochs:g} epochs, "
                 f"{hp.warmup_ratio:.0%} warm-up, max length {hp.max_length})")
-    return ("BERT's settings (Devlin et al. 2019, §4.1: batch 32, lr 2e-5, 3 epochs, 10% warm-up, max length "
-            "128)")
+    return BERT_RECIPE
 
 
 def run_glue(init: str, out: str | Path, tasks: list[str] | None = None, seeds: list[int] = (1, 2, 3),

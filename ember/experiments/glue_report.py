@@ -35,6 +35,8 @@ PAPER_COLUMNS = (
     ("RTE", "rte", ("accuracy",)),
 )
 GLUE_TASKS = tuple(task for _, task, _ in PAPER_COLUMNS if task)
+# The fine-tuning settings an encoder's table names (glue.json written before the family's own were kept)
+BERT_RECIPE = "BERT's settings (Devlin et al. 2019, §4.1: batch 32, lr 2e-5, 3 epochs, 10% warm-up, max length 128)"
 
 
 def collect_results(out: Path, plans: list, meta: dict) -> dict:
@@ -113,8 +115,7 @@ def render_markdown(results: dict) -> str:
     lines = [
         "# GLUE-style results", "",
         f"Model `{s['init']}`{' (' + s['model'] + ')' if s['model'] else ''}, fine-tuned on each task with "
-        + results.get("recipe", "BERT's settings (Devlin et al. 2019, §4.1: batch 32, lr 2e-5, 3 epochs, 10% "
-                      "warm-up, max length 128)")
+        + results.get("recipe", BERT_RECIPE)
         + (f", overridden: {', '.join(overrides)}" if overrides else "")
         + f"; {len(seeds)} seed(s) ({', '.join(map(str, seeds))}), best epoch on the evaluation split. "
         "Scores x 100 on the dev sets (SNLI: test), mean ± sample std over seeds, then the median.", "",

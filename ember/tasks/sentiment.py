@@ -185,18 +185,9 @@ class SentimentAdapter(GlueAdapter):
             return read_file(path, self.task)[:limit]
         return read_split(self.task, split, limit=limit)
 
-    def load(self, split, tokenizer, max_length, limit=None, path=None):
-        from ember.tasks.featurize import encode_examples
-
-        examples = self.read(split, path, limit)
+    def encode(self, examples, tokenizer, max_length):
         warn_if_tokenizer_mangles(tokenizer, examples[:200], self.spec.display_name)
-        features, n_truncated = encode_examples(examples, tokenizer, max_length)
-        if n_truncated:
-            from ember.tasks.featurize import note_truncated
-
-            note_truncated(f"{self.spec.display_name} {split if path is None else path}", n_truncated, len(examples),
-                           "examples", max_length)
-        return examples, features
+        return super().encode(examples, tokenizer, max_length)
 
     def metrics_of(self, predictions, labels) -> dict[str, float]:
         from ember.tasks.metrics import METRICS

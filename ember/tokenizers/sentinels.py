@@ -41,10 +41,11 @@ def decode_with_sentinels(tok: Tokenizer, ids: list[int]) -> str:
     """``ids`` as text with their sentinels spelled out (the other special tokens dropped, as
     ``decode`` drops them): what a span-corruption model writes is "<extra_id_0> capital <extra_id_1>",
     and plain ``decode`` showed only " capital" (or nothing, for a run of sentinels)."""
+    prefix = SENTINEL_FORMAT.split("{")[0]  # "<extra_id_"
     text, run = [], []
     for i in ids:
         token = tok.id_to_token(i)
-        if token is not None and token.startswith("<extra_id_") and tok.token_to_id(token) == i:
+        if token is not None and token.startswith(prefix):
             text += [tok.decode(run), token]
             run = []
         else:

@@ -46,7 +46,7 @@ def check_train_settings(cfg: TrainConfig, one_process_verb: str = "") -> None:
     from ember.train.distributed import one_process
     from ember.train.fsdp import check_parallel
     from ember.train.clock import step_clock
-    from ember.train.optim import check_optimizer, lr_factor
+    from ember.train.optim import SCHEDULES, check_optimizer, lr_factor
     from ember.train.precision import check_dtype
 
     if one_process_verb:
@@ -55,5 +55,8 @@ def check_train_settings(cfg: TrainConfig, one_process_verb: str = "") -> None:
     check_dtype(cfg.dtype)
     check_parallel(cfg)
     check_optimizer(cfg)
-    lr_factor(0, cfg, 0.0)  # an unknown schedule, or "time" without max_time
+    if cfg.schedule not in SCHEDULES:  # by name: lr_factor(0) answers a warm-up step before reading it, so an
+        # unknown schedule passed this check and failed when warm-up ended, mid-run
+        raise EmberError(f"train.schedule={cfg.schedule!r}; choose one of {', '.join(SCHEDULES)}")
+    lr_factor(0, cfg, 0.0)  # "time" without max_time
     step_clock(cfg.clock)
