@@ -213,7 +213,7 @@ class TaskConfig:
     # and the task head are trained (ember.train.transfer).
     features: bool = False
     feature_layers: int = 1
-    # which hidden states: the learned mix, or a fixed choice (BERT Table 7; ember.tasks.feature_transfer)
+    # which hidden states: the learned mix, or a fixed choice (BERT Table 7; ember.tasks.families.feature_transfer)
     feature_combine: str = "mix"
     # ULMFiT (Howard & Ruder 2018) options, usable with every encoder and task:
     layer_lr_decay: float = 1.0  # lr x decay^(depth below the head) per layer; 1 = off; ULMFiT 1/2.6

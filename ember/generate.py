@@ -100,11 +100,10 @@ def load_causal_lm(run_dir: str | Path, device: str = "cpu"):
     """(CausalLM in eval mode, tokenizer) from a run folder of a GPT-1/GPT-2 model."""
     from ember.config import DECODER_FAMILIES
     from ember.models import build_backbone
-    from ember.objectives.clm import CausalLM
-    from ember.tokenizers import end_of_text_id
+    from ember.models.decoder import CausalLM
 
     cfg, state, tokenizer = read_generator_run(run_dir, DECODER_FAMILIES)
-    model = CausalLM(build_backbone(cfg.model), end_of_text_id(tokenizer))
+    model = CausalLM(build_backbone(cfg.model))
     load_weights_into(model, state, run_dir)
     return model.to(device).eval(), tokenizer
 

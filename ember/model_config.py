@@ -74,7 +74,7 @@ class ModelConfig:
     # layer, dropout the dropout between LSTM layers and on the top layer's outputs; max_position
     # only bounds the input length (an LSTM has no position table). Other families ignore these.
     embedding_dropout: float = 0.0  # dropout on the word embeddings (Dai & Le §4: embedding dropout)
-    # How the LSTM classifier reads the label off the states (ember.tasks.lstm_classifier): "last"
+    # How the LSTM classifier reads the label off the states (ember.tasks.families.lstm): "last"
     # (the final state, §2) or "linear_gain" (a prediction at every step, weighted t/T, §3)
     lstm_pooling: str = "last"
 

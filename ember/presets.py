@@ -133,7 +133,7 @@ MODEL_PRESETS: dict[str, ModelConfig] = {
     # width and depth per stack (Turc et al. 2019): encoder and decoder of 2 x 128 and
     # 4 x 256. A span-corruption training step (32 inputs of 128 tokens, 32-token targets) of
     # t5-mini costs 1.6 bert-mini MLM steps on the same inputs (1.81 vs 1.13 s CPU time, one
-    # thread, benchmarks/t5_costs.py): the decoder runs on the short targets only.
+    # thread, benchmarks/speed/t5_costs.py): the decoder runs on the short targets only.
     "t5-tiny": _t5(2, 128, 2, 512),
     "t5-mini": _t5(4, 256, 4, 1024),
     # Raffel et al. 2020, §3.7 / Table 14: Small 60M (6 + 6 layers, d_model 512, d_ff 2048,

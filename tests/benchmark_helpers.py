@@ -14,7 +14,13 @@ BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
 
 
 def load_benchmark(name: str):
-    spec = importlib.util.spec_from_file_location(f"bench_{name}", BENCHMARKS / f"{name}.py")
+    """A script of benchmarks/ by name, from whichever room it is in (speed/, studies/, tools/, or
+    common/ for the shared helpers, which the scripts find on sys.path)."""
+    found = sorted(BENCHMARKS.glob(f"*/{name}.py"))
+    assert len(found) == 1, f"benchmarks/*/{name}.py: found {found}"
+    if str(BENCHMARKS / "common") not in sys.path:
+        sys.path.insert(0, str(BENCHMARKS / "common"))
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", found[0])
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # as an import would: dataclasses look their module up there
     spec.loader.exec_module(module)

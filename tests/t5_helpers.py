@@ -81,7 +81,7 @@ def t5_style_tokenizer(pieces: list[str]):
 
 
 
-# -- text-to-text fine-tuning and serving (tests/tasks/test_t5_text2text.py, tests/serve/test_t5_serve.py,
+# -- text-to-text fine-tuning and serving (tests/tasks/text2text/test_t5_text2text.py, tests/serve/test_t5_serve.py,
 #    tests/commands/test_t5_cli.py)
 
 TINY_T5 = ["model.hidden_size=64", "model.head_dim=32", "model.num_heads=2", "model.intermediate_size=256",
@@ -100,8 +100,8 @@ def glue_t5_tokenizer(path):
     T5's label words (so that "not_entailment" and "3.8" can be spelled). Written to ``path``."""
     from conftest import real_data
 
-    from ember.tasks.glue import read_examples
-    from ember.tasks.text2text_templates import GLUE_FORMATS, NO_ANSWER, stsb_target
+    from ember.tasks.readers.glue import read_examples
+    from ember.tasks.text2text.templates import GLUE_FORMATS, NO_ANSWER, stsb_target
     from ember.tokenizers import train_tokenizer
 
     real_data("glue", "SST-2", "train.tsv")
@@ -121,7 +121,7 @@ def t5_run_folder(root, tokenizer_path, kind: str = "pretrain", task: str = "sst
     """A run folder holding a seeded random tiny T5: a span-corruption pre-training run, or (``kind``
     "finetune") a text-to-text ``task`` run as `ember finetune` writes it. Weights are the
     backbone's (``backbone.*``), with final-norm gains drawn from N(0, 1) so that greedy decoding
-    does not repeat one token forever (see tests/tasks/test_t5_generate.py)."""
+    does not repeat one token forever (see tests/tasks/text2text/test_t5_generate.py)."""
     import json
     import shutil
 

@@ -1,4 +1,4 @@
-"""benchmarks/family_step.py --smoke: GPT-2, T5 and XLNet training steps, ember against
+"""benchmarks/speed/family_step.py --smoke: GPT-2, T5 and XLNet training steps, ember against
 transformers from the same weights on the same batch. Not a measurement: it checks that the two
 sides compute one loss before they are timed, and that the gate catches a difference."""
 

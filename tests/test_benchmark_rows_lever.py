@@ -1,4 +1,4 @@
-"""benchmarks/rows_lever.py's --smoke mode: the last-layer-at-rows lever per objective on real
+"""benchmarks/speed/rows_lever.py's --smoke mode: the last-layer-at-rows lever per objective on real
 batches runs and reports sane numbers (not a measurement)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""benchmarks/cram_search.py (issue 18, item 5): the CPU cramming search runs end to end on real
+"""benchmarks/studies/cram_search.py (issue 18, item 5): the CPU cramming search runs end to end on real
 Wikipedia text in --smoke, resumes without retraining, writes a recipe ember trains, and its
 ranking metric and its coordinate-search rule are right. Not a measurement."""
 
@@ -54,7 +54,7 @@ def test_smoke_search_writes_the_ranked_table_the_curves_the_recipe_and_the_fine
     assert 0 < winner["bits_per_char"] < 10 and winner["steps"] > 0 and winner["tokens"] > 0
     assert (out / "curves.png").stat().st_size > 10_000
     recipe = (out / "bert-cram-cpu.yaml").read_text()
-    assert recipe.startswith("# bert-cram-cpu: found by benchmarks/cram_search.py") and "objective: mlm" in recipe
+    assert recipe.startswith("# bert-cram-cpu: found by benchmarks/studies/cram_search.py") and "objective: mlm" in recipe
     finetune = result["finetune"]["table"]
     for task in ("sst2", "cola"):
         assert finetune[task]["dev"]["pretrained"]["n"] == finetune[task]["dev"]["random"]["n"] == 2

@@ -100,6 +100,9 @@ FORBIDDEN = [
     *[("knowledge", high) for high in ("tasks", "objectives", "train", "serve", "interop", "distillation",
                                        "runs")],
     *[(low, "knowledge") for low in ("nn", "models", "runs", "data", "tokenizers")],
+    # decoding, tasks, serving and interop run models, never a pre-training objective (a GPT run
+    # loads as ember.models.decoder.CausalLM, T5's head is the backbone's lm_logits)
+    *[(low, "objectives") for low in ("generate", "seq2seq_generation", "tasks", "serve", "interop")],
 ]
 
 
@@ -125,3 +128,53 @@ def test_layering_check_sees_lazy_imports(tmp_path):
     graph = import_graph()
     assert "ember.runs.checkpoint" in graph["ember.runs.init"]
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def task_room(module: str) -> str:
+    """The room of a module inside ember.tasks: a sub-package's name, or 'adapters' for the
+    modules at its top (heads, adapters, registry and their shared plumbing)."""
+    parts = module.split(".")
+    return parts[2] if len(parts) > 3 else "adapters"
+
+
+# Inside ember.tasks (each sub-package's docstring says the same): readers at the bottom, then
+# metrics, then inference methods; heads/adapters, families and text to text above them.
+TASK_ROOMS_BELOW = {
+    "readers": set(),
+    "metrics": {"readers"},
+    "inference": {"readers", "metrics"},
+}
+# the plumbing at the top of ember.tasks that the lower rooms may use (no head or adapter)
+TASK_PLUMBING = {"ember.tasks.batching", "ember.tasks.featurize", "ember.tasks.wrapped"}
+
+
+def test_task_rooms_import_only_the_rooms_below():
+    bad = []
+    for module, targets in import_graph().items():
+        if not module.startswith("ember.tasks.") or task_room(module) not in TASK_ROOMS_BELOW:
+            continue
+        allowed = TASK_ROOMS_BELOW[task_room(module)] | {task_room(module)}
+        for target in targets:
+            if not target.startswith("ember.tasks") or target in TASK_PLUMBING:
+                continue
+            if target == "ember.tasks" or task_room(target) not in allowed:
+                bad.append(f"{module} -> {target}")
+    # the readers read: not even the shared featurization
+    bad += [f"{m} -> {t}" for m, ts in import_graph().items() if m.startswith("ember.tasks.readers")
+            for t in ts if t in TASK_PLUMBING]
+    assert not bad, "imports against the rooms of ember.tasks:\n" + "\n".join(sorted(bad))
+
+
+def test_task_registry_names_modules_that_exist():
+    """base.py's registry is strings ("module:Class"), so a move that forgets one fails only when
+    that task is asked for: import every entry here."""
+    import importlib
+
+    from ember.tasks import base
+    from ember.tasks.inference import pretrained
+
+    targets = [*base.LAZY_ADAPTERS.values(), *base.CUSTOM_TASKS.values(), *base.FAMILY_ADAPTERS.values(),
+               base.LANGUAGE_ADAPTER, *pretrained.PRETRAINED.values()]
+    for target in targets:
+        module_name, _, attribute = target.partition(":")
+        assert hasattr(importlib.import_module(module_name), attribute), target

@@ -1,4 +1,4 @@
-"""benchmarks/time_to_loss.py and its reference loop (benchmarks/_hf_reference.py): the two
+"""benchmarks/studies/time_to_loss.py and its reference loop (benchmarks/common/_hf_reference.py): the two
 sides train on the same batches, are scored by the same held-out function, and the report
 reads ember's time to the reference's final loss off the curves."""
 

@@ -31,3 +31,16 @@ def strings_arg(value, name: str) -> list[str]:
     if wrong:
         raise EmberError(f"{name}= takes a list of strings; it holds {type(wrong[0]).__name__} {wrong[0]!r:.60}")
     return values
+
+
+def backend_arg(backend, folder: Path) -> str:
+    """One spelling of ``backend=`` for every public function that runs a model (``ember.load``,
+    ``ember.embed``, ``ember.evaluate``'s similarity): one of ``ember.serve.BACKENDS``, "torch"
+    (PyTorch fp32) by default. Returns the name the predictor takes: on an `ember export` folder
+    "torch" means "as exported" ("": the folder's own format), as ``ember.load`` has always read it."""
+    from ember.serve import BACKENDS
+
+    if not isinstance(backend, str) or backend not in BACKENDS:
+        raise EmberError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
+    is_export = (folder / "config.yaml").is_file() and (folder / "export.json").is_file()
+    return "" if is_export and backend == "torch" else backend

@@ -18,13 +18,13 @@ from typing import Sequence
 
 import numpy as np
 
-from ember.api.arguments import folder_arg
+from ember.api.arguments import backend_arg, folder_arg
 from ember.api.caller_state import keeps_caller_state
 from ember.errors import EmberError
 from ember.tasks.batching import inference_progress, length_sorted_batches
 
 
-def load_embedder(run: str | Path, backend: str = "", max_length: int | None = None, batch_size: int = 32,
+def load_embedder(run: str | Path, backend: str = "torch", max_length: int | None = None, batch_size: int = 32,
                   threads: int = 0):
     """The predictor of ``run`` (a run or `ember export` folder, or a Hugging Face checkpoint folder,
     converted once into a cached run as ``ember.load`` does), checked to have an ``embed`` method."""
@@ -34,6 +34,7 @@ def load_embedder(run: str | Path, backend: str = "", max_length: int | None = N
     run = folder_arg(run, "run")
     if is_hf_checkpoint(run):
         run = run_of_hf_folder(run)
+    backend = backend_arg(backend, run)
     if batch_size < 1:
         raise EmberError(f"batch_size must be at least 1, got {batch_size}")
     if max_length is not None and max_length < 8:
@@ -49,7 +50,7 @@ def embed_with(predictor, texts: Sequence[str], pooling: str | None = None, laye
                normalize: bool | None = None, progress: bool = False,
                layer_weights: Sequence[float] | None = None) -> tuple[np.ndarray, int]:
     """(vectors (N, H) float32 in the texts' order, how many texts were truncated) from a loaded predictor."""
-    from ember.tasks.requests import Limits
+    from ember.tasks.inference.requests import Limits
 
     texts = list(texts)
     if not texts:
@@ -83,7 +84,7 @@ def embed_with(predictor, texts: Sequence[str], pooling: str | None = None, laye
 @keeps_caller_state
 def embed(run: str | Path, texts, *, column: str | None = None, pooling: str | None = None, layer: int | None = None,
           layer_weights: Sequence[float] | None = None, normalize: bool | None = None, max_length: int | None = None,
-          backend: str = "", batch_size: int = 32, threads: int = 0, progress: bool = False) -> np.ndarray:
+          backend: str = "torch", batch_size: int = 32, threads: int = 0, progress: bool = False) -> np.ndarray:
     """Sentence vectors (N, H) float32 of ``texts``, row i for text i; one text (a str) gives its
     vector (H,), as sentence-transformers' ``encode`` does. ``texts``: a str, a list or generator
     of str, a pandas Series, or one ``column`` of a DataFrame, ``datasets.Dataset`` or dict of
@@ -107,14 +108,14 @@ def embed(run: str | Path, texts, *, column: str | None = None, pooling: str | N
 @keeps_caller_state
 def embed_file(run: str | Path, input: str | Path, out: str | Path, *, column: str | None = None,
                pooling: str | None = None, layer: int | None = None, normalize: bool | None = None,
-               max_length: int | None = None, backend: str = "", batch_size: int = 32, threads: int = 0,
+               max_length: int | None = None, backend: str = "torch", batch_size: int = 32, threads: int = 0,
                progress: bool = True) -> dict:
-    """Embed every text of ``input`` (.txt one per line, .jsonl, .tsv; ``ember.tasks.embed_input``)
+    """Embed every text of ``input`` (.txt one per line, .jsonl, .tsv; ``ember.tasks.readers.embed_input``)
     and write ``out`` (.npy, (N, H) float32, row i = the i-th text) atomically. Returns a summary."""
     import io
 
     from ember.fileio import atomic_write_bytes
-    from ember.tasks.embed_input import read_texts
+    from ember.tasks.readers.embed_input import read_texts
 
     out = Path(out)
     if out.suffix != ".npy":
@@ -135,10 +136,10 @@ def embed_file(run: str | Path, input: str | Path, out: str | Path, *, column: s
 
 def evaluate_similarity(run: str | Path, task: str = "", split: str = "", file: str | Path | None = None, *,
                         pooling: str | None = None, layer: int | None = None, max_length: int | None = None,
-                        backend: str = "", batch_size: int = 32, progress: bool = False) -> dict:
-    """Zero-shot similarity (``ember.tasks.similarity``): {"task", "split", "zero_shot", "pooling",
+                        backend: str = "torch", batch_size: int = 32, progress: bool = False) -> dict:
+    """Zero-shot similarity (``ember.tasks.inference.similarity``): {"task", "split", "zero_shot", "pooling",
     "layer", "metrics": {"pearson_cosine", "spearman_cosine" (x100), "pairs"}}; STS-B dev by default."""
-    from ember.tasks.similarity import cosine, read_pairs, similarity_metrics, similarity_task
+    from ember.tasks.inference.similarity import cosine, read_pairs, similarity_metrics, similarity_task
 
     file = str(file) if file is not None else None
     spec = similarity_task(task, file)

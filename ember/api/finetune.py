@@ -2,7 +2,7 @@
 
 The task's own defaults come first (BERT's, Devlin et al. 2019 §4 and App. A.3: batch 32,
 3 epochs, 10% warm-up, max length 128, lr 2e-5; NER and SQuAD have theirs; a T5 model's
-text-to-text tasks T5's, ember.tasks.text2text), then the
+text-to-text tasks T5's, ember.tasks.text2text.task), then the
 keyword settings, then ``section.key=value`` overrides. A pre-trained starting point fixes the
 model's shape: ``model.*`` overrides may change only dropout and initialisation then.
 `ember finetune`, `ember compare`, `ember glue` and the quickstart all fine-tune through here.
@@ -30,7 +30,7 @@ SETTINGS = {
     "feature_combine": "task.feature_combine",
     "layer_lr_decay": "task.layer_lr_decay", "gradual_unfreeze": "task.gradual_unfreeze",
     "patience": "task.patience",
-    # knowledge graphs (ember.tasks.knowledge): K-BERT's triples, ERNIE's entity embeddings
+    # knowledge graphs (ember.tasks.families.knowledge): K-BERT's triples, ERNIE's entity embeddings
     "knowledge": "knowledge.graph", "relations": "knowledge.relations", "max_triples": "knowledge.max_triples",
     "entities": "knowledge.entities", "fusion_layers": "knowledge.fusion_layers",
 }
@@ -69,7 +69,7 @@ def finetune_config(task: str, model_cfg: ModelConfig, init: str = "random", see
 
     from ember.config import apply_overrides, run_config_from_dict, to_dict
     from ember.tasks.base import get_adapter
-    from ember.tasks.glue import BertHParams
+    from ember.tasks.readers.glue import BertHParams
     from ember.train.checks import refuse_step_budget
 
     unknown = sorted(set(settings) - set(SETTINGS))
@@ -129,7 +129,7 @@ def finetune(task: str, out: str | Path, init="random", *, model: str = "", toke
     embeddings into the top ``fusion_layers`` ERNIE's way; either or both, any encoder.
     """
     from ember.runs.init import load_init
-    from ember.tasks.metrics import summarize_seeds
+    from ember.tasks.metrics.classification import summarize_seeds
     from ember.train.finetune import run_finetuning
 
     from ember.train.distributed import one_process
@@ -248,7 +248,7 @@ def _custom_file(kind: str, data, out: Path, name: str, resume: bool, column, pa
     from ember.runs.folder import RUN_INPUTS
 
     if kind == "text2text":  # an input and a target text per row
-        from ember.tasks.text2text_custom import INPUT_COLUMNS, TARGET_COLUMNS
+        from ember.tasks.text2text.custom import INPUT_COLUMNS, TARGET_COLUMNS
 
         roles = {column or "input": (column, INPUT_COLUMNS, True),
                  label_column or "target": (label_column, TARGET_COLUMNS, True)}

@@ -31,12 +31,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from ember.api.arguments import folder_arg
+from ember.api.arguments import backend_arg, folder_arg
 from ember.api.caller_state import caller_state_kept, keeps_caller_state
 from ember.api.data import texts
 from ember.api.sources import layout, run_of_hf_folder
 from ember.errors import EmberError
-from ember.serve import BACKENDS
 from ember.tasks.batching import length_sorted_batches
 
 DEFAULT_INPUTS = {"text": "texts"}
@@ -46,19 +45,20 @@ KNOWN_METHODS = ("classify", "embed", "fill_mask", "tag", "answer", "generate", 
 
 def _python_limits():
     """A server's request limits, lifted: a Python caller's list is as long as it is."""
-    from ember.tasks.requests import Limits
+    from ember.tasks.inference.requests import Limits
 
     big = 10**12
     return Limits(max_body_bytes=big, max_texts=big, max_chars=big, max_new_tokens=big)
 
 
 @keeps_caller_state
-def load(path: str | Path, backend: str = "torch", max_length: int | None = None, max_batch: int = 32,
-         threads: int = 0) -> "Model":
+def load(path: str | Path, backend: str = "torch", max_length: int | None = None, batch_size: int = 32,
+         threads: int = 0, *, max_batch: int | None = None) -> "Model":
     """The model in ``path``: a run folder, an `ember export` folder (which runs its own format)
     or a Hugging Face checkpoint folder (converted once into a cached run, see
     ``ember.api.sources``), on ``backend``. ``max_length`` caps tokens per input (default:
-    the run's), ``max_batch`` rows per forward pass, ``threads`` the CPU threads this model's calls
+    the run's), ``batch_size`` rows per forward pass (as ``ember.embed``'s; ``max_batch=``, its old
+    name, is still read, with a DeprecationWarning), ``threads`` the CPU threads this model's calls
     run on (0: torch's setting at each call). The caller's torch thread count and random state are
     as they were after every call (``ember.api.caller_state``).
 
@@ -66,14 +66,17 @@ def load(path: str | Path, backend: str = "torch", max_length: int | None = None
     """
     from ember.serve.predictor import load_predictor
 
+    if max_batch is not None:
+        import warnings
+
+        warnings.warn("ember.load(max_batch=) is now batch_size=, the name ember.embed uses", DeprecationWarning,
+                      stacklevel=3)
+        batch_size = max_batch
     source = folder_arg(path, "path")
-    if backend not in BACKENDS:
-        raise EmberError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
     kind = layout(source)
     run_dir = run_of_hf_folder(source) if kind == "hf" else source
     # An export folder runs its own format: "torch" (the default) then means "as exported".
-    predictor = load_predictor(run_dir, "" if kind == "export" and backend == "torch" else backend, threads,
-                               max_length, max_batch)
+    predictor = load_predictor(run_dir, backend_arg(backend, source), threads, max_length, batch_size)
     return Model(predictor, run_dir, source, kind, threads)
 
 

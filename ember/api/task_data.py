@@ -1,7 +1,7 @@
 """Data from Python for ``ember.finetune`` and ``ember.evaluate``: rows -> a file the task reads.
 
 How: the rows (a DataFrame, a ``datasets.Dataset``, a dict of columns, a list of tuples or
-dicts) are written as a TSV in the task's own layout (``ember.tasks.task_files``) and the task
+dicts) are written as a TSV in the task's own layout (``ember.tasks.readers.task_files``) and the task
 reads that file as its split, as ``ember finetune --train-split FILE`` does. Why a file rather
 than an in-memory task adapter: the run's config.yaml then names real data, so the run can be
 resumed, re-evaluated (``ember evaluate RUN``), exported and served like any other, and the
@@ -28,7 +28,7 @@ from ember.errors import EmberError
 
 def task_spec(task: str):
     """The GLUE-style spec of ``task``, or an EmberError saying in-memory data needs one."""
-    from ember.tasks.glue import TASKS, get_task
+    from ember.tasks.readers.glue import TASKS, get_task
 
     try:
         return get_task(task)
@@ -53,7 +53,7 @@ def write_split(spec, data: Any, path: Path, where: str, column: str | None = No
                 pair_column: str | None = None, label_column: str | None = None,
                 resume: bool = False) -> Path:
     """Write ``data`` as ``path`` in ``spec``'s layout; a resumed run must get the same data."""
-    from ember.tasks.task_files import render_tsv
+    from ember.tasks.readers.task_files import render_tsv
 
     content, changed = render_tsv(spec, task_rows(spec, data, column, pair_column, label_column, where), where)
     if changed and not (resume and path.is_file()):

@@ -44,7 +44,7 @@ def run(args) -> int:
     from ember.api import embed_file
 
     summary = embed_file(args.run_dir, args.input, args.out, column=args.column, pooling=args.pooling,
-                         layer=args.layer, normalize=args.normalize, max_length=args.max_length, backend=backend_of(args),
+                         layer=args.layer, normalize=args.normalize, max_length=args.max_length, backend=backend_of(args) or "torch",
                          batch_size=args.batch_size, threads=args.threads, progress=not args.no_progress)
     note = f"; {summary['truncated']} truncated to {summary['max_length']} tokens" if summary["truncated"] else ""
     print(f"wrote {summary['texts']} x {summary['dimension']} vectors to {summary['out']} ({summary['backend']}, "

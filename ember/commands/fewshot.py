@@ -12,7 +12,7 @@ do: each dev example gets k demonstrations drawn at random (seeded) from the tra
 written in the task's prompt format with their answers, then the example itself; the label
 whose verbalizer (SST-2: " negative" / " positive", RTE: " True" / " False", ...) has the
 highest log-likelihood wins. Prints accuracy per k as mean ± std over --seeds (k = 0 runs
-once), with the majority-class rate for reference. Prompt formats: ember/tasks/fewshot.py.
+once), with the majority-class rate for reference. Prompt formats: ember/tasks/inference/fewshot.py.
 --calibrate adds contextual calibration (Zhao et al. 2021): the label bias measured on
 content-free queries ("N/A", "[MASK]", "") after the same demonstrations is divided out,
 and the calibrated accuracy is printed beside the raw one.
@@ -49,7 +49,7 @@ def run(args) -> int:
 
     from ember.errors import EmberError
     from ember.generate import load_causal_lm
-    from ember.tasks.fewshot import evaluate_fewshot, format_report
+    from ember.tasks.inference.fewshot import evaluate_fewshot, format_report
     from ember.runs.checkpoint import atomic_write_text
     from ember.runs.folder import load_run_config
 

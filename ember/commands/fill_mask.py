@@ -15,7 +15,7 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from ember.tasks.fill_mask import FillMask
+    from ember.tasks.inference.fill_mask import FillMask
 
     fill = FillMask(args.run_dir)
     for text in args.text:

@@ -78,7 +78,7 @@ def read_prompts(path: str) -> list[str]:
     if not path.is_file():
         raise EmberError(f"prompts file not found: {path}")
     prompts = []
-    from ember.tasks.glue import _lines  # strict UTF-8 with file:line errors; a BOM and CRLF are dropped
+    from ember.tasks.readers.glue import _lines  # strict UTF-8 with file:line errors; a BOM and CRLF are dropped
 
     for n, line in enumerate(_lines(path), 1):
         if not line.strip():

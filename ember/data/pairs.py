@@ -51,7 +51,7 @@ def build_chunks(corpus, max_tokens: int, short_seq_prob: float, seed: int) -> n
     BERT's create_pretraining_data. The loop runs once per chunk, not per sentence, on a
     per-document running sum, and the chunks go to a flat int64 buffer: memory is the
     output (24 B per chunk) plus one document, so a corpus of 10^8-10^9 sentences indexes
-    without Python lists of every sentence (benchmarks/index_memory.py).
+    without Python lists of every sentence (benchmarks/speed/index_memory.py).
     """
     rng = np.random.default_rng([seed, 7919])
     lengths = corpus.sentence_lengths  # int64 (S,)

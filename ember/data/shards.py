@@ -313,7 +313,7 @@ class TokenCorpus:
         if self._lengths is None:
             # Read in blocks into the one output array, not through the memmaps: mapped pages
             # stay resident (and count in RSS) long after they are read, and a concatenation
-            # of per-shard diffs would hold the lengths twice (benchmarks/index_memory.py).
+            # of per-shard diffs would hold the lengths twice (benchmarks/speed/index_memory.py).
             lengths = np.empty(self.num_sentences, dtype=np.int64)
             pos, block = 0, 1 << 22
             for path, count in self._sent_files:

@@ -56,7 +56,7 @@ def build_transfer_set(adapter, tokenizer, max_length: int, unlabeled: list[str]
     so a teacher trained on N labelled examples can teach on N + more unlabeled ones.
     """
     from ember.tasks.featurize import encode_examples
-    from ember.tasks.glue import Example
+    from ember.tasks.readers.glue import Example
 
     spec = adapter.spec
     files = [u for u in unlabeled if u != "task"]

@@ -18,7 +18,7 @@ model *for a fixed amount of compute*? Here compute is wall time on this machine
    steps, training seconds and tokens seen are all recorded.
 3. Same fine-tuning. Each pre-trained backbone is fine-tuned on each task for each seed
    with one shared setting (``ember.finetune``; the task's official metric from
-   ``ember.tasks.metrics``); ``baseline="random"`` adds a randomly initialised model of the
+   ``ember.tasks.metrics.classification``); ``baseline="random"`` adds a randomly initialised model of the
    first recipe's shape as the floor.
 
 Everything lands in OUT::
@@ -334,7 +334,7 @@ def run_compare(recipes: list[str], data: str | Path | list[str], budget: float,
     """
     from ember.api import finetune as finetune_run
     from ember.experiments.compare_report import write_reports
-    from ember.tasks.glue import get_task, read_examples
+    from ember.tasks.readers.glue import get_task, read_examples
 
     out = Path(out)
     data, own_data = parse_data(data)

@@ -20,7 +20,7 @@ from ember.experiments.report_common import glue_average, grouped_bar_chart, rea
 
 def collect_results(out: Path, models: list[tuple[str, str]], meta: dict) -> dict:
     """results.json's content, read back from the run folders (so it is right after any resume)."""
-    from ember.tasks.glue import get_task
+    from ember.tasks.readers.glue import get_task
 
     rows = []
     for label, recipe in models:
@@ -41,7 +41,7 @@ def collect_results(out: Path, models: list[tuple[str, str]], meta: dict) -> dic
 
 
 def render_markdown(results: dict) -> str:
-    from ember.tasks.glue import get_task
+    from ember.tasks.readers.glue import get_task
 
     s = results["settings"]
     ft = s["finetune"]
@@ -87,7 +87,7 @@ def render_markdown(results: dict) -> str:
 
 def render_chart(results: dict, path: Path) -> None:
     """Grouped bars: one group per task (+ the average), one bar per model, std error bars."""
-    from ember.tasks.glue import get_task
+    from ember.tasks.readers.glue import get_task
 
     groups = [get_task(t).display_name + f"\n({get_task(t).main_metric})" for t in results["tasks"]]
     series = []

@@ -53,7 +53,7 @@ class TaskPlan:
 
 def parse_train_files(items: list[str]) -> dict[str, str]:
     """['qnli=/data/qnli/train.tsv'] -> {'qnli': '/data/qnli/train.tsv'} (checked)."""
-    from ember.tasks.glue import get_task
+    from ember.tasks.readers.glue import get_task
 
     out = {}
     for item in items:
@@ -77,7 +77,7 @@ def plan_tasks(tasks: list[str], train_files: dict[str, str], train_limit: int |
     malformed file is an error, as everywhere in ember.
     """
     from ember import paths
-    from ember.tasks.glue import get_task, read_examples
+    from ember.tasks.readers.glue import get_task, read_examples
 
     root = Path(data_root) if data_root is not None else paths.data_root()
     plans = []
@@ -144,7 +144,7 @@ def run_glue(init: str, out: str | Path, tasks: list[str] | None = None, seeds: 
     from ember.experiments.common import Clock, prepare_folder
     from ember.experiments.glue_report import write_reports
     from ember.runs.init import load_init
-    from ember.tasks.glue import get_task
+    from ember.tasks.readers.glue import get_task
 
     out = Path(out)
     tasks = [get_task(t).name for t in (tasks or GLUE_TASKS)]

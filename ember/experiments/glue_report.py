@@ -41,7 +41,7 @@ BERT_RECIPE = "BERT's settings (Devlin et al. 2019, §4.1: batch 32, lr 2e-5, 3 
 
 def collect_results(out: Path, plans: list, meta: dict) -> dict:
     """glue.json's content: one entry per paper column, the average, and the settings."""
-    from ember.tasks.glue import get_task
+    from ember.tasks.readers.glue import get_task
 
     plans = {p.name: p for p in plans}
     columns, done = [], {}

@@ -57,7 +57,7 @@ def run_quickstart(out: Path, pretrain_steps: int = 300, pretrain_time: float = 
     (default: the shipped one under the data root, when present; ``Path("")`` skips it)."""
     from ember.api import finetune, pretrain
     from ember.data.prepare import prepare_corpus
-    from ember.tasks.fill_mask import FillMask
+    from ember.tasks.inference.fill_mask import FillMask
     from ember.tokenizers import train_tokenizer
 
     started = time.time()

@@ -30,7 +30,7 @@ def task_summary(display_name: str, main_metric: str, seed_metrics: dict[str, di
 
     ``seed_metrics``: seed -> {metric: value} (at least one seed).
     """
-    from ember.tasks.metrics import summarize_seeds
+    from ember.tasks.metrics.classification import summarize_seeds
 
     summary = summarize_seeds([{"metrics": m} for m in seed_metrics.values()])
     main = summary[main_metric]

@@ -10,7 +10,7 @@ their (heads, d) / (2, heads, d) shapes; ``mask_emb`` (1, 1, H) becomes (H,). Th
 layer ``lm_loss`` is tied to the word embeddings (a checkpoint with an untied one is refused);
 its bias is ember's ``backbone.lm_bias`` (zeros when a base XLNetModel is imported).
 
-Task heads (``ember.tasks.xlnet_tasks``): the sequence summary ``sequence_summary.summary`` (last
+Task heads (``ember.tasks.families.xlnet``): the sequence summary ``sequence_summary.summary`` (last
 token, Linear(H, H), tanh) is ember's ``summary`` and ``logits_proj`` its ``classifier``; the
 token classifier and the start/end layer keep their names (``classifier``, ``qa_outputs``).
 A fine-tuned model exports without the LM layer's bias, which those classes do not have.
@@ -35,7 +35,7 @@ MODEL_TYPE = "xlnet"
 OBJECTIVE = "plm"  # an imported XLNet run continues with the permutation LM (ember.interop.convert)
 # XLNet's tokenizer pads on the left: its sequence summary reads the last position (<cls>).
 # transformers runs tokenizer.json as it is (its template: a fine-tuned run's is XLNet's
-# ``A <sep> B <sep> <cls>``, ember.tasks.xlnet_tasks) only as a PreTrainedTokenizerFast; its
+# ``A <sep> B <sep> <cls>``, ember.tasks.families.xlnet) only as a PreTrainedTokenizerFast; its
 # BertTokenizer would put BERT's own [CLS] A [SEP] template back on a WordPiece vocabulary.
 TOKENIZER_SETTINGS = {"padding_side": "left", "tokenizer_class": "PreTrainedTokenizerFast"}
 _PREFIX = "transformer."

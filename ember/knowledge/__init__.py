@@ -11,5 +11,5 @@
 
 A floor beside tasks and objectives: it builds on nn/models/tokenizers and never imports the
 tasks, objectives or trainer that use it (tests/test_layering.py). Fine-tuning with knowledge
-is wired in ``ember.tasks.knowledge``, the dEA objective in ``ember.objectives.ernie``.
+is wired in ``ember.tasks.families.knowledge``, the dEA objective in ``ember.objectives.ernie``.
 """

@@ -149,3 +149,20 @@ class Decoder(nn.Module):
             attentions=tuple(attentions) if attentions is not None else None,
             cache=cache,
         )
+
+
+class CausalLM(nn.Module):
+    """A causal decoder with its tied LM head: what generation (``ember.generate``) and few-shot
+    scoring run, and what the ``clm`` pre-training objective trains (``ember.objectives.clm``
+    subclasses it to add its data and loss). Its parameters are the backbone's, under
+    ``backbone.`` as in every run folder's weights."""
+
+    def __init__(self, backbone: nn.Module) -> None:
+        super().__init__()
+        self.backbone = backbone
+
+    def logits(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+               cache: KVCache | None = None, position_ids: torch.Tensor | None = None) -> torch.Tensor:
+        """Next-token logits (B, T, V) for the new tokens; ``cache`` (KVCache) grows."""
+        out = self.backbone(input_ids, attention_mask, position_ids=position_ids, cache=cache)
+        return self.backbone.lm_logits(out.last_hidden_state)

@@ -5,7 +5,7 @@
 
 The same network is pre-trained as a language model (LM-LSTM) or as the encoder and decoder of a
 sequence autoencoder (SA-LSTM; the decoder starts from the encoder's final state, §2), then
-fine-tuned as a classifier on its last state (ember.objectives.dai_le, ember.tasks.lstm_classifier).
+fine-tuned as a classifier on its last state (ember.objectives.dai_le, ember.tasks.families.lstm).
 Inputs are the subword ids of the prepared corpus's tokenizer, framed as that tokenizer frames a
 sentence (``[CLS] text [SEP]``), so pre-training, fine-tuning and serving read the same sequences.
 

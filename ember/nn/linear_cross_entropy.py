@@ -61,7 +61,7 @@ def _softmax_rows_(logits: torch.Tensor, targets: torch.Tensor, grad_scale: floa
     n = logits.shape[0]
     losses = torch.empty(n, dtype=torch.float32, device=logits.device)
     hits = torch.zeros(n, dtype=torch.bool, device=logits.device)
-    with torch.profiler.record_function(PROFILER_RANGE):  # benchmarks/pretrain_profile.py's "head and loss"
+    with torch.profiler.record_function(PROFILER_RANGE):  # benchmarks/speed/pretrain_profile.py's "head and loss"
         target_logit = logits.gather(1, targets[:, None]).squeeze(1).float()  # before the rows change
         if bias is not None:
             target_logit += bias[targets]

@@ -3,10 +3,10 @@ import from objectives (DESIGN: nn <- models <- objectives/tasks).
 
 * ``next_token_loss``: the causal LM loss (GPT-1 §3.1 eq. 1, GPT-2 §2), for the ``clm``
   pre-training objective (ember.objectives.clm) and GPT-1 fine-tuning's auxiliary LM loss
-  (ember.tasks.gpt_classification, §3.2 eq. 5).
+  (ember.tasks.families.gpt, §3.2 eq. 5).
 * ``seq2seq_loss``: an encoder-decoder's teacher-forced loss on target tokens (Raffel et al.
   2020, §3.1.4: "maximum likelihood"), for T5's denoising objectives
-  (ember.objectives.span_corruption) and text-to-text fine-tuning (ember.tasks.text2text).
+  (ember.objectives.span_corruption) and text-to-text fine-tuning (ember.tasks.text2text.task).
 * ``token_loss``: mean cross-entropy and accuracy of an LM head given as F.linear's (input,
   weight, bias) - a backbone's ``lm_projection`` - without keeping the (rows x vocabulary)
   logits (ember.nn.linear_cross_entropy). The two losses above and the MLM/PLM losses use it.

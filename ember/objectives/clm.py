@@ -6,8 +6,9 @@ gives T - 1 predictions; the loss is their mean cross-entropy (``ember.nn.lm_los
 held-out evaluation adds the perplexity exp(loss). The output layer is the input embedding
 matrix (tied, no bias), so the objective adds no parameters to the backbone.
 
-``CausalLM`` is also the model that generation (ember.generate) and few-shot scoring
-(ember.tasks.fewshot) run: ``logits(input_ids, attention_mask, cache)``.
+The model itself, a decoder with its tied LM head and ``logits(input_ids, attention_mask, cache)``,
+is ``ember.models.decoder.CausalLM``: generation (ember.generate) and few-shot scoring load that,
+with no pre-training objective; this module's ``CausalLM`` adds the objective's data and loss.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import torch
 from torch import nn
 
 from ember.errors import EmberError
+from ember.models.decoder import CausalLM as DecoderLM
 from ember.nn.lm_loss import next_token_loss
 
 
@@ -32,14 +34,13 @@ def build(cfg, special_ids: dict) -> "CausalLM":
     return CausalLM(build_backbone(cfg.model), special_ids.get("eot"))
 
 
-class CausalLM(nn.Module):
+class CausalLM(DecoderLM):
     """A decoder backbone with its tied LM head; the pre-training module of objective "clm"."""
 
     pair_mode = "none"  # no sentence-pair task: data comes in packed blocks
 
     def __init__(self, backbone: nn.Module, eot_id: int | None = None) -> None:
-        super().__init__()
-        self.backbone = backbone
+        super().__init__(backbone)
         self.eot_id = eot_id
 
     def build_dataset(self, corpus, data_cfg, seed: int):
@@ -53,12 +54,6 @@ class CausalLM(nn.Module):
     def make_batch(self, blocks: list[np.ndarray], rng: np.random.Generator) -> dict[str, torch.Tensor]:
         ids = torch.from_numpy(np.stack(blocks).astype(np.int64))  # (B, T)
         return {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
-
-    def logits(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
-               cache=None, position_ids: torch.Tensor | None = None) -> torch.Tensor:
-        """Next-token logits (B, T, V) for the new tokens; ``cache`` (KVCache) grows."""
-        out = self.backbone(input_ids, attention_mask, position_ids=position_ids, cache=cache)
-        return self.backbone.lm_logits(out.last_hidden_state)
 
     def forward(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict]:
         mask = batch.get("attention_mask")

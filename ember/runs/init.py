@@ -16,9 +16,9 @@ from ember.errors import EmberError
 from ember.runs.checkpoint import load_weights
 from ember.runs.folder import check_family, load_run_config
 
-# Every encoder variant fine-tunes the same way; GPT decoders the GPT-1 way (ember.tasks.gpt_classification),
-# XLNet its own way (ember.tasks.xlnet_tasks), T5 text to text (ember.tasks.text2text), Dai & Le's
-# LSTM with a classifier on its states (ember.tasks.lstm_classifier).
+# Every encoder variant fine-tunes the same way; GPT decoders the GPT-1 way (ember.tasks.families.gpt),
+# XLNet its own way (ember.tasks.families.xlnet), T5 text to text (ember.tasks.text2text.task), Dai & Le's
+# LSTM with a classifier on its states (ember.tasks.families.lstm).
 SUPPORTED_FAMILIES = ENCODER_FAMILIES + DECODER_FAMILIES + SEQ2SEQ_FAMILIES + ("xlnet", "lstm")  # families that fine-tune today
 
 

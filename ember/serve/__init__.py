@@ -8,7 +8,7 @@
     inputs.py      texts -> padded id arrays; real verification sentences
     verify.py      exported vs original: max |logit difference|, prediction agreement, speed
     export.py      `ember export`: the formats above, verified, written atomically
-    predictor.py   runs the model's inference methods (ember.tasks.inference: classify, tag,
+    predictor.py   runs the model's inference methods (ember.tasks.inference.methods: classify, tag,
                    answer, fill-mask, embed, generate, ...) over one batched forward
     batching.py    the micro-batching queue (asyncio front, one worker thread)
     requests.py    request bodies: size limit, JSON object (fields: each method's own parse)

@@ -14,7 +14,7 @@
                                                                                (GPT pre-training runs)
 
 The app serves a Predictor (serve/predictor.py): one POST route per inference method the
-loaded model has (``predictor.methods``, from its task or objective: ``ember.tasks.inference``),
+loaded model has (``predictor.methods``, from its task or objective: ``ember.tasks.inference.methods``),
 each parsing its body with the method's own ``parse`` and answering through the micro-batcher.
 A new task or family serves through its methods with no change here. GPT runs serve /generate
 only (no /embed: they have no inference graph).

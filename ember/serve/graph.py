@@ -1,8 +1,8 @@
 """A run's inference model as one graph, and what serving needs to know about the run.
 
 ``describe(run)`` reads a run (or export) folder and finds its *provider*
-(``ember.tasks.inference``): a fine-tuned run's task adapter, or for a pre-training run the
-entry of its objective in ``ember.tasks.pretrained``. The provider builds the inference model
+(``ember.tasks.inference.methods``): a fine-tuned run's task adapter, or for a pre-training run the
+entry of its objective in ``ember.tasks.inference.pretrained``. The provider builds the inference model
 on the backbone and names the methods it serves; nothing here knows about particular tasks.
 
 ``InferenceGraph.forward(input_ids, attention_mask, token_type_ids)`` runs ONE backbone pass
@@ -120,7 +120,7 @@ def export_state_keys(path: Path, manifest: dict) -> list[str]:
 
 def _provider(run_dir: Path, cfg: RunConfig, keys):
     if cfg.kind == "pretrain":
-        from ember.tasks.pretrained import pretrained_provider
+        from ember.tasks.inference.pretrained import pretrained_provider
 
         return pretrained_provider(cfg, keys)
     from ember.tasks.task_model import load_run_adapter
@@ -180,7 +180,7 @@ def build_module(info: ServeInfo) -> nn.Module:
                          "--int8), and `ember convert --to-hf` writes a Hugging Face folder")
     backbone = build_backbone(info.cfg.model)
     if info.cfg.task.features:
-        from ember.tasks.feature_transfer import FeatureBackbone
+        from ember.tasks.families.feature_transfer import FeatureBackbone
 
         backbone = FeatureBackbone.for_task(backbone, info.cfg.task)
     return info.provider.build_module(backbone, info.pad_id)

@@ -39,13 +39,13 @@ def verification_rows(info: ServeInfo, tokenizer: Tokenizer, path: str | Path | 
             lines = [line.strip() for line in Path(path).read_text(encoding="utf-8").splitlines()]
             texts, where = [t for t in lines if t], str(path)
         else:
-            from ember.tasks.glue import get_task, read_examples
+            from ember.tasks.readers.glue import get_task, read_examples
 
             texts, where = [ex.text_a for ex in read_examples(get_task("sst2"), "dev")], "SST-2 dev"
         texts = texts[:limit] if limit else texts
         if not texts:
             raise EmberError(f"{where}: no sentences to verify with")
-        from ember.tasks.requests import TextEncoder
+        from ember.tasks.inference.requests import TextEncoder
 
         encoded = TextEncoder(tokenizer, info.max_length)(texts)
         return [(ids, types) for ids, types, _ in encoded], f"{where} ({len(texts)} sentences)"

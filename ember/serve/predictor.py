@@ -1,4 +1,4 @@
-"""Runs a loaded model's inference methods (``ember.tasks.inference``) for a micro-batch.
+"""Runs a loaded model's inference methods (``ember.tasks.inference.methods``) for a micro-batch.
 
 ``Predictor.run(name, requests)`` hands a micro-batch of validated requests to the method
 called ``name``; the method encodes them, calls ``forward`` once for all their rows, and
@@ -6,7 +6,7 @@ decodes one response (or a ``RequestError``) per request, so one bad request nev
 others. ``forward`` sorts the rows by length, pads per chunk of at most ``max_batch`` rows, runs
 the backend (``runners.py``) and trims each row's logits to its length along the head's
 sequence axis. Which methods a model has comes from its provider (the task adapter of a
-fine-tuned run, ``ember.tasks.pretrained`` for a pre-training run), plus ``embed`` for every
+fine-tuned run, ``ember.tasks.inference.pretrained`` for a pre-training run), plus ``embed`` for every
 model with an inference graph; nothing here branches on a task.
 
 Inputs longer than ``max_length`` tokens are truncated, and every result says whether its
@@ -27,7 +27,7 @@ from ember.tasks.batching import length_sorted_batches
 
 def inference_context(info: ServeInfo, tokenizer, max_length: int | None = None, max_batch: int = 32,
                       model=None):
-    from ember.tasks.inference import InferenceContext
+    from ember.tasks.inference.methods import InferenceContext
 
     max_length = min(max_length or info.max_length, info.max_position)
     return InferenceContext(tokenizer, max_length, info.special, info.labels, info.num_layers,
@@ -37,7 +37,7 @@ def inference_context(info: ServeInfo, tokenizer, max_length: int | None = None,
 
 def build_methods(info: ServeInfo, ctx) -> list:
     """The provider's methods, plus ``embed`` wherever there is a graph (hidden states)."""
-    from ember.tasks.embedding import EmbedMethod
+    from ember.tasks.inference.embedding import EmbedMethod
 
     methods = list(info.provider.inference_methods(ctx))
     if info.has_graph:

@@ -2,7 +2,7 @@
 
 Checked here, before a method sees the body: body size (413), empty body or malformed JSON
 (400), a body that is not a JSON object (422). The fields are then checked by the method's own
-``parse`` (``ember.tasks.inference``; validators in ``ember.tasks.requests``), the same code the
+``parse`` (``ember.tasks.inference.methods``; validators in ``ember.tasks.inference.requests``), the same code the
 Python API uses.
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 
 from ember.errors import RequestError
-from ember.tasks.requests import Limits
+from ember.tasks.inference.requests import Limits
 
 __all__ = ["Limits", "RequestError", "read_json"]
 

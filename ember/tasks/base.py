@@ -6,9 +6,9 @@ are scored. The training loop, checkpointing, best-on-dev selection and seeds ar
 (``ember.train.finetune``). Every head takes an ``ember.models.Encoder`` backbone, so every
 task works with every family (BERT, RoBERTa, ALBERT, ELECTRA, DistilBERT).
 
-Registry: GLUE-style tasks map to ``ember.tasks.glue_adapter.GlueAdapter`` (wrapping ``ember.tasks.glue`` specs),
+Registry: GLUE-style tasks map to ``ember.tasks.glue_adapter.GlueAdapter`` (wrapping ``ember.tasks.readers.glue`` specs),
 ``conll2003`` to ``ember.tasks.tagging.ConllNerAdapter`` and ``squad``/``squad2`` to
-``ember.tasks.squad_task.SquadAdapter``. Non-GLUE adapters are imported lazily by module
+``ember.tasks.qa.task.SquadAdapter``. Non-GLUE adapters are imported lazily by module
 path, so a missing optional module only matters when its task is asked for. Custom tasks on
 a user's files (``ember.tasks.custom``) are described by a record, kept in RUN/task.json;
 ``get_adapter(record)`` rebuilds them.
@@ -26,7 +26,7 @@ from tokenizers import Tokenizer
 from torch import nn
 
 from ember.errors import EmberError
-from ember.tasks.glue import TASKS
+from ember.tasks.readers.glue import TASKS
 
 
 @runtime_checkable
@@ -66,8 +66,8 @@ class TaskAdapter(Protocol):
 # task name -> "module:Class" of adapters outside GLUE (imported on first use).
 LAZY_ADAPTERS = {
     "conll2003": "ember.tasks.tagging:ConllNerAdapter",
-    "squad": "ember.tasks.squad_task:SquadAdapter",
-    "squad2": "ember.tasks.squad_task:SquadAdapter",
+    "squad": "ember.tasks.qa.task:SquadAdapter",
+    "squad2": "ember.tasks.qa.task:SquadAdapter",
     "nsmc": "ember.tasks.sentiment:SentimentAdapter",
     "rusentiment": "ember.tasks.sentiment:SentimentAdapter",
     "rusentimentbinary": "ember.tasks.sentiment:SentimentAdapter",  # positive/negative, SST-2's labels
@@ -84,15 +84,15 @@ TASK_RECORD = "task.json"  # in a run folder: what rebuilds a custom task (the a
 # into that family's (or refuses the task with a clear message). Families not listed use
 # the encoder adapters as they are. A new family that fine-tunes differently adds one line.
 FAMILY_ADAPTERS = {
-    "gpt": "ember.tasks.gpt_classification:adapt",  # GPT-1's input transformations, §3.3
-    "gpt2": "ember.tasks.gpt_classification:adapt",
-    "xlnet": "ember.tasks.xlnet_tasks:adapt",  # A <sep> B <sep> <cls>, left padding, last-token summary
-    "t5": "ember.tasks.text2text:adapt",  # every task as text to text, Raffel et al. 2020 §2.4
-    "lstm": "ember.tasks.lstm_classifier:adapt",  # Dai & Le 2015: classifier on the LSTM's last state
+    "gpt": "ember.tasks.families.gpt:adapt",  # GPT-1's input transformations, §3.3
+    "gpt2": "ember.tasks.families.gpt:adapt",
+    "xlnet": "ember.tasks.families.xlnet:adapt",  # A <sep> B <sep> <cls>, left padding, last-token summary
+    "t5": "ember.tasks.text2text.task:adapt",  # every task as text to text, Raffel et al. 2020 §2.4
+    "lstm": "ember.tasks.families.lstm:adapt",  # Dai & Le 2015: classifier on the LSTM's last state
 }
 # Any model with language embeddings (XLM's, ``model.num_languages`` > 0) reads a language id
 # per token: the task's adapter is wrapped to give its features the task's language.
-LANGUAGE_ADAPTER = "ember.tasks.language_ids:adapt"
+LANGUAGE_ADAPTER = "ember.tasks.families.language_ids:adapt"
 
 
 def task_names() -> list[str]:
@@ -133,7 +133,7 @@ def get_adapter(task: str | TaskAdapter, model=None, language: str = "", setting
 
 
 def _get_adapter(task: str | dict | TaskAdapter) -> TaskAdapter:
-    from ember.tasks.glue import TaskSpec, get_task
+    from ember.tasks.readers.glue import TaskSpec, get_task
     from ember.tasks.glue_adapter import GlueAdapter
 
     if isinstance(task, TaskSpec):

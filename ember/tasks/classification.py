@@ -15,8 +15,8 @@ import torch.nn.functional as F
 from ember.nn.linear_head import BackboneWithLinearHead
 from ember.tasks.batching import length_sorted_batches
 from ember.tasks.featurize import collate, extra_inputs
-from ember.tasks.inference import encode_texts, sequence_view, softmax
-from ember.tasks.requests import TEXT_FIELDS, body_schema, parse_texts
+from ember.tasks.inference.methods import encode_texts, sequence_view, softmax
+from ember.tasks.inference.requests import TEXT_FIELDS, body_schema, parse_texts
 
 
 class SequenceClassifier(BackboneWithLinearHead):

@@ -3,7 +3,7 @@
     ember finetune --task classify|pair|regression|tag|qa|text2text --train FILE --dev FILE [--test FILE]
 
 * ``classify`` (one text -> a class), ``pair`` (two texts -> a class), ``regression`` (one or
-  two texts -> a number): CSV, TSV or JSON Lines (``ember.tasks.table_files``), columns named
+  two texts -> a number): CSV, TSV or JSON Lines (``ember.tasks.readers.table_files``), columns named
   by ``--text-column`` / ``--text-pair-column`` / ``--label-column`` or found among the usual
   names (``text``, ``sentence``, ``sentence1``/``sentence2``, ``premise``/``hypothesis``,
   ``label``, ...). The head, inference method (``classify``) and metric code are
@@ -16,7 +16,7 @@
   task has unanswerable questions (SQuAD 2.0 scoring, a tuned no-answer threshold) when the
   training file has any.
 * ``text2text``: an input and a target text per row, for an encoder-decoder (T5) run
-  (``ember.tasks.text2text_custom``): exact match, token F1, BLEU and ROUGE.
+  (``ember.tasks.text2text.custom``): exact match, token F1, BLEU and ROUGE.
 
 Labels are the values found in the training file (sorted; numerically when they are all
 integers), as ``run_glue.py`` / ``run_ner.py`` discover them. A dev or test label the
@@ -34,13 +34,13 @@ import math
 from pathlib import Path
 
 from ember.errors import EmberError
-from ember.tasks.custom_files import CustomFiles, content_sha256
-from ember.tasks.glue import BertHParams, Example, TaskSpec
+from ember.tasks.readers.custom_files import CustomFiles, content_sha256
+from ember.tasks.readers.glue import BertHParams, Example, TaskSpec
 from ember.tasks.glue_adapter import GlueAdapter
-from ember.tasks.squad_task import HPARAMS as SQUAD_HPARAMS, SquadAdapter
-from ember.tasks.table_files import Table, label_cell, pick_column, read_table, text_cell
+from ember.tasks.qa.task import HPARAMS as SQUAD_HPARAMS, SquadAdapter
+from ember.tasks.readers.table_files import Table, label_cell, pick_column, read_table, text_cell
 from ember.tasks.tagging import ConllNerAdapter, is_bio
-from ember.tasks.text2text_custom import CustomText2TextAdapter, text2text_columns
+from ember.tasks.text2text.custom import CustomText2TextAdapter, text2text_columns
 
 KINDS = ("classify", "pair", "regression", "tag", "qa", "text2text")
 SPLITS = ("train", "dev", "test")
@@ -268,14 +268,14 @@ class CustomTagAdapter(CustomFiles, ConllNerAdapter):
         return sentences[:limit]
 
     def _sentences(self, file: Path) -> list:
-        from ember.tasks.conll import read_conll
+        from ember.tasks.readers.conll import read_conll
 
         if file.suffix.lower() in (".jsonl", ".json"):
             return self._jsonl_sentences(file)
         return read_conll(file, labels=None, any_columns=True)
 
     def _jsonl_sentences(self, file: Path) -> list:
-        from ember.tasks.conll import Sentence
+        from ember.tasks.readers.conll import Sentence
 
         table = read_table(file)
         r = self.record_data
@@ -327,14 +327,14 @@ class CustomQaAdapter(CustomFiles, SquadAdapter):
         self.hparams = SQUAD_HPARAMS["squad2" if no_answer else "squad"]
 
     def discover(self) -> None:
-        from ember.tasks.squad import read_squad
+        from ember.tasks.qa.squad import read_squad
 
         no_answer = any(ex.is_impossible for ex in read_squad(self.files["train"]))
         self.record_data["with_no_answer"] = self.with_no_answer = no_answer
         self.hparams = SQUAD_HPARAMS["squad2" if no_answer else "squad"]
 
     def read(self, split, path=None, limit=None) -> list:
-        from ember.tasks.squad import read_squad
+        from ember.tasks.qa.squad import read_squad
 
         file = self.split_file(split, path)
         examples = read_squad(file)

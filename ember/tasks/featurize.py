@@ -19,7 +19,7 @@ import torch
 from tokenizers import Tokenizer
 
 from ember.errors import EmberError
-from ember.tasks.glue import Example
+from ember.tasks.readers.glue import Example
 
 log = logging.getLogger(__name__)
 

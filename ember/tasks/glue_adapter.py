@@ -1,11 +1,11 @@
-"""Sentence (pair) classification and regression tasks (GLUE-style ``ember.tasks.glue`` specs).
+"""Sentence (pair) classification and regression tasks (GLUE-style ``ember.tasks.readers.glue`` specs).
 
 The task adapter of SST-2, CoLA, MRPC, RTE, STS-B, QNLI, SNLI (and, through subclasses,
 NSMC and RuSentiment): it reads a split with the spec's reader, encodes it with the
 tokenizer's own template (``[CLS] a [SEP] b [SEP]``), puts a ``SequenceClassifier`` on the
-backbone and scores with the task's official metric (``ember.tasks.metrics``). Other
+backbone and scores with the task's official metric (``ember.tasks.metrics.classification``). Other
 backbones change the input format and the head through their own subclass (GPT-1:
-``ember.tasks.gpt_classification``), chosen in ``ember.tasks.base.get_adapter``.
+``ember.tasks.families.gpt``), chosen in ``ember.tasks.base.get_adapter``.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import numpy as np
 
 
 class GlueAdapter:
-    """Sentence (pair) classification / regression (``ember.tasks.glue`` specs, [CLS] head)."""
+    """Sentence (pair) classification / regression (``ember.tasks.readers.glue`` specs, [CLS] head)."""
 
     kind = "classify"  # its inference method (``inference_methods``)
 
@@ -36,7 +36,7 @@ class GlueAdapter:
 
     def read(self, split, path=None, limit=None) -> list:
         """The labelled examples of a split (or of ``path`` in the task's layout)."""
-        from ember.tasks.glue import read_examples
+        from ember.tasks.readers.glue import read_examples
 
         return read_examples(self.spec, split, path=path, limit=limit)
 
@@ -70,7 +70,7 @@ class GlueAdapter:
     def metrics_of(self, predictions, labels) -> dict[str, float]:
         """The task's official metrics of class ids (or scores) against the gold labels; every
         head of the task (a [CLS] classifier, a text-to-text decoder) is scored through here."""
-        from ember.tasks.metrics import compute_metrics
+        from ember.tasks.metrics.classification import compute_metrics
 
         return compute_metrics(self.spec, predictions, labels)
 
@@ -83,10 +83,10 @@ class GlueAdapter:
     def read_inputs(self, path) -> list:
         """The examples of a user's file for `ember predict` (TSV in the task's layout or JSONL;
         labels optional)."""
-        from ember.tasks.glue import read_tsv_examples
+        from ember.tasks.readers.glue import read_tsv_examples
 
         if Path(path).suffix == ".jsonl":
-            from ember.tasks.jsonl_input import read_jsonl_examples
+            from ember.tasks.readers.jsonl_input import read_jsonl_examples
 
             return read_jsonl_examples(path, self.spec)
         return read_tsv_examples(path, self.spec)

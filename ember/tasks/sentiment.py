@@ -3,7 +3,7 @@
 * ``nsmc`` - Naver Sentiment Movie Corpus (Korean movie reviews, 0 = negative, 1 = positive;
   accuracy, as every NSMC result is reported). ``ratings_train.txt`` / ``ratings_test.txt``,
   a TSV with header ``id<TAB>document<TAB>label``, no quoting, read by the strict GLUE TSV
-  reader (``ember.tasks.glue``). 49 reviews keep a bare carriage return from the raw crawl;
+  reader (``ember.tasks.readers.glue``). 49 reviews keep a bare carriage return from the raw crawl;
   lines are split on "\n" only, so they stay one row each (150,000 and 50,000 rows). A
   reader with universal newlines (Python's text mode, pandas) would cut them in two.
 * ``rusentiment`` - RuSentiment (Rogers et al., COLING 2018), Russian VKontakte posts, five
@@ -44,10 +44,10 @@ import numpy as np
 from ember import paths
 from ember.errors import EmberError
 from ember.tasks.glue_adapter import GlueAdapter
-from ember.tasks.glue import Example, TaskSpec
-from ember.tasks.table_files import csv_records
+from ember.tasks.readers.glue import Example, TaskSpec
+from ember.tasks.readers.table_files import csv_records
 
-# CSV records (quoted texts spanning lines) come from ``ember.tasks.table_files.csv_records``,
+# CSV records (quoted texts spanning lines) come from ``ember.tasks.readers.table_files.csv_records``,
 # which refuses a record over 20,000 characters as an unclosed quote (the longest RuSentiment
 # post is 800 characters and 78 lines).
 
@@ -130,7 +130,7 @@ def read_split(task: str | SentimentTask, split: str, data_root: str | Path | No
 
 def read_file(path: str | Path, task: str | SentimentTask, require_label: bool = True) -> list[Example]:
     """Every row of one file in the task's format (without a label column when not required)."""
-    from ember.tasks.glue import read_examples, read_tsv_examples
+    from ember.tasks.readers.glue import read_examples, read_tsv_examples
 
     task = SENTIMENT_TASKS[task] if isinstance(task, str) else task
     path, spec = Path(path), task.spec
@@ -190,7 +190,7 @@ class SentimentAdapter(GlueAdapter):
         return super().encode(examples, tokenizer, max_length)
 
     def metrics_of(self, predictions, labels) -> dict[str, float]:
-        from ember.tasks.metrics import METRICS
+        from ember.tasks.metrics.classification import METRICS
 
         preds, labels = np.asarray(predictions, dtype=np.int64), np.asarray(labels, dtype=np.int64)
         classes = range(self.spec.num_labels)  # a class nobody predicted still counts (F1 0)

@@ -28,9 +28,9 @@ from ember.errors import EmberError
 from ember.nn.linear_head import BackboneWithLinearHead
 from ember.tasks.batching import length_sorted_batches
 from ember.tasks.featurize import collate, extra_inputs, note_truncated
-from ember.tasks.glue import BertHParams
-from ember.tasks.inference import token_view
-from ember.tasks.requests import body_schema
+from ember.tasks.readers.glue import BertHParams
+from ember.tasks.inference.methods import token_view
+from ember.tasks.inference.requests import body_schema
 
 IGNORE = -100  # cross_entropy's ignore_index: non-first sub-tokens, specials, padding
 
@@ -148,7 +148,7 @@ def is_bio(labels: Sequence[str]) -> bool:
 
 def entity_list(words: Sequence[str], tags: Sequence[str], bio: bool = True) -> list[dict]:
     """The entities IOB ``tags`` spell over ``words`` ([] for a tag set that is not IOB)."""
-    from ember.tasks.ner_metrics import get_entities
+    from ember.tasks.metrics.ner import get_entities
 
     if not bio:
         return []
@@ -171,7 +171,7 @@ def _jsonl_sentences(path: Path) -> list[tuple[str, list[str]]]:
     """``{"words": [...]}`` (pre-split) or ``{"text": "..."}`` per line, optional ``id``."""
     import json
 
-    from ember.tasks.glue import _lines
+    from ember.tasks.readers.glue import _lines
 
     out = []
     for n, line in enumerate(_lines(path), 1):
@@ -218,7 +218,7 @@ class TagMethod:
     def parse(self, data: dict, limits) -> dict:
         """{"text": str} | {"texts": [str]} (split into words) | {"words": [[str]]} (pre-split)."""
         from ember.errors import RequestError
-        from ember.tasks.requests import check_fields, text_field, texts_field
+        from ember.tasks.inference.requests import check_fields, text_field, texts_field
 
         check_fields(data, {"text", "texts", "words"})
         if "words" not in data:
@@ -281,11 +281,11 @@ class ConllNerAdapter:
     # per-word loss. 128 sub-tokens hold all but a handful of CoNLL sentences.
     hparams = BertHParams(learning_rate=5e-5, batch_size=32, epochs=3.0, warmup_ratio=0.1, max_length=128)
 
-    # words -> features (a hook: K-BERT's adapter encodes with its knowledge, ember.tasks.knowledge)
+    # words -> features (a hook: K-BERT's adapter encodes with its knowledge, ember.tasks.families.knowledge)
     encode_words = staticmethod(encode_words)
 
     def __init__(self) -> None:
-        from ember.tasks.conll import LABELS
+        from ember.tasks.readers.conll import LABELS
 
         self.labels = LABELS
         self.label_ids = {t: i for i, t in enumerate(LABELS)}
@@ -305,7 +305,7 @@ class ConllNerAdapter:
 
     def read(self, split: str, path: str | Path | None = None, limit: int | None = None) -> list:
         """Tagged sentences of a split (or of a CoNLL file ``path``), every tag in ``self.labels``."""
-        from ember.tasks.conll import read_split
+        from ember.tasks.readers.conll import read_split
 
         return read_split(split, path=path, limit=limit)
 
@@ -317,7 +317,7 @@ class ConllNerAdapter:
 
     def score(self, module: TokenClassifier, examples: list, features: list[dict], batch_size: int,
               device: str) -> dict[str, float]:
-        from ember.tasks.ner_metrics import entity_scores
+        from ember.tasks.metrics.ner import entity_scores
 
         pred = word_tags(module.predict(features, batch_size, device), self.labels)
         return entity_scores([s.tags for s in examples], pred)
@@ -326,8 +326,8 @@ class ConllNerAdapter:
                      batch_size: int, device: str) -> tuple[list[dict], int]:
         """Tags for a CoNLL file (``.conll``/``.iob``: one word per line, tags optional) or plain
         text (one sentence per line, split into CoNLL-like words)."""
-        from ember.tasks.conll import read_conll
-        from ember.tasks.glue import _lines
+        from ember.tasks.readers.conll import read_conll
+        from ember.tasks.readers.glue import _lines
         path = Path(path)
         if path.suffix in (".conll", ".iob", ".bio"):
             sentences = [(s.guid, list(s.words)) for s in read_conll(path, require_tags=False)]

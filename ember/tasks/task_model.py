@@ -25,7 +25,7 @@ from ember.tasks.base import TaskAdapter, get_adapter, read_task_record
 def _fresh_backbone(cfg: RunConfig) -> nn.Module:
     """The run's backbone with fresh weights: ERNIE's fusion encoder when the run fuses
     entities (knowledge.entities), else its family's backbone."""
-    from ember.tasks.knowledge import knowledge_backbone
+    from ember.tasks.families.knowledge import knowledge_backbone
 
     backbone = knowledge_backbone(cfg)
     return build_backbone(cfg.model) if backbone is None else backbone
@@ -35,7 +35,7 @@ def _backbone(cfg: RunConfig) -> nn.Module:
     """A fresh backbone, wrapped for feature-based transfer when the run is one (--features)."""
     backbone = _fresh_backbone(cfg)
     if cfg.task.features:
-        from ember.tasks.feature_transfer import FeatureBackbone
+        from ember.tasks.families.feature_transfer import FeatureBackbone
 
         backbone = FeatureBackbone.for_task(backbone, cfg.task)
     return backbone
@@ -73,7 +73,7 @@ def build_task_module(cfg: RunConfig, adapter: TaskAdapter, state: dict | None, 
             raise EmberError(f"pre-trained weights do not fit the backbone (missing {missing[:3]}, "
                              f"unexpected {unexpected[:3]}){hint}")
     if cfg.task.features:
-        from ember.tasks.feature_transfer import FeatureBackbone
+        from ember.tasks.families.feature_transfer import FeatureBackbone
 
         backbone = FeatureBackbone.for_task(backbone, cfg.task)
     return adapter.build_module(backbone, pad_id)
@@ -104,7 +104,7 @@ def load_run_adapter(run_dir: Path, cfg: RunConfig, task: str = "") -> TaskAdapt
     """
     own = read_task_record(run_dir) or cfg.task.name
     other = bool(task) and (not own or get_adapter(task).name != get_adapter(own).name)
-    from ember.tasks.knowledge import run_knowledge
+    from ember.tasks.families.knowledge import run_knowledge
 
     adapter = run_knowledge(run_dir, cfg, get_adapter(task or own, cfg.model, "" if other else cfg.task.language,
                                                       cfg.task))

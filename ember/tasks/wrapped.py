@@ -1,8 +1,8 @@
 """A task adapter built on another: it changes a few of its methods and hands the rest on.
 
 A backbone family that reads the same tasks differently (XLNet's input layout and sequence
-summary, ``ember.tasks.xlnet_tasks``) or needs an extra input per token (XLM's language ids,
-``ember.tasks.language_ids``) wraps the task's own adapter instead of subclassing each adapter
+summary, ``ember.tasks.families.xlnet``) or needs an extra input per token (XLM's language ids,
+``ember.tasks.families.language_ids``) wraps the task's own adapter instead of subclassing each adapter
 class: names, metrics, readers, scoring, tuned settings and inference methods stay the
 task's, whatever the task is.
 """

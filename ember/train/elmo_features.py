@@ -2,7 +2,7 @@
 
 The biLM of an ELMo run (``ember pretrain --recipe elmo-mini``) is loaded and frozen; its
 L+1 layers are computed once per sentence (they never change), then a small BiLSTM
-classifier with a per-task ScalarMix is trained on [x_k; ELMo_k] (ember.tasks.elmo_classifier).
+classifier with a per-task ScalarMix is trained on [x_k; ELMo_k] (ember.tasks.families.elmo).
 ``use_elmo=False`` trains the same classifier on x_k alone - the baseline. The run folder
 holds settings.json, task_words.json (the static-embedding vocabulary), model.safetensors
 (best on dev), checkpoints for --resume, metrics.jsonl and results.json (best dev metrics,
@@ -21,7 +21,7 @@ from ember.config import TrainConfig
 from ember.data.in_memory import InMemoryData
 from ember.errors import EmberError
 from ember.fileio import atomic_write_text
-from ember.tasks.elmo_classifier import UNK, ElmoClassifier, task_vocabulary
+from ember.tasks.families.elmo import UNK, ElmoClassifier, task_vocabulary
 from ember.runs.checkpoint import save_weights
 from ember.train.loop import Trainer, epoch_schedule
 from ember.train.checks import check_train_settings
@@ -39,10 +39,10 @@ def _words(texts: list, vocab) -> list[list[str]]:
 
 def _read_task(task: str, train_limit: int | None):
     """(name, train inputs, train labels, dev inputs, dev labels, label names, tagging)."""
-    from ember.tasks.glue import get_task, read_examples
+    from ember.tasks.readers.glue import get_task, read_examples
 
     if task.lower().replace("-", "").replace("_", "") in ("conll2003", "conll", "ner"):
-        from ember.tasks.conll import LABELS, read_split
+        from ember.tasks.readers.conll import LABELS, read_split
 
         index = {t: i for i, t in enumerate(LABELS)}
         train, dev = read_split("train", limit=train_limit), read_split("dev")
@@ -95,7 +95,7 @@ def score_on(module: ElmoClassifier, items: list[dict], batch_size: int, device:
                 preds += predicted.tolist()
     if not module.tagging:
         return {"accuracy": float(np.mean([p == item["label"] for p, item in zip(preds, items)]))}
-    from ember.tasks.ner_metrics import entity_scores
+    from ember.tasks.metrics.ner import entity_scores
 
     gold = [[label_names[t] for t in item["label"]] for item in items]
     pred = [[label_names[t] for t in p] for p in preds]

@@ -9,7 +9,7 @@ mean and standard deviation of each metric (small GLUE tasks swing by points acr
 
 Options (``TaskConfig``/``TrainConfig``), for every backbone and task:
 * ``task.features``: feature-based transfer - frozen encoder, learned ScalarMix, small head
-  (``ember.tasks.feature_transfer``); the learned layer weights go to results.json.
+  (``ember.tasks.families.feature_transfer``); the learned layer weights go to results.json.
 * ``task.layer_lr_decay``, ``task.gradual_unfreeze`` (``ember.train.layerwise``) and
   ``train.schedule=stlr`` (``ember.train.optim``): ULMFiT's discriminative fine-tuning,
   gradual unfreezing and slanted triangular learning rates.
@@ -32,7 +32,7 @@ from ember.data.in_memory import InMemoryData
 from ember.errors import EmberError
 from ember.tasks.base import get_adapter, write_task_record
 from ember.tasks.batching import inference_progress
-from ember.tasks.knowledge import with_knowledge
+from ember.tasks.families.knowledge import with_knowledge
 from ember.tasks.task_model import build_task_module, pad_token_id
 from ember.runs.checkpoint import atomic_write_text, load_weights, save_weights
 from ember.train.layerwise import gradual_unfreezing, lr_scale_fn
@@ -68,7 +68,7 @@ def run_finetuning(cfg: RunConfig, run_dir: Path, state: dict | None, tokenizer_
     from ember.tokenizers import load_tokenizer
 
     check_options(cfg)
-    # K-BERT / ERNIE inputs, if asked (ember.tasks.knowledge); a custom task's adapter from its files
+    # K-BERT / ERNIE inputs, if asked (ember.tasks.families.knowledge); a custom task's adapter from its files
     cfg, adapter = with_knowledge(cfg, get_adapter(task if task is not None else cfg.task.name, cfg.model,
                                                    cfg.task.language, cfg.task))
     if hasattr(adapter, "model_config"):  # a family that fine-tunes another shape (XLNet: no memory)

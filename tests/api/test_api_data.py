@@ -37,7 +37,7 @@ def init(wiki_prepared):
 def sst2_frame(split: str, n: int):
     """Real SST-2 rows as a user's table: other column names, labels as words."""
     pd = pytest.importorskip("pandas")
-    from ember.tasks.glue import read_examples
+    from ember.tasks.readers.glue import read_examples
 
     real_data("glue", "SST-2")
     examples = read_examples("sst2", split, limit=n)
@@ -99,7 +99,7 @@ def test_pair_task_rows_with_quotes_and_line_breaks_round_trip_through_the_task_
     """MRPC (CSV-style quoting) and SST-2 (no quoting): what the reader reads is what was given,
     but for tabs / line breaks, which become spaces."""
     from ember.api.task_data import write_split
-    from ember.tasks.glue import get_task, read_examples
+    from ember.tasks.readers.glue import get_task, read_examples
 
     real_data("glue", "MRPC")
     mrpc = read_examples("mrpc", "dev", limit=30)

@@ -28,7 +28,7 @@ def docs_folder(wiki_prepared, tmp_path, monkeypatch):
     pytest.importorskip("pandas")
     pytest.importorskip("datasets")
     pytest.importorskip("onnxruntime")
-    from ember.tasks.glue import read_examples
+    from ember.tasks.readers.glue import read_examples
 
     minilm = real_data("checkpoints", "all-MiniLM-L6-v2")
     built = tiny_runs(tmp_path / "runs", wiki_prepared / "tokenizer.json")

@@ -32,7 +32,7 @@ def runs(wiki_prepared, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def sst2_dev():
-    from ember.tasks.glue import read_examples
+    from ember.tasks.readers.glue import read_examples
 
     real_data("glue", "SST-2")
     return read_examples("sst2", "dev")
@@ -41,7 +41,7 @@ def sst2_dev():
 def served(run, name: str, body: dict, backend: str = ""):
     """What `ember serve` answers: one request through the predictor with the server's limits."""
     from ember.serve.predictor import load_predictor
-    from ember.tasks.requests import Limits
+    from ember.tasks.inference.requests import Limits
 
     predictor = load_predictor(run, backend)
     return predictor.run(name, [predictor.parse(name, body, Limits())])[0]
@@ -155,9 +155,9 @@ def test_t5_score_is_the_log_likelihood_transformers_gives():
     pytest.importorskip("transformers")
     from t5_helpers import ember_from_hf, t5_style_tokenizer, tiny_hf_t5
 
-    from ember.tasks.inference import InferenceContext
-    from ember.tasks.requests import Limits
-    from ember.tasks.scoring import Seq2SeqScoreMethod
+    from ember.tasks.inference.methods import InferenceContext
+    from ember.tasks.inference.requests import Limits
+    from ember.tasks.inference.scoring import Seq2SeqScoreMethod
 
     hf = tiny_hf_t5("v1_1").eval()
     pieces = [f"▁w{i}" for i in range(96)]
@@ -292,3 +292,24 @@ def test_bad_input_gets_one_clear_message_each(runs, tmp_path):
         model.embed("a fine film", pooling="max")
     with pytest.raises(EmberError, match=r"no \[MASK\] token"):
         ember.load(runs["mlm"]).fill_mask("no mask here")
+
+
+def test_backend_and_batch_size_spelled_alike_by_load_and_embed(runs, sst2_dev):
+    """One spelling per option across the API (issue 40): ember.load and ember.embed take the same
+    backend names, both default to "torch", and refuse an unknown one (or the old "" default of
+    ember.embed) with the same line; ember.load's rows per pass are batch_size= as in embed, and its
+    old name max_batch= still works, with a DeprecationWarning."""
+    texts = [ex.text_a for ex in sst2_dev[:3]]
+    by_load = ember.load(runs["sst2"], backend="torch").embed(texts)
+    by_embed = ember.embed(runs["sst2"], texts, backend="torch")
+    # the same weights and backend; the two paths may group rows into other batches, whose
+    # kernels round differently: equal to float tolerance, not bit for bit
+    np.testing.assert_allclose(by_load, by_embed, atol=1e-5)
+    for backend in ("", "gpu", None):
+        for call in (lambda: ember.load(runs["sst2"], backend=backend),
+                     lambda: ember.embed(runs["sst2"], texts, backend=backend)):
+            with pytest.raises(EmberError, match=r"unknown backend .*; choose one of torch, int8, bf16, onnx"):
+                call()
+    assert ember.load(runs["sst2"], batch_size=2)._predictor.max_batch == 2
+    with pytest.warns(DeprecationWarning, match=r"max_batch=\) is now batch_size="):
+        assert ember.load(runs["sst2"], max_batch=3)._predictor.max_batch == 3

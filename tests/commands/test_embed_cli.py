@@ -13,7 +13,7 @@ from conftest import real_data
 from hf_interop_helpers import perturb
 
 from ember.cli import main as ember_main
-from ember.tasks.requests import Limits
+from ember.tasks.inference.requests import Limits
 
 WORDS = ["the w1 w2 a w3s", "w4 w5 w6 w7 w8 the w9 w10 w11", "a w12", "w13 w14 the", "w20 w21 w22 w23 w24 w25"]
 
@@ -177,7 +177,7 @@ def test_embed_refuses_what_it_cannot_write(tiny_run, tmp_path, capsys):
 
 def test_evaluate_zero_shot_on_a_pair_file_and_its_refusals(tiny_run, tmp_path, capsys):
     import ember
-    from ember.tasks.metrics import pearson, spearman
+    from ember.tasks.metrics.classification import pearson, spearman
 
     pairs = [(WORDS[0], WORDS[1], 1.0), (WORDS[2], WORDS[3], 4.5), (WORDS[4], WORDS[0], 2.0), (WORDS[1], WORDS[3], 3.0)]
     (tmp_path / "pairs.tsv").write_text("sentence1\tsentence2\tscore\n" + "".join(f"{a}\t{b}\t{s}\n" for a, b, s in pairs))

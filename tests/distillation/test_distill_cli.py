@@ -183,7 +183,7 @@ def test_distilbert_cli_starts_from_every_other_teacher_layer_and_fill_mask_read
         torch.testing.assert_close(value, teacher[source], rtol=0, atol=0)
     metrics = (out / "metrics.jsonl").read_text()
     assert "ce_loss" in metrics and "cos_loss" in metrics
-    from ember.tasks.fill_mask import FillMask
+    from ember.tasks.inference.fill_mask import FillMask
 
     assert len(FillMask(out)("the [MASK] of the city")[0]) == 5
 

@@ -183,7 +183,7 @@ def test_glue_cell_shows_no_spread_for_a_single_seed():
     summarize_seeds) must not claim "± 0.0"."""
     from ember.experiments.glue_report import _cell
 
-    from ember.tasks.metrics import summarize_seeds
+    from ember.tasks.metrics.classification import summarize_seeds
 
     one = summarize_seeds([{"metrics": {"accuracy": 0.636}}])
     two = summarize_seeds([{"metrics": {"accuracy": 0.586}}, {"metrics": {"accuracy": 0.614}}])

@@ -93,7 +93,7 @@ def test_albert_convert_round_trip_through_folders_and_fill_mask(tmp_path, tiny_
     """HF folder -> ember run (objective albert, SOP head) -> HF folder: same logits; the
     imported run serves fill-mask; AutoTokenizer gives segment ids."""
     from ember.interop.convert import export_hf, import_hf
-    from ember.tasks.fill_mask import FillMask
+    from ember.tasks.inference.fill_mask import FillMask
 
     from tokenizers import Tokenizer
 

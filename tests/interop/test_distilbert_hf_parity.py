@@ -98,7 +98,7 @@ def test_distilbert_convert_round_trip_through_folders(tmp_path, tiny_tokenizer_
 
 
 def test_distilbert_finetune_init_from_hf_folder_builds_a_classifier(tmp_path, tiny_tokenizer_path):
-    from ember.tasks.glue import get_task
+    from ember.tasks.readers.glue import get_task
     from ember.tasks.base import get_adapter
     from ember.tasks.task_model import build_task_module
     from ember.runs.init import load_init

@@ -41,7 +41,7 @@ def reference(checkpoint):
 @pytest.fixture(scope="module")
 def sentences():
     """Eight SST-2 dev sentences and eight STS-B dev sentences, as the files hold them."""
-    from ember.tasks.glue import read_examples
+    from ember.tasks.readers.glue import read_examples
 
     sst2 = [ex.text_a for ex in read_examples("sst2", "dev", limit=8)]
     stsb = [t for ex in read_examples("stsb", "dev", limit=4) for t in (ex.text_a, ex.text_b)]
@@ -110,7 +110,7 @@ def test_minilm_zero_shot_sts_equals_the_score_from_transformers_states(run, ref
     of the cosines of transformers' vectors, computed with scipy; the checkpoint knows similarity."""
     stats = pytest.importorskip("scipy.stats")
     import ember
-    from ember.tasks.glue import read_examples
+    from ember.tasks.readers.glue import read_examples
 
     pairs = read_examples("stsb", "dev", limit=200)
     file = tmp_path / "pairs.tsv"
@@ -147,7 +147,7 @@ def test_minilm_bf16_backend_keeps_the_sts_score_and_the_vectors(run, sentences,
     backends; measured ~0.001 on the 1,500 dev pairs), and each sentence vector points where fp32's
     does. On a CPU without AMX bf16 has no fast kernel, so the pairs are cut to 40 there."""
     import ember
-    from ember.tasks.glue import read_examples
+    from ember.tasks.readers.glue import read_examples
     from ember.train.precision import cpu_has_fast_bf16
 
     pairs = read_examples("stsb", "dev", limit=200 if cpu_has_fast_bf16() else 40)

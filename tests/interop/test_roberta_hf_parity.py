@@ -134,7 +134,7 @@ def test_roberta_convert_cli_round_trip_with_real_bpe_tokenizer(tmp_path, wiki_b
     """HF folder -> `ember convert --from-hf` -> `ember convert --to-hf` -> transformers:
     same logits, and AutoTokenizer reproduces ember's token ids on real text."""
     from ember.cli import main
-    from ember.tasks.fill_mask import FillMask
+    from ember.tasks.inference.fill_mask import FillMask
     from ember.tokenizers import load_tokenizer
 
     tok = load_tokenizer(wiki_bpe)

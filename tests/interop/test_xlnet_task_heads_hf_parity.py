@@ -22,9 +22,9 @@ from ember.errors import EmberError  # noqa: E402
 from ember.interop import hf_xlnet  # noqa: E402
 from ember.models import build_backbone  # noqa: E402
 from ember.tasks.featurize import collate  # noqa: E402
-from ember.tasks.qa import QuestionAnswering  # noqa: E402
+from ember.tasks.qa.head import QuestionAnswering  # noqa: E402
 from ember.tasks.tagging import TokenClassifier  # noqa: E402
-from ember.tasks.xlnet_tasks import PAD_TYPE_ID, XLNetClassifier  # noqa: E402
+from ember.tasks.families.xlnet import PAD_TYPE_ID, XLNetClassifier  # noqa: E402
 
 VOCAB, PAD, SEP, CLS = 99, 5, 4, 3
 

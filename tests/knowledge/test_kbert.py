@@ -159,7 +159,7 @@ def test_encoder_visible_matrix_hides_branches_from_the_rest_of_the_sentence():
 
 def test_sentence_without_entities_encodes_exactly_as_without_knowledge():
     from ember.tasks.featurize import encode_examples
-    from ember.tasks.glue import Example
+    from ember.tasks.readers.glue import Example
 
     tok = make_wordpiece("a film about nothing".split())
     inputs = KnowledgeInputs(tok, KnowledgeBase(KnowledgeGraph(FIGURE_2_TRIPLES)))
@@ -172,7 +172,7 @@ def test_sentence_without_entities_encodes_exactly_as_without_knowledge():
 @pytest.mark.parametrize("pair", [False, True])
 def test_removing_injected_tokens_gives_back_the_plain_encoding(pair):
     from ember.tasks.featurize import encode_examples
-    from ember.tasks.glue import Example
+    from ember.tasks.readers.glue import Example
 
     tok = make_wordpiece("tim cook is visiting beijing now ceo apple capital china a city".split())
     inputs = KnowledgeInputs(tok, KnowledgeBase(KnowledgeGraph(FIGURE_2_TRIPLES)))

@@ -57,7 +57,7 @@ def test_lstm_hidden_states_stack_embeddings_zero_padded_then_each_layer():
     torch.testing.assert_close(stacked[-1], out.last_hidden_state)
     # ULMFiT's layer-wise rates place the embeddings at depth 0 and LSTM layer i at depth i.
     from ember.train.layerwise import parameter_depths
-    from ember.tasks.lstm_classifier import LstmClassifier
+    from ember.tasks.families.lstm import LstmClassifier
 
     depths, layers = parameter_depths(LstmClassifier(model, 2, 0))
     assert layers == 2 and depths["backbone.embeddings.weight"] == 0

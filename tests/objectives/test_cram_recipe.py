@@ -1,4 +1,4 @@
-"""The shipped `bert-cram-cpu` recipe (issue 18 item 5, found by benchmarks/cram_search.py):
+"""The shipped `bert-cram-cpu` recipe (issue 18 item 5, found by benchmarks/studies/cram_search.py):
 it trains on real Wikipedia text under its own CPU-time budget, with the searched settings, and
 its learning rate decays to zero at the budget it is given."""
 

@@ -196,7 +196,7 @@ def test_distilbert_run_fine_tunes_without_token_types_or_pooler(distilbert_run,
 
 def test_distilbert_classifier_starts_from_the_run_and_fits_real_sentences(distilbert_run):
     from ember.config import RunConfig
-    from ember.tasks.glue import get_task
+    from ember.tasks.readers.glue import get_task
     from ember.tokenizers import load_tokenizer, special_token_ids
     from ember.tasks.base import get_adapter
     from ember.tasks.task_model import build_task_module

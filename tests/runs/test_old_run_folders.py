@@ -58,7 +58,7 @@ def test_old_finetuned_run_evaluates_to_its_recorded_metrics(old):
 
 def test_old_runs_and_exports_serve_with_the_current_predictor(old):
     from ember.serve.predictor import load_predictor
-    from ember.tasks.requests import Limits
+    from ember.tasks.inference.requests import Limits
 
     def ask(predictor, name, body):
         return predictor.run(name, [predictor.parse(name, body, Limits())])[0]

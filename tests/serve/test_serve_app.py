@@ -53,7 +53,7 @@ def client(run):
 def test_classify_single_pair_and_list_match_the_pytorch_model(run, client):
     from ember.serve.graph import describe, load_module
     from ember.serve.inputs import pad_arrays
-    from ember.tasks.requests import TextEncoder
+    from ember.tasks.inference.requests import TextEncoder
 
     texts = ["a gripping , beautifully acted story", "a dull and lifeless mess"]
     got = client.post("/classify", json={"texts": texts}).json()
@@ -105,7 +105,7 @@ def test_embed_requests_batched_together_read_only_their_layers(run):
     """Micro-batched /embed requests asking for different layers share one forward that returns
     only the layers they read (a scalar mix reads all), and each gets its own answer."""
     from ember.serve.predictor import load_predictor
-    from ember.tasks.requests import Limits
+    from ember.tasks.inference.requests import Limits
 
     predictor = load_predictor(run)
     asked = []
@@ -394,7 +394,7 @@ def test_real_server_answers_then_exits_cleanly_on_sigterm(run):
 
 def test_load_test_smoke_mode_runs_without_errors(run, tmp_path):
     report_file = tmp_path / "load.json"
-    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "serve_load.py"), "--run", str(run),
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "speed" / "serve_load.py"), "--run", str(run),
                            "--smoke", "--json", str(report_file)], capture_output=True, text=True, cwd=ROOT,
                           timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr

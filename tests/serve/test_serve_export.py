@@ -131,7 +131,7 @@ def test_hf_export_is_verified_with_transformers(run, tmp_path):
 
 def test_onnx_export_of_tagging_and_qa_models_agrees(wiki_prepared, tmp_path):
     from ember.serve.inputs import pad_arrays
-    from ember.tasks.requests import TextEncoder
+    from ember.tasks.inference.requests import TextEncoder
     from ember.serve.runners import load_runner
 
     for kind in ("conll2003", "squad2"):

@@ -109,8 +109,8 @@ def test_openapi_documents_each_method_and_its_example_is_a_valid_request(run, w
 
 
 def test_generate_documented_example_is_a_valid_request():
-    from ember.tasks.generation import GenerateMethod, parse_generate
-    from ember.tasks.requests import Limits
+    from ember.tasks.inference.generation import GenerateMethod, parse_generate
+    from ember.tasks.inference.requests import Limits
 
     example = GenerateMethod.request_schema["example"]
     assert parse_generate(example, Limits(), context=64, vocab_size=100)["prompts"] == [example["prompt"]]

@@ -136,7 +136,7 @@ def test_generate_and_score_pages_in_chromium(runs, browser):
         assert text.startswith("The history of the city") and "6 new tokens, stopped by length, seed 7" in text
         shown = browser.find_element(By.CSS_SELECTOR, "#result-generate .generated").text
         from ember.serve.predictor import load_predictor
-        from ember.tasks.requests import Limits
+        from ember.tasks.inference.requests import Limits
 
         predictor = load_predictor(runs["gpt"])
         body = {"prompt": "The history of the city", "max_new_tokens": 6, "temperature": 0.8, "top_k": 0,

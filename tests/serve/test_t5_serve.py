@@ -29,7 +29,7 @@ DECODER_LIMIT = 64  # model.max_position of the tiny runs (t5_helpers.TINY_T5)
 
 @pytest.fixture(scope="module")
 def sentences():
-    from ember.tasks.glue import read_examples
+    from ember.tasks.readers.glue import read_examples
 
     real_data("glue", "SST-2", "dev.tsv")
     return [ex.text_a.strip() for ex in read_examples("sst2", "dev", limit=12)]
@@ -163,7 +163,7 @@ def test_t5_sst2_run_classifies_as_its_evaluation_decodes(sst2_run, sentences):
     """/classify = the adapter's own evaluation path (same encoding, greedy decoding, parsing),
     and /generate given the same "sst2 sentence: ..." input says the same text."""
     from ember.runs.folder import load_run_config
-    from ember.tasks.glue import Example
+    from ember.tasks.readers.glue import Example
     from ember.tasks.task_model import load_run_adapter, load_task_module
     from ember.tokenizers import load_tokenizer
 
@@ -205,7 +205,7 @@ def test_t5_squad_run_serves_answer(tmp_path, t5_glue_tokenizer):
         body = client.post("/answer", json={"question": "Who gave their name to Normandy?", "context": context}).json()
         bad = client.post("/answer", json={"question": "Who?", "context": context, "top_k": 3})
     template = predictor.methods["answer"].template
-    from ember.tasks.squad import SquadExample
+    from ember.tasks.qa.squad import SquadExample
 
     parsed = template.parse(body["output"], SquadExample("q", "", "Who?", context, (), False))
     assert body["valid"] == parsed.valid and body["answer"] == (parsed.value if parsed.valid else None)

@@ -77,7 +77,7 @@ def test_classifier_logits_on_real_sst2_keep_input_order_with_a_progress_bar(bar
     from ember.models import build_backbone
     from ember.config import model_preset
     from ember.tasks.featurize import encode_examples
-    from ember.tasks.glue import read_examples
+    from ember.tasks.readers.glue import read_examples
     from ember.tasks.classification import SequenceClassifier
 
     checkpoint = real_data("checkpoints", "all-MiniLM-L6-v2")

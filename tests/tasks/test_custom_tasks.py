@@ -12,7 +12,7 @@ import pytest
 import ember
 from conftest import real_data
 from ember.errors import EmberError
-from ember.tasks.glue import read_examples
+from ember.tasks.readers.glue import read_examples
 
 TINY = ["model.hidden_size=64", "model.num_layers=2", "model.num_heads=2", "model.intermediate_size=128",
         "model.max_position=128"]
@@ -243,7 +243,7 @@ def test_custom_tag_learns_a_subset_of_conll_tags(wiki_prepared, tmp_path):
 
 
 def test_custom_tag_with_a_tag_set_that_is_not_iob_scores_word_accuracy(tmp_path):
-    from ember.tasks.conll import read_conll
+    from ember.tasks.readers.conll import read_conll
     from ember.tasks.custom import custom_task
 
     folder = real_data("conll2003")
@@ -439,7 +439,7 @@ def test_custom_classify_fine_tunes_a_t5_text_to_text_and_rebuilds_from_its_fold
     from t5_helpers import TINY_T5, glue_t5_tokenizer
 
     from ember.tasks.base import get_adapter
-    from ember.tasks.text2text_templates import input_text
+    from ember.tasks.text2text.templates import input_text
 
     real_data("glue", "SST-2")
     tok = glue_t5_tokenizer(tmp_path / "t5tok.json")

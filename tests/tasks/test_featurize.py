@@ -10,7 +10,7 @@ from tokenizers.models import WordPiece
 from ember.errors import EmberError
 from ember.paths import data_root
 from ember.tasks.featurize import collate, encode_examples
-from ember.tasks.glue import Example, read_examples
+from ember.tasks.readers.glue import Example, read_examples
 
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 

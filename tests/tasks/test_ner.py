@@ -14,7 +14,7 @@ from conftest import make_wordpiece, real_data
 from ember.config import ModelConfig, RunConfig, TaskConfig, TrainConfig
 from ember.errors import EmberError
 from ember.models import build_backbone
-from ember.tasks.ner_metrics import entity_scores, get_entities
+from ember.tasks.metrics.ner import entity_scores, get_entities
 from ember.tasks.tagging import IGNORE, ConllNerAdapter, TokenClassifier, encode_words, split_words, word_tags
 
 # -- entity extraction: IOB2 boundary cases, computed by hand --------------------------------
@@ -182,7 +182,7 @@ def test_ner_predict_cli_writes_word_tags_jsonl(ner_run, tmp_path):
 
 
 def test_ner_evaluate_file_agrees_with_predict_on_the_same_conll_file(ner_run, tmp_path):
-    from ember.tasks.conll import read_split
+    from ember.tasks.readers.conll import read_split
     from ember.tasks.task_model import evaluate_run
 
     run, _ = ner_run

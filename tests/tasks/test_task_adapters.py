@@ -13,7 +13,7 @@ from ember.errors import EmberError
 from ember.tasks import base
 from ember.tasks.glue_adapter import GlueAdapter
 from ember.tasks.base import TaskAdapter, get_adapter, task_names
-from ember.tasks.glue import get_task
+from ember.tasks.readers.glue import get_task
 from ember.tasks.tagging import ConllNerAdapter, TokenClassifier, encode_words
 from ember.runs.checkpoint import save_weights
 from ember.tasks.task_model import build_task_module, load_task_module
@@ -45,7 +45,7 @@ def test_glue_adapter_loads_the_reader_examples_encoded_with_the_tokenizer_templ
     tok = make_wordpiece(["the", "a", "is", "not"])
     examples, features = get_adapter("rte").load("dev", tok, 32, limit=20)
     from ember.tasks.featurize import encode_examples
-    from ember.tasks.glue import read_examples
+    from ember.tasks.readers.glue import read_examples
 
     expected = read_examples(get_task("rte"), "dev", limit=20)
     assert examples == expected and features == encode_examples(expected, tok, 32).features

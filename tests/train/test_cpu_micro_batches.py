@@ -45,7 +45,7 @@ def test_cpu_micro_batches_cap_the_tokens_of_a_forward_pass():
 
 def _real_squad2_windows(limit: int):
     """Real SQuAD 2.0 training windows (up to 384 tokens) under the real MiniLM tokenizer."""
-    from ember.tasks.squad_task import SquadAdapter
+    from ember.tasks.qa.task import SquadAdapter
     from ember.tokenizers import load_tokenizer
 
     real_data("squad2-dev-half")
@@ -56,7 +56,7 @@ def _real_squad2_windows(limit: int):
 
 def _tiny_qa(dropout: float):
     from ember.models import build_backbone
-    from ember.tasks.qa import QuestionAnswering
+    from ember.tasks.qa.head import QuestionAnswering
 
     torch.manual_seed(0)
     cfg = ModelConfig(vocab_size=30522, hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64,

@@ -134,7 +134,7 @@ def test_init_from_a_run_of_another_family_is_a_clear_error(tmp_path, monkeypatc
     from ember.runs import init
     from ember.runs.init import load_init
 
-    # GPT and T5 runs fine-tune now (ember.tasks.gpt_classification, ember.tasks.text2text): the
+    # GPT and T5 runs fine-tune now (ember.tasks.families.gpt, ember.tasks.text2text.task): the
     # check is tested with a supported list that leaves T5 out
     monkeypatch.setattr(init, "SUPPORTED_FAMILIES", ("bert", "gpt"))
     run = tmp_path / "t5"

@@ -14,7 +14,7 @@ from conftest import make_wordpiece, real_data
 from ember.config import ModelConfig, RunConfig, TaskConfig, TrainConfig
 from ember.errors import EmberError
 from ember.tasks.base import get_adapter
-from ember.tasks.squad_task import SquadAdapter
+from ember.tasks.qa.task import SquadAdapter
 from ember.data.in_memory import InMemoryData
 from ember.tasks.task_model import build_task_module
 from ember.train.finetune import check_options
@@ -66,7 +66,7 @@ def test_features_keep_the_encoder_frozen_and_learn_the_layer_mix_on_real_text(t
 
 
 def test_features_pooled_vector_is_the_masked_mean_of_the_mixed_states():
-    from ember.tasks.feature_transfer import FeatureBackbone
+    from ember.tasks.families.feature_transfer import FeatureBackbone
     from ember.models import build_backbone
 
     torch.manual_seed(0)
@@ -246,8 +246,8 @@ def test_early_stopping_state_survives_resume(tmp_path):
 
 # -- predict inputs ----------------------------------------------------------------------------
 def test_jsonl_predict_input_reads_task_keys_or_text_and_names_bad_lines(tmp_path):
-    from ember.tasks.glue import get_task
-    from ember.tasks.jsonl_input import read_jsonl_examples
+    from ember.tasks.readers.glue import get_task
+    from ember.tasks.readers.jsonl_input import read_jsonl_examples
 
     good = tmp_path / "in.jsonl"
     good.write_text('{"id": "a", "sentence1": "x y", "sentence2": "z"}\n{"text": "p", "text_pair": "q"}\n')

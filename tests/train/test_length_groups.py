@@ -50,7 +50,7 @@ def test_sst2_length_grouped_batches_visit_each_sentence_once_and_pad_far_less()
 def test_squad2_length_grouped_windows_pad_far_less():
     """QA fine-tuning groups its windows too (one loss term per window): real SQuAD 2.0 questions
     under the real MiniLM tokenizer, windows of up to 384 tokens as ``ember finetune`` cuts them."""
-    from ember.tasks.squad_task import SquadAdapter
+    from ember.tasks.qa.task import SquadAdapter
     from ember.tokenizers import load_tokenizer
 
     real_data("squad2-dev-half")
@@ -129,11 +129,11 @@ def test_fine_tuning_groups_only_heads_whose_loss_is_one_term_per_example():
     """Classification, regression and QA heads average one loss per example (QA: per window), so
     grouping reweights nothing; per-token losses (tagging, text-to-text) keep shuffled batches."""
     from ember.tasks.classification import SequenceClassifier
-    from ember.tasks.gpt_classification import GptClassifier
-    from ember.tasks.qa import QuestionAnswering
+    from ember.tasks.families.gpt import GptClassifier
+    from ember.tasks.qa.head import QuestionAnswering
     from ember.tasks.tagging import TokenClassifier
-    from ember.tasks.text2text import Text2TextModel
-    from ember.tasks.xlnet_tasks import XLNetClassifier
+    from ember.tasks.text2text.task import Text2TextModel
+    from ember.tasks.families.xlnet import XLNetClassifier
 
     grouped = (SequenceClassifier, GptClassifier, XLNetClassifier, QuestionAnswering)
     assert all(getattr(c, "loss_per_example", False) for c in grouped)

@@ -3,7 +3,7 @@
 One self-contained HTML document (its CSS and JavaScript inlined, no external scripts, fonts
 or images: it works offline), built from the files beside this module and a JSON description
 of the model: its summary and, per inference method, the method's ``form`` (the request's
-fields and the view that shows the response; ``ember.tasks.inference``). The JavaScript
+fields and the view that shows the response; ``ember.tasks.inference.methods``). The JavaScript
 (``page.js``) is generic: it builds each form from its fields, POSTs the JSON body to the
 method's endpoint and renders the response with the view the method names (probability
 bars, top-k lists, highlighted entities, the answer marked in its context, continuations, a
