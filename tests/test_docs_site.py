@@ -1,0 +1,99 @@
+"""The documentation site builds with ``mkdocs build --strict``: no broken link or anchor, no
+page left out of the nav, no README section or API name that no longer exists, and the API
+reference shows the public functions with their signatures.
+
+The site is built offline (no web fonts, no CDN; mkdocstrings reads the source statically, so
+nothing of ember is imported). Needs the docs packages (in the ``docs`` and ``dev`` extras).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+for _module, _package in (("mkdocs", "mkdocs"), ("material", "mkdocs-material"),
+                          ("mkdocstrings_handlers.python", "mkdocstrings[python]")):
+    pytest.importorskip(_module, reason=f"the docs site needs {_package}: pip install -e '.[docs]'")
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# What the API reference must show: each public function's heading and its signature's start.
+PUBLIC = ["load", "pretrain", "finetune", "distill", "evaluate", "predict", "embed", "embed_file"]
+
+
+def build(config: Path, out: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "NO_MKDOCS_2_WARNING": "1",
+           # nothing may be fetched: a request through these proxies fails at once
+           "HTTP_PROXY": "http://127.0.0.1:9", "HTTPS_PROXY": "http://127.0.0.1:9", "NO_PROXY": ""}
+    return subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--config-file", str(config),
+                           "--site-dir", str(out)], cwd=config.parent, env=env, capture_output=True, text=True,
+                          timeout=300)
+
+
+def text_of(html: str) -> str:
+    return re.sub(r"\s+", " ", re.sub(r"<[^>]+>", "", html)).replace("&gt;", ">").replace("&#39;", "'")
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("site")
+    result = build(ROOT / "mkdocs.yml", out)
+    assert result.returncode == 0, f"mkdocs build --strict failed:\n{result.stderr[-4000:]}"
+    return out
+
+
+def test_every_page_is_built(site):
+    pages = sorted(p.relative_to(ROOT / "docs").with_suffix("") for p in (ROOT / "docs").rglob("*.md"))
+    for page in pages:
+        html = site / ("index.html" if page.name == "index" and page.parent == Path(".") else page / "index.html")
+        assert html.is_file(), f"docs/{page}.md was not built"
+
+
+def test_api_reference_shows_the_public_functions(site):
+    reference = text_of((site / "reference" / "api" / "index.html").read_text(encoding="utf-8"))
+    for name in PUBLIC:
+        assert f"ember.{name}" in reference, f"the API reference lost ember.{name}"
+        assert re.search(rf"\b{name}\( ?\w", reference), f"the API reference shows no signature of ember.{name}"
+    assert "finetune(task: str, out: str | Path" in reference
+    assert "classify" in reference and "to_hf(path" in reference  # Model's inference methods and its own
+
+
+def test_config_reference_shows_the_fields_and_their_comments(site):
+    config = text_of((site / "reference" / "config" / "index.html").read_text(encoding="utf-8"))
+    for section in ("RunConfig", "ModelConfig", "DataConfig", "TrainConfig", "TaskConfig"):
+        assert section in config
+    # a field, its type, its comment and its default
+    assert "max_time" in config and "seconds of training-step time on" in config and "Default: 0.0" in config
+
+
+def test_pages_come_from_the_readme_and_load_nothing_from_elsewhere(site):
+    home = (site / "index.html").read_text(encoding="utf-8")
+    assert "ember quickstart" in home  # the README's two commands, included
+    for page in site.rglob("*.html"):
+        html = page.read_text(encoding="utf-8")
+        assert not re.search(r"""(src|href)=["']https?://[^"']*(fonts\.|googleapis|gstatic|cdn|unpkg)""", html), \
+            f"{page.relative_to(site)} loads something from the network"
+
+
+@pytest.mark.parametrize("damage", ["broken link", "missing API name"])
+def test_a_broken_site_fails_to_build(tmp_path, damage):
+    """--strict really fails: a copy of the site with one defect does not build."""
+    copy = tmp_path / "repo"
+    copy.mkdir()
+    shutil.copytree(ROOT / "docs", copy / "docs")
+    shutil.copy(ROOT / "mkdocs.yml", copy)
+    shutil.copy(ROOT / "README.md", copy)
+    (copy / "ember").symlink_to(ROOT / "ember", target_is_directory=True)
+    page = copy / "docs" / "data.md"
+    defect = {"broken link": "\nSee [a page that is not there](no-such-page.md).\n",
+              "missing API name": "\n::: ember.no_such_function\n"}[damage]
+    page.write_text(page.read_text(encoding="utf-8") + defect, encoding="utf-8")
+    result = build(copy / "mkdocs.yml", tmp_path / "site")
+    assert result.returncode != 0, f"a site with a {damage} built"
+    assert ("no-such-page.md" if damage == "broken link" else "no_such_function") in result.stderr
