@@ -11,12 +11,7 @@
 The functions are imported on first use (``import ember`` stays light, and ``ember --help`` fast).
 """
 
-from typing import TYPE_CHECKING
-
 __version__ = "0.1.0"
-
-if TYPE_CHECKING:  # never run: names for type checkers, IDEs and the API reference (docs/reference/api.md)
-    from ember.api import Model, RunResult, distill, embed, embed_file, evaluate, finetune, load, predict, pretrain
 
 _API = {"pretrain", "finetune", "distill", "evaluate", "predict", "load", "Model", "embed", "embed_file", "RunResult"}
 __all__ = sorted(_API) + ["__version__"]
