@@ -1,11 +1,12 @@
-"""Griffe extensions for the API reference: a config field's ``# comments`` become its docstring,
-and doctest examples are shown as code.
+"""Griffe extensions for the API reference (mkdocs.yml loads them; nothing of ember is imported).
 
-ember's config dataclasses (``ember.config``, ``ember.model_config``) document each field with
-a comment, on the field's own line and/or in a block just above it, not with a docstring.
-Static analysis keeps no comments, so this reads them back from the source: the comment lines
-directly above a class-level attribute (up to the previous statement or a blank line) and the
-comment after its value. An attribute that has a real docstring keeps it. Nothing is imported.
+- ``FieldComments``: ember's config dataclasses (``ember.config``, ``ember.model_config``)
+  document each field with a comment, on the field's own line and/or in a block just above it,
+  not with a docstring. Static analysis keeps no comments, so this reads them back from the
+  source: the comment after the value, then the comment lines directly above (up to the
+  previous statement or a blank line). An attribute that has a real docstring keeps it.
+- ``DataclassFields``: a dataclass's fields as one table (name, type, comment, default).
+- ``DoctestBlocks``: ``>>>`` examples in docstrings shown as code, not as nested quotes.
 """
 
 from __future__ import annotations
