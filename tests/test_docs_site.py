@@ -2,8 +2,9 @@
 page left out of the nav, no README section or API name that no longer exists, and the API
 reference shows the public functions with their signatures.
 
-The site is built offline (no web fonts, no CDN; mkdocstrings reads the source statically, so
-nothing of ember is imported). Needs the docs packages (in the ``docs`` and ``dev`` extras).
+The site is built offline (no web fonts, no CDN; a proxy that refuses every request) and
+without torch (mkdocstrings reads the source statically; a `torch` that cannot be imported
+stands first on the path). Needs the docs packages (in the ``docs`` and ``dev`` extras).
 """
 
 from __future__ import annotations
@@ -28,7 +29,12 @@ PUBLIC = ["load", "pretrain", "finetune", "distill", "evaluate", "predict", "emb
 
 
 def build(config: Path, out: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "NO_MKDOCS_2_WARNING": "1",
+    # The reference is read from the source: a `torch` that cannot be imported stands first on the path.
+    no_torch = out.parent / f"{out.name}-no-torch"
+    (no_torch / "torch").mkdir(parents=True, exist_ok=True)
+    (no_torch / "torch" / "__init__.py").write_text("raise ImportError('the docs build imported torch')\n")
+    path = os.pathsep.join(filter(None, [str(no_torch), os.environ.get("PYTHONPATH", "")]))
+    env = {**os.environ, "NO_MKDOCS_2_WARNING": "1", "PYTHONPATH": path,
            # nothing may be fetched: a request through these proxies fails at once
            "HTTP_PROXY": "http://127.0.0.1:9", "HTTPS_PROXY": "http://127.0.0.1:9", "NO_PROXY": ""}
     return subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--config-file", str(config),
