@@ -256,6 +256,9 @@ class KnowledgeConfig:
 
 @dataclass(frozen=True)
 class RunConfig:
+    """Everything a run is: one section per part (``RUN/config.yaml`` holds them all; a recipe
+    sets some, ``section.key=value`` overrides any field)."""
+
     model: ModelConfig = field(default_factory=ModelConfig)
     data: DataConfig = field(default_factory=DataConfig)
     train: TrainConfig = field(default_factory=TrainConfig)

@@ -25,7 +25,9 @@ LSTM_POOLINGS = ("last", "linear_gain")  # the LSTM classifier's read-out (Dai &
 
 @dataclass(frozen=True)
 class ModelConfig:
-    """Shape of a Transformer encoder (BERT, Devlin et al. 2019, Table/§3 and App. A)."""
+    """Shape of the backbone: a Transformer encoder (BERT, Devlin et al. 2019, Table/§3 and App. A)
+    by default; ``family`` and the family options below make it a decoder (GPT), an
+    encoder-decoder (T5), XLNet, XLM or an LSTM."""
 
     family: str = "bert"
     vocab_size: int = 30522

@@ -81,7 +81,8 @@ def load(path: str | Path, backend: str = "torch", max_length: int | None = None
 
 
 class Model:
-    """A loaded model; its inference methods are attributes (see the module docstring)."""
+    """A loaded model (``ember.load``); its inference methods are attributes (``model.methods``
+    lists them: ``classify``, ``embed``, ``generate``, ...; see the module docstring)."""
 
     def __init__(self, predictor, run_dir: Path, source: Path, kind: str, threads: int = 0) -> None:
         self._predictor = predictor
@@ -98,15 +99,18 @@ class Model:
 
     @property
     def info(self) -> dict:
+        """What the model is: the run's summary, its backend, max_length and methods."""
         return {**self._predictor.info.summary(), "backend": self._predictor.backend,
                 "max_length": self._predictor.max_length, "methods": self.methods}
 
     @property
     def backend(self) -> str:
+        """The backend it runs on (torch, int8, bf16, onnx, onnx-int8)."""
         return self._predictor.backend
 
     @property
     def tokenizer(self):
+        """The run's tokenizer (a ``tokenizers.Tokenizer``)."""
         return self._predictor.tokenizer
 
     @property
