@@ -18,8 +18,11 @@ def load_benchmark(name: str):
     common/ for the shared helpers, which the scripts find on sys.path)."""
     found = sorted(BENCHMARKS.glob(f"*/{name}.py"))
     assert len(found) == 1, f"benchmarks/*/{name}.py: found {found}"
-    if str(BENCHMARKS / "common") not in sys.path:
-        sys.path.insert(0, str(BENCHMARKS / "common"))
+    # as `python benchmarks/ROOM/NAME.py` would see them: its own folder (scripts of one room import
+    # each other) and the shared helpers
+    for folder in (BENCHMARKS / "common", found[0].parent):
+        if str(folder) not in sys.path:
+            sys.path.insert(0, str(folder))
     spec = importlib.util.spec_from_file_location(f"bench_{name}", found[0])
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # as an import would: dataclasses look their module up there

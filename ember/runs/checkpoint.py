@@ -14,8 +14,10 @@ and verification apply to both layouts.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -39,7 +41,42 @@ def save_weights(state: dict[str, torch.Tensor], path: Path, metadata: dict | No
     """Write a safetensors file atomically (``ember.fileio.atomic_file``: temp file + rename)."""
     tensors = {k: v.detach().contiguous().cpu() for k, v in state.items()}
     with atomic_file(path) as tmp:
-        save_file(tensors, str(tmp), metadata={k: str(v) for k, v in (metadata or {}).items()})
+        try:
+            save_file(tensors, str(tmp), metadata={k: str(v) for k, v in (metadata or {}).items()})
+        except Exception as exc:  # safetensors' own error type, the OS error only in its text
+            code = re.search(r"\(os error (\d+)\)", str(exc))
+            if code is None:
+                raise
+            raise OSError(int(code.group(1)), os.strerror(int(code.group(1))), str(tmp)) from exc
+
+
+class _WriteErrorKept:
+    """A file's ``write`` that keeps the OSError it raised: torch.save's C++ writer turns it into a
+    RuntimeError without the errno, and a full disk should be reported as one."""
+
+    def __init__(self, fh) -> None:
+        self.fh, self.error = fh, None
+
+    def write(self, data) -> int:
+        try:
+            return self.fh.write(data)
+        except OSError as exc:
+            self.error = exc
+            raise
+
+    def flush(self) -> None:
+        self.fh.flush()
+
+
+def torch_save(obj, fh) -> None:
+    """``torch.save(obj, fh)``, raising the OSError of a failed write (ENOSPC, EFBIG) as itself."""
+    writer = _WriteErrorKept(fh)
+    try:
+        torch.save(obj, writer)
+    except RuntimeError:
+        if writer.error is not None:
+            raise writer.error from None
+        raise
 
 
 def load_weights(path: Path) -> dict[str, torch.Tensor]:
@@ -61,7 +98,7 @@ def save_checkpoint(run_dir: Path, step: int, model_state: dict, optimizer_state
     try:
         save_weights(model_state, tmp / "model.safetensors")
         with open(tmp / "optimizer.pt", "wb") as fh:
-            torch.save(optimizer_state, fh)
+            torch_save(optimizer_state, fh)
             fh.flush()
             os.fsync(fh.fileno())
         atomic_write_text(tmp / "trainer_state.json", json.dumps(trainer_state, indent=1))
@@ -82,6 +119,23 @@ def save_checkpoint(run_dir: Path, step: int, model_state: dict, optimizer_state
     for stale in root.glob(".step-*.tmp"):  # half-written by a process killed mid-save; this one finished
         shutil.rmtree(stale, ignore_errors=True)
     return final
+
+
+# Why a write can fail part-way through a checkpoint, in words a user can act on.
+WRITE_FAILURES = {errno.ENOSPC: "the disk is full", errno.EFBIG: "a file-size limit (ulimit -f) was reached",
+                  errno.EDQUOT: "the disk quota is used up"}
+
+
+def write_failure(exc: OSError, run_dir: Path, step: int) -> EmberError:
+    """The error of a checkpoint that could not be written (a full disk, a file-size limit, a
+    quota): what happened, that nothing of it was kept (the save is atomic: its temporary folder is
+    removed) and which checkpoint a ``--resume`` continues from."""
+    reason = WRITE_FAILURES.get(exc.errno, "the file system refused a write")
+    done = list_checkpoints(run_dir)
+    last = f"{done[-1].name} is intact" if done else "no earlier checkpoint exists yet"
+    return EmberError(f"could not write the checkpoint of step {step} in {Path(run_dir) / CHECKPOINT_DIR}: "
+                      f"{reason} ({exc.strerror or exc}). Nothing of it was kept; {last}. Free some space, "
+                      "then continue with --resume")
 
 
 def list_checkpoints(run_dir: Path) -> list[Path]:

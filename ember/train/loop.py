@@ -163,14 +163,17 @@ class Trainer:
         return DataOrder(len(self.data), self.cfg.seed, self.lengths if grouped else None, self.cfg.batch_size)
 
     def save(self) -> None:
-        if self.cfg.parallel == "fsdp":  # every rank writes its shard (ember.train.sharded_checkpoint)
-            save_sharded_checkpoint(self.run_dir, self.step, self.module, self.optimizer, self.trainer_state(),
-                                    self.cfg.keep_checkpoints, self.dist)
-            return
-        if self.dist.is_main:
-            ckpt.save_checkpoint(self.run_dir, self.step, self.module.state_dict(),
-                                 self.optimizer.state_dict(), self.trainer_state(),
-                                 keep=self.cfg.keep_checkpoints)
+        try:
+            if self.cfg.parallel == "fsdp":  # every rank writes its shard (ember.train.sharded_checkpoint)
+                save_sharded_checkpoint(self.run_dir, self.step, self.module, self.optimizer, self.trainer_state(),
+                                        self.cfg.keep_checkpoints, self.dist)
+                return
+            if self.dist.is_main:
+                ckpt.save_checkpoint(self.run_dir, self.step, self.module.state_dict(),
+                                     self.optimizer.state_dict(), self.trainer_state(),
+                                     keep=self.cfg.keep_checkpoints)
+        except OSError as exc:  # a full disk or a file-size limit mid-save: say so, name what is kept
+            raise ckpt.write_failure(exc, self.run_dir, self.step) from exc
         barrier(self.dist)
 
     def resume(self) -> bool:

@@ -188,3 +188,19 @@ def test_t5_pretrain_resume_after_kill_matches_uninterrupted_losses(wiki_t5_prep
     resumed = train_losses(run)
     assert sorted(resumed) == list(range(1, STEPS + 1))
     assert resumed == t5_uninterrupted[1]  # bit-for-bit: data order, noise, dropout, Adafactor state
+
+
+@pytest.mark.slow
+def test_t5_full_disk_mid_checkpoint_keeps_the_last_one_and_resume_matches(wiki_t5_prepared, t5_uninterrupted,
+                                                                           tmp_path):
+    """A full disk at the second save (step 40): one line names the cause, the step-20
+    checkpoint stays intact, and --resume from it reproduces the uninterrupted losses bit for bit."""
+    from run_helpers import assert_failed_save_kept_the_last_checkpoint, env, run_with_fault_at_save, train_losses
+
+    run = tmp_path / "run"
+    done = run_with_fault_at_save(t5_pretrain_cmd(wiki_t5_prepared, run)[3:], at=2, fault="full-disk")
+    assert_failed_save_kept_the_last_checkpoint(done, run, step=40, kept=20)
+    resumed = subprocess.run(t5_pretrain_cmd(wiki_t5_prepared, run, "--resume"), env=env(), capture_output=True,
+                             text=True)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert train_losses(run) == t5_uninterrupted[1]

@@ -5,6 +5,7 @@ here goes through pre-training and export to a folder transformers loads with th
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -142,3 +143,24 @@ def test_xlnet_sentencepiece_pretraining_and_export_match_transformers_on_real_t
         ref = hf(ids, perm_mask=perm, target_mapping=mapping).logits
         ours = backbone.lm_logits(backbone(ids, perm_mask=perm, target_mapping=mapping).query_hidden)
     torch.testing.assert_close(ours, ref, atol=1e-5, rtol=0)
+
+
+def test_xlnet_full_disk_or_kill_mid_checkpoint_keeps_the_last_one_and_resume_matches(wiki_prepared, xlnet_run,
+                                                                                     tmp_path):
+    """A full disk at the second save (step 20): one line names the cause and the step-10
+    checkpoint stays intact; the --resume from it is then killed (-9) in the middle of its own
+    step-20 save; a second --resume reproduces the uninterrupted losses."""
+    from run_helpers import assert_failed_save_kept_the_last_checkpoint, run_with_fault_at_save
+
+    run = tmp_path / "run"
+    done = run_with_fault_at_save(pretrain_args(wiki_prepared, run), at=2, fault="full-disk")
+    assert_failed_save_kept_the_last_checkpoint(done, run, step=20, kept=10)
+    killed = run_with_fault_at_save(pretrain_args(wiki_prepared, run, "--resume"), at=1, fault="kill")
+    assert killed.returncode == -signal.SIGKILL and "resumed from" in killed.stdout
+    assert list((run / "checkpoints").glob(".step-00000020.*.tmp"))  # the half-written save, left by the kill
+    resumed = subprocess.run([sys.executable, "-m", "ember", *pretrain_args(wiki_prepared, run), "--resume"],
+                             env=env(), capture_output=True, text=True)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert "step-00000010" in resumed.stdout  # the intact checkpoint, not the half-written one
+    assert train_losses(run) == train_losses(xlnet_run)
+    assert not list((run / "checkpoints").glob(".step-*"))

@@ -8,7 +8,7 @@ fp32 run's final loss and accuracy (linearly interpolated between evaluations).
     PYTHONPATH=. OMP_NUM_THREADS=1 python benchmarks/studies/time_to_loss.py --data runs/wiki --budget 10m \\
         --out runs/race-bf16 --side ember --ember-eval-every 200 --set train.dtype=bfloat16
     # the table and the plot
-    PYTHONPATH=. python benchmarks/speed/precision_race.py runs/race-fp32 runs/race-bf16 --out runs/race
+    PYTHONPATH=. python benchmarks/studies/precision_race.py runs/race-fp32 runs/race-bf16 --out runs/race
 
 Each run's held-out evaluation runs in its own precision (bf16 under autocast); the table
 also gives each final model re-scored in fp32 when --rescore is passed. Worth running only on a
