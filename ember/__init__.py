@@ -7,13 +7,14 @@
     model = ember.load(result.run_dir)
     model.classify(["a gripping film", "a dull mess"])
     vectors = ember.embed("runs/minilm", ["a fine film", "a dull mess"])  # (2, H) numpy array
+    best = ember.sweep("finetune", "runs/rte-sweep", grid="bert-paper", task="rte", init="runs/minilm")
 
 The functions are imported on first use (``import ember`` stays light, and ``ember --help`` fast).
 """
 
 __version__ = "0.1.0"
 
-_API = {"pretrain", "finetune", "distill", "evaluate", "predict", "load", "Model", "embed", "embed_file", "RunResult"}
+_API = {"pretrain", "finetune", "distill", "evaluate", "predict", "load", "Model", "embed", "embed_file", "RunResult", "sweep"}
 __all__ = sorted(_API) + ["__version__"]
 
 

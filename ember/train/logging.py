@@ -2,8 +2,29 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
+
+# Who else wants each held-out evaluation in this process (a sweep's trial reports its dev curve
+# to Optuna's pruner through this): listener(run_dir, step, metrics, main_metric). A listener may
+# raise to stop the run there (a pruned trial); the Trainer's cleanup runs as for any error.
+_EVALUATION_LISTENERS: list = []
+
+
+@contextlib.contextmanager
+def evaluations_to(listener):
+    """Call ``listener`` after every held-out evaluation of every Trainer run inside the block."""
+    _EVALUATION_LISTENERS.append(listener)
+    try:
+        yield
+    finally:
+        _EVALUATION_LISTENERS.remove(listener)
+
+
+def tell_evaluation(run_dir: Path, step: int, metrics: dict, main_metric: str | None) -> None:
+    for listener in list(_EVALUATION_LISTENERS):
+        listener(Path(run_dir), step, metrics, main_metric)
 
 
 class MetricsLogger:

@@ -35,7 +35,7 @@ from ember.train.host_memory import keep_freed_host_memory
 from ember.train.length_groups import GROUPED, SHUFFLED, group_by_length
 from ember.train.scaling import chose_no_layout, cpu_micro_batches, effective_config
 from ember.train.sharded_checkpoint import resume_checkpoint, save_sharded_checkpoint
-from ember.train.logging import MetricsLogger
+from ember.train.logging import MetricsLogger, tell_evaluation
 from ember.train.optim import build_optimizer, lr_factor, set_lr
 from ember.train.precision import autocast_context, check_speed
 
@@ -391,6 +391,7 @@ class Trainer:
                     # Only "early" when steps remain (the last evaluation ends the run anyway).
                     self.stopped_early = (bool(self.patience) and self.bad_evals >= self.patience
                                           and self.step < self.cfg.max_steps)
+            tell_evaluation(self.run_dir, self.step, metrics, self.best_metric)  # e.g. a sweep's pruner
         if self.dist.enabled:  # every rank must leave the loop together
             self.stopped_early = all_reduce_sums([float(self.stopped_early)], self.dist)[0] > 0
         barrier(self.dist)

@@ -1,0 +1,327 @@
+"""`ember sweep` / ``ember.sweep``: a hyper-parameter search over a training command, with Optuna.
+
+The search itself is Optuna's (samplers, the median pruner, the study in an RDB); ember adds what
+a training run needs around it:
+
+* each trial is a run folder ``SWEEP/trials/trial-NNNN`` written by the command itself
+  (``ember.finetune`` / ``pretrain`` / ``distill``), with the searched settings as ``--set``
+  overrides, so any trial can be evaluated, exported or served like a run;
+* the objective is what the run chose its best weights by: the task's official metric on dev
+  (results.json's ``main_metric``; pre-training: the held-out loss), never a test split;
+* each dev evaluation is reported to the pruner (``ember.train.logging.evaluations_to``), by its
+  index (epoch 1, 2, ...) so runs of different batch sizes compare at the same epoch;
+* the study lives in ``SWEEP/study.db`` (SQLite) unless ``storage`` names an RDB, which several
+  processes or machines can share. A trial whose process died (a kill, a lost machine: seen by its
+  pid on this host, or Optuna's heartbeat elsewhere) or that was interrupted is run again with the
+  same settings on the next start; finished trials are never rerun.
+
+SWEEP/sweep.json records what the sweep runs, so a later start with another command or another
+space is refused instead of mixing two searches in one study.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+import warnings
+from pathlib import Path
+from typing import Callable
+
+from ember.errors import EmberError
+from ember.experiments.sweep_space import Param, check_fixed_overrides
+from ember.fileio import atomic_write_text
+
+SWEEP_FILE = "sweep.json"
+STUDY_FILE = "study.db"
+SAMPLERS = ("grid", "random", "tpe")
+# Optuna's heartbeat for trials run elsewhere (another machine on a shared RDB): a trial silent for
+# the grace period is failed and retried once by whoever starts the next trial.
+HEARTBEAT_SECONDS, GRACE_SECONDS = 60, 300
+
+
+def need_optuna():
+    try:
+        import optuna
+    except ImportError:
+        raise EmberError("ember sweep needs Optuna: pip install 'ember[sweep]'") from None
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    return optuna
+
+
+def metric_direction(metric: str) -> str:
+    """Losses, perplexities and errors fall as a run improves; every task metric here rises."""
+    low = metric.lower()
+    return "minimize" if any(w in low for w in ("loss", "perplexity", "ppl", "error")) else "maximize"
+
+
+def default_storage(out: Path) -> str:
+    return f"sqlite:///{(out / STUDY_FILE).resolve()}"
+
+
+def open_storage(url: str, optuna):
+    """An RDBStorage on ``url``; one line when it cannot be reached (nothing else written yet)."""
+    from optuna.storages import RDBStorage, RetryFailedTrialCallback
+
+    kwargs = {"connect_args": {"timeout": 60}} if url.startswith("sqlite") else {}  # two writers on one file wait
+    try:
+        return RDBStorage(url, engine_kwargs=kwargs, heartbeat_interval=HEARTBEAT_SECONDS,
+                          grace_period=GRACE_SECONDS, failed_trial_callback=RetryFailedTrialCallback(max_retry=1))
+    except Exception as exc:  # SQLAlchemy's errors (no driver, no server, no such folder) all mean the same here
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise EmberError(f"--storage {url}: cannot be reached ({reason[:200]})") from None
+
+
+def check_folder(out: Path, record: dict) -> bool:
+    """True when ``out`` holds this very sweep (resume); refuse a folder that holds anything else."""
+    if out.exists() and not out.is_dir():
+        raise EmberError(f"--out {out} is a file; name a folder for the sweep")
+    saved_path = out / SWEEP_FILE
+    if saved_path.is_file():
+        saved = json.loads(saved_path.read_text(encoding="utf-8"))
+        if saved.get("command") != record["command"]:
+            raise EmberError(f"{out} is a sweep of `ember {saved.get('command')}`, not of {record['command']}; "
+                             "choose another --out")
+        changed = [k for k in ("run", "space", "sampler", "metric", "direction", "study")
+                   if saved.get(k) != record[k]]
+        if changed:
+            raise EmberError(f"{out} holds a sweep with other settings ({', '.join(changed)}); resume it with the "
+                             "same command, or choose another --out")
+        return True
+    if out.is_dir() and any(out.iterdir()):
+        what = "a run folder" if (out / "config.yaml").is_file() else "other files"
+        raise EmberError(f"{out} holds {what}, not a sweep (no {SWEEP_FILE}); choose another --out")
+    return False
+
+
+class DevCurve:
+    """Reports each dev evaluation of the trial's run (the first seed's, when it runs several) to
+    the pruner and stops the run when the pruner says so."""
+
+    def __init__(self, trial, run_dir: Path, metric: str | None, prune: bool, optuna) -> None:
+        self.trial, self.run_dir, self.metric, self.prune, self.optuna = trial, run_dir.resolve(), metric, prune, optuna
+        self.watched: Path | None = None
+        self.index = 0
+
+    def __call__(self, run_dir: Path, step: int, metrics: dict, main_metric: str | None) -> None:
+        run_dir = run_dir.resolve()
+        if run_dir != self.run_dir and self.run_dir not in run_dir.parents:
+            return
+        if self.watched is None:
+            self.watched = run_dir
+        name = self.metric or main_metric
+        if run_dir != self.watched or name not in metrics:
+            return
+        self.index += 1
+        self.trial.report(float(metrics[name]), self.index)
+        if self.prune and self.trial.should_prune():
+            raise self.optuna.TrialPruned(f"pruned at dev evaluation {self.index} (step {step})")
+
+
+def trial_value(run_dir: Path, metric: str | None) -> tuple[str, float, dict]:
+    """(metric name, the objective, the run's results) from what the finished trial wrote."""
+    from ember.train.logging import last_evaluation
+
+    results = _read_json(run_dir / "results.json")
+    summary = _read_json(run_dir / "summary.json")  # several seeds: their mean is the objective
+    if summary:
+        name = metric or _read_json(next(iter(sorted(run_dir.glob("seed-*/results.json"))), run_dir / "none"))\
+            .get("main_metric")
+        stats = summary.get("metrics", {})
+        if name not in stats:
+            raise EmberError(f"metric {name!r} is not among the trial's dev metrics ({', '.join(stats)})")
+        means = {k: s["mean"] for k, s in stats.items()}
+        others = {split: {k: s["mean"] for k, s in m.items()} for split, m in summary.get("other_splits", {}).items()}
+        return name, float(means[name]), {"metrics": means, **({"other_splits": others} if others else {})}
+    if results:
+        name = metric or results.get("main_metric")
+        values = results.get("metrics", {})
+    else:  # pre-training: the last held-out evaluation
+        values = last_evaluation(run_dir)
+        name = metric or "loss"
+    if name not in values:
+        raise EmberError(f"metric {name!r} is not among the trial's held-out metrics ({', '.join(values) or 'none'})")
+    return name, float(values[name]), results or {"metrics": values}
+
+
+def _read_json(path: Path) -> dict:
+    try:
+        return json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+
+
+def retry_dead_trials(study, optuna) -> int:
+    """Trials left RUNNING by a process of this host that is gone (killed), and trials that stopped on
+    a signal, are failed and queued again with their settings (once each). Returns how many."""
+    from optuna.storages import RetryFailedTrialCallback
+    from optuna.trial import TrialState
+
+    storage, host = study._storage, socket.gethostname()
+    trials = study.get_trials(deepcopy=False)
+    retried = {t.system_attrs.get("failed_trial") for t in trials}
+    count = 0
+    for t in trials:
+        dead = (t.state == TrialState.RUNNING and t.user_attrs.get("host") == host
+                and not _alive(t.user_attrs.get("pid")))
+        if dead:
+            storage.set_trial_user_attr(t._trial_id, "interrupted", True)
+            storage.set_trial_state_values(t._trial_id, TrialState.FAIL)
+            t = storage.get_trial(t._trial_id)
+        if (dead or (t.state == TrialState.FAIL and t.user_attrs.get("interrupted"))) and t.number not in retried:
+            RetryFailedTrialCallback(max_retry=1)(study, t)
+            count += 1
+    return count
+
+
+def _alive(pid) -> bool:
+    if not isinstance(pid, int):
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def run_sweep(command: str, out: Path, runner: Callable[[Path, list[str]], None], space: list[Param], *,
+              record_run: dict, fixed_overrides: list[str], sampler: str | None = None, trials: int | None = None,
+              metric: str | None = None, direction: str | None = None, storage: str | None = None,
+              study_name: str | None = None, prune: bool = True, seed: int = 0,
+              on_trial: Callable[[Path], None] | None = None) -> dict:
+    """Run (or resume) the sweep; returns its summary (also SWEEP/results.json).
+
+    ``runner(run_dir, overrides)`` trains one trial into ``run_dir``; ``record_run`` is what it
+    runs, as JSON (a later start must match it to resume)."""
+    check_fixed_overrides(fixed_overrides, space, command)
+    grid_ok = all(p.kind == "choice" for p in space)
+    sampler = sampler or ("grid" if grid_ok else "tpe")
+    if sampler not in SAMPLERS:
+        raise EmberError(f"--sampler {sampler}: choose one of {', '.join(SAMPLERS)}")
+    if sampler == "grid" and not grid_ok:
+        ranged = next(p.key for p in space if p.kind != "choice")
+        raise EmberError(f"a grid takes lists of values; {ranged} is a range (use --sampler random or tpe, or "
+                         "give its values as a,b,c)")
+    grid_size = 1
+    for p in space:
+        grid_size *= len(p.choices) if p.kind == "choice" else 1
+    if trials is None:
+        if sampler != "grid":
+            raise EmberError(f"--sampler {sampler} needs --trials N (how many trials to finish)")
+        trials = grid_size
+    if trials < 1:
+        raise EmberError(f"--trials {trials}: at least 1")
+    if direction not in (None, "maximize", "minimize"):
+        raise EmberError(f"--direction {direction}: maximize or minimize")
+    direction = direction or metric_direction(metric or ("loss" if command == "pretrain" else "accuracy"))
+    out = Path(out)
+    record = {"command": command, "run": record_run, "space": {p.key: p.describe() for p in space},
+              "sampler": sampler, "metric": metric, "direction": direction, "study": study_name or out.resolve().name,
+              "storage": storage or "SWEEP/" + STUDY_FILE}
+    optuna = need_optuna()
+    resuming = check_folder(out, record)
+    if storage:  # reached before the folder is made: an unreachable URL leaves nothing behind
+        rdb = open_storage(storage, optuna)
+    out.mkdir(parents=True, exist_ok=True)
+    if not storage:
+        rdb = open_storage(default_storage(out), optuna)
+    atomic_write_text(out / SWEEP_FILE, json.dumps(record, indent=2))
+    study = optuna.create_study(study_name=record["study"], storage=rdb, direction=direction, load_if_exists=True,
+                                sampler=_sampler(sampler, space, seed + len(_all_trials(rdb, record["study"])), optuna),
+                                pruner=optuna.pruners.MedianPruner() if prune else optuna.pruners.NopPruner())
+    retried = retry_dead_trials(study, optuna)
+    done = _finished(study, optuna)
+    if resuming:
+        print(f"resuming {out}: {done} trial(s) finished" + (f", {retried} interrupted one(s) run again" if retried
+                                                           else ""))
+    objective = _objective(out, runner, space, metric, prune, optuna, on_trial)
+    stops = []
+
+    def stop_when_all_failed(study, trial) -> None:
+        # A trial that fails before any succeeded is almost always the command itself (a wrong --init,
+        # data not found): stop and say why instead of failing every trial the same way.
+        if trial.state == optuna.trial.TrialState.FAIL and not _finished(study, optuna):
+            stops.append(trial.user_attrs.get("error", "failed"))
+            study.stop()
+
+    if done < trials:
+        callbacks = [optuna.study.MaxTrialsCallback(trials, states=(optuna.trial.TrialState.COMPLETE,
+                                                                    optuna.trial.TrialState.PRUNED)),
+                     stop_when_all_failed]
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", category=optuna.exceptions.ExperimentalWarning)
+            study.optimize(objective, n_trials=trials - done + retried, catch=(EmberError,), callbacks=callbacks)
+    if stops:
+        raise EmberError(f"the first trial failed: {stops[0]}")
+    from ember.experiments.sweep_report import write_results
+
+    return write_results(out, study, record, optuna)
+
+
+def _all_trials(rdb, name: str) -> list:
+    try:
+        return rdb.get_all_trials(rdb.get_study_id_from_name(name), deepcopy=False)
+    except KeyError:
+        return []
+
+
+def _finished(study, optuna) -> int:
+    states = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
+    return len(study.get_trials(deepcopy=False, states=states))
+
+
+def _sampler(name: str, space: list[Param], seed: int, optuna):
+    # The seed moves on with the trials already in the study, so a resumed random search draws new
+    # settings rather than replaying its first ones.
+    if name == "grid":
+        return optuna.samplers.GridSampler({p.key: list(p.choices) for p in space}, seed=seed)
+    if name == "random":
+        return optuna.samplers.RandomSampler(seed=seed)
+    return optuna.samplers.TPESampler(seed=seed)
+
+
+def _objective(out: Path, runner, space: list[Param], metric: str | None, prune: bool, optuna, on_trial):
+    from ember.train.logging import evaluations_to
+    from ember.train.loop import TrainingInterrupted
+
+    def objective(trial) -> float:
+        trial.set_user_attr("pid", os.getpid())
+        trial.set_user_attr("host", socket.gethostname())
+        values = {p.key: p.suggest(trial) for p in space}
+        run_dir = out / "trials" / f"trial-{trial.number:04d}"
+        trial.set_user_attr("run_dir", str(run_dir.relative_to(out)))
+        settings = "  ".join(f"{k}={v}" for k, v in values.items())
+        print(f"[sweep {time.strftime('%H:%M:%S')}] trial {trial.number}: {settings}", flush=True)
+        started = time.perf_counter()
+        curve = DevCurve(trial, run_dir, metric, prune, optuna)
+        try:
+            with evaluations_to(curve):
+                runner(run_dir, [f"{k}={v}" for k, v in values.items()])
+        except TrainingInterrupted:
+            trial.set_user_attr("interrupted", True)  # run again with these settings on the next start
+            raise KeyboardInterrupt from None
+        except optuna.TrialPruned:
+            print(f"[sweep] trial {trial.number} pruned after {curve.index} dev evaluation(s)", flush=True)
+            raise
+        except EmberError as exc:
+            trial.set_user_attr("error", str(exc))
+            print(f"[sweep] trial {trial.number} failed: {exc}", flush=True)
+            raise
+        finally:
+            trial.set_user_attr("seconds", round(time.perf_counter() - started, 1))
+            if on_trial is not None:
+                on_trial(run_dir)
+        name, value, results = trial_value(run_dir, metric)
+        trial.set_user_attr("metric", name)
+        trial.set_user_attr("metrics", {k: v for k, v in results.get("metrics", {}).items()
+                                        if isinstance(v, (int, float))})
+        others = results.get("other_splits")  # e.g. CoNLL-2003 test: reported, never chosen on
+        if others:
+            trial.set_user_attr("other_splits", others)
+        print(f"[sweep] trial {trial.number}: dev {name} {value:.4f}", flush=True)
+        return value
+
+    return objective
