@@ -25,14 +25,15 @@ COMMANDS = ("finetune", "pretrain", "distill")
 def sweep(command: str, out: str | Path, *, params: dict | None = None, grid: str | None = None,
           sampler: str | None = None, trials: int | None = None, metric: str | None = None,
           direction: str | None = None, storage: str | None = None, study: str | None = None, prune: bool = True,
-          seed: int = 0, overrides: list[str] | tuple[str, ...] = (), progress: bool = False, **kwargs) -> RunResult:
+          prune_after: int = 5, seed: int = 0, overrides: list[str] | tuple[str, ...] = (), progress: bool = False, **kwargs) -> RunResult:
     """Run (or resume: the same call again) a sweep into ``out``; returns the best trial as a RunResult
     (``run_dir``: its run folder, ``metrics``: its dev metrics, ``summary``: SWEEP/results.json).
 
     ``sampler``: "grid" (the default when every setting is a list), "tpe" (otherwise) or "random";
     ``trials``: how many to finish (a grid: all of it); ``storage``: an RDB URL several processes
     can share (default: SWEEP/study.db); ``study``: its name there (default: the folder's name);
-    ``prune``: stop trials whose dev curve is below the median of earlier ones at the same epoch.
+    ``prune``: stop trials whose dev curve is below the median of earlier ones at the same epoch
+    (once ``prune_after`` trials have finished; Optuna's MedianPruner).
     """
     from ember.experiments.sweep import run_sweep
     from ember.experiments.sweep_space import search_space
@@ -61,7 +62,7 @@ def sweep(command: str, out: str | Path, *, params: dict | None = None, grid: st
     record = {"kwargs": json.loads(json.dumps(kwargs, default=str)), "overrides": fixed}
     summary = run_sweep(command, out, runner, space, record_run=record, fixed_overrides=fixed, sampler=sampler,
                         trials=trials, metric=metric, direction=direction, storage=storage, study_name=study,
-                        prune=prune, seed=seed)
+                        prune=prune, prune_after=prune_after, seed=seed)
     return sweep_result(out, summary)
 
 

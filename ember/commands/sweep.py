@@ -45,6 +45,8 @@ def register(sub) -> None:
                    "sqlite:////shared/study.db or postgresql://host/db (default: OUT/study.db)")
     p.add_argument("--study", help="the study's name in --storage (default: OUT's folder name)")
     p.add_argument("--no-prune", action="store_true", help="run every trial to the end (no median pruning)")
+    p.add_argument("--prune-after", type=int, default=5, metavar="N",
+                   help="prune only once N trials have finished (default 5, Optuna's MedianPruner)")
     p.add_argument("--seed", type=int, default=0, help="the sampler's seed (a trial's own seed: --set train.seed)")
     p.add_argument("command", choices=COMMANDS, help="the command each trial runs")
     p.add_argument("command_args", nargs=argparse.REMAINDER,
@@ -90,5 +92,6 @@ def run(args) -> int:
     record = {"argv": [a for a in args.command_args if a != "--"]}
     run_sweep(args.command, args.out, runner, space, record_run=record, fixed_overrides=fixed, sampler=args.sampler,
               trials=args.trials, metric=args.metric, direction=args.direction, storage=args.storage,
-              study_name=args.study, prune=not args.no_prune, seed=args.seed)
+              study_name=args.study, prune=not args.no_prune, prune_after=args.prune_after,
+              seed=args.seed)
     return 0

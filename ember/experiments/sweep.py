@@ -62,12 +62,15 @@ def default_storage(out: Path) -> str:
 
 def open_storage(url: str, optuna):
     """An RDBStorage on ``url``; one line when it cannot be reached (nothing else written yet)."""
-    from optuna.storages import RDBStorage, RetryFailedTrialCallback
+    from optuna.storages import RDBStorage, RetryHeartbeatStaleTrialCallback
 
     kwargs = {"connect_args": {"timeout": 60}} if url.startswith("sqlite") else {}  # two writers on one file wait
     try:
-        return RDBStorage(url, engine_kwargs=kwargs, heartbeat_interval=HEARTBEAT_SECONDS,
-                          grace_period=GRACE_SECONDS, failed_trial_callback=RetryFailedTrialCallback(max_retry=1))
+        with warnings.catch_warnings():  # the heartbeat is "experimental" in Optuna since 2.9; it is the mechanism
+            warnings.simplefilter("ignore", category=optuna.exceptions.ExperimentalWarning)
+            return RDBStorage(url, engine_kwargs=kwargs, heartbeat_interval=HEARTBEAT_SECONDS,
+                              grace_period=GRACE_SECONDS,
+                              heartbeat_stale_trial_callback=RetryHeartbeatStaleTrialCallback(max_retry=1))
     except Exception as exc:  # SQLAlchemy's errors (no driver, no server, no such folder) all mean the same here
         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise EmberError(f"--storage {url}: cannot be reached ({reason[:200]})") from None
@@ -110,7 +113,7 @@ class DevCurve:
             return
         if self.watched is None:
             self.watched = run_dir
-        name = self.metric or main_metric
+        name = self.metric or main_metric or "loss"  # no main metric: a corpus-level run's held-out loss
         if run_dir != self.watched or name not in metrics:
             return
         self.index += 1
@@ -155,7 +158,7 @@ def _read_json(path: Path) -> dict:
 def retry_dead_trials(study, optuna) -> int:
     """Trials left RUNNING by a process of this host that is gone (killed), and trials that stopped on
     a signal, are failed and queued again with their settings (once each). Returns how many."""
-    from optuna.storages import RetryFailedTrialCallback
+    from optuna.storages import RetryHeartbeatStaleTrialCallback
     from optuna.trial import TrialState
 
     storage, host = study._storage, socket.gethostname()
@@ -170,7 +173,9 @@ def retry_dead_trials(study, optuna) -> int:
             storage.set_trial_state_values(t._trial_id, TrialState.FAIL)
             t = storage.get_trial(t._trial_id)
         if (dead or (t.state == TrialState.FAIL and t.user_attrs.get("interrupted"))) and t.number not in retried:
-            RetryFailedTrialCallback(max_retry=1)(study, t)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", category=optuna.exceptions.ExperimentalWarning)
+                RetryHeartbeatStaleTrialCallback(max_retry=1)(study, t)
             count += 1
     return count
 
@@ -190,7 +195,7 @@ def _alive(pid) -> bool:
 def run_sweep(command: str, out: Path, runner: Callable[[Path, list[str]], None], space: list[Param], *,
               record_run: dict, fixed_overrides: list[str], sampler: str | None = None, trials: int | None = None,
               metric: str | None = None, direction: str | None = None, storage: str | None = None,
-              study_name: str | None = None, prune: bool = True, seed: int = 0,
+              study_name: str | None = None, prune: bool = True, prune_after: int = 5, seed: int = 0,
               on_trial: Callable[[Path], None] | None = None) -> dict:
     """Run (or resume) the sweep; returns its summary (also SWEEP/results.json).
 
@@ -212,8 +217,8 @@ def run_sweep(command: str, out: Path, runner: Callable[[Path, list[str]], None]
         if sampler != "grid":
             raise EmberError(f"--sampler {sampler} needs --trials N (how many trials to finish)")
         trials = grid_size
-    if trials < 1:
-        raise EmberError(f"--trials {trials}: at least 1")
+    if trials < 1 or prune_after < 0:
+        raise EmberError(f"--trials {trials} must be 1 or more, --prune-after {prune_after} 0 or more")
     if direction not in (None, "maximize", "minimize"):
         raise EmberError(f"--direction {direction}: maximize or minimize")
     direction = direction or metric_direction(metric or ("loss" if command == "pretrain" else "accuracy"))
@@ -230,8 +235,9 @@ def run_sweep(command: str, out: Path, runner: Callable[[Path, list[str]], None]
         rdb = open_storage(default_storage(out), optuna)
     atomic_write_text(out / SWEEP_FILE, json.dumps(record, indent=2))
     study = optuna.create_study(study_name=record["study"], storage=rdb, direction=direction, load_if_exists=True,
-                                sampler=_sampler(sampler, space, seed + len(_all_trials(rdb, record["study"])), optuna),
-                                pruner=optuna.pruners.MedianPruner() if prune else optuna.pruners.NopPruner())
+                                sampler=_sampler(sampler, space, seed, seed + len(_all_trials(rdb, record["study"])), optuna),
+                                pruner=optuna.pruners.MedianPruner(n_startup_trials=prune_after) if prune
+                                else optuna.pruners.NopPruner())
     retried = retry_dead_trials(study, optuna)
     done = _finished(study, optuna)
     if resuming:
@@ -247,10 +253,16 @@ def run_sweep(command: str, out: Path, runner: Callable[[Path, list[str]], None]
             stops.append(trial.user_attrs.get("error", "failed"))
             study.stop()
 
-    if done < trials:
+    def stop_when_grid_is_taken(study, trial) -> None:
+        # Optuna's grid sampler re-runs a point when every point has been started (its note on
+        # distributed optimisation); here a point another process is running is left to it.
+        if sampler == "grid" and grid_taken(study, space, optuna):
+            study.stop()
+
+    if done < trials and not (sampler == "grid" and grid_taken(study, space, optuna)):
         callbacks = [optuna.study.MaxTrialsCallback(trials, states=(optuna.trial.TrialState.COMPLETE,
                                                                     optuna.trial.TrialState.PRUNED)),
-                     stop_when_all_failed]
+                     stop_when_all_failed, stop_when_grid_is_taken]
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", category=optuna.exceptions.ExperimentalWarning)
             study.optimize(objective, n_trials=trials - done + retried, catch=(EmberError,), callbacks=callbacks)
@@ -259,6 +271,16 @@ def run_sweep(command: str, out: Path, runner: Callable[[Path, list[str]], None]
     from ember.experiments.sweep_report import write_results
 
     return write_results(out, study, record, optuna)
+
+
+def grid_taken(study, space: list[Param], optuna) -> bool:
+    """Whether every grid point is finished, running or queued (a failed one is queued again)."""
+    import itertools
+
+    S = optuna.trial.TrialState
+    taken = {tuple(t.params.get(p.key) for p in space)
+             for t in study.get_trials(deepcopy=False, states=(S.COMPLETE, S.PRUNED, S.RUNNING, S.WAITING))}
+    return all(point in taken for point in itertools.product(*(p.choices for p in space)))
 
 
 def _all_trials(rdb, name: str) -> list:
@@ -273,11 +295,12 @@ def _finished(study, optuna) -> int:
     return len(study.get_trials(deepcopy=False, states=states))
 
 
-def _sampler(name: str, space: list[Param], seed: int, optuna):
+def _sampler(name: str, space: list[Param], base_seed: int, seed: int, optuna):
     # The seed moves on with the trials already in the study, so a resumed random search draws new
-    # settings rather than replaying its first ones.
+    # settings rather than replaying its first ones. Not a grid's: its points are numbered in the
+    # seed's shuffle, which every process sharing the study must agree on.
     if name == "grid":
-        return optuna.samplers.GridSampler({p.key: list(p.choices) for p in space}, seed=seed)
+        return optuna.samplers.GridSampler({p.key: list(p.choices) for p in space}, seed=base_seed)
     if name == "random":
         return optuna.samplers.RandomSampler(seed=seed)
     return optuna.samplers.TPESampler(seed=seed)
@@ -291,8 +314,8 @@ def _objective(out: Path, runner, space: list[Param], metric: str | None, prune:
         trial.set_user_attr("pid", os.getpid())
         trial.set_user_attr("host", socket.gethostname())
         values = {p.key: p.suggest(trial) for p in space}
-        run_dir = out / "trials" / f"trial-{trial.number:04d}"
-        trial.set_user_attr("run_dir", str(run_dir.relative_to(out)))
+        run_dir = out.resolve() / "trials" / f"trial-{trial.number:04d}"
+        trial.set_user_attr("run_dir", str(run_dir))  # whole: with a shared storage, under this process's --out
         settings = "  ".join(f"{k}={v}" for k, v in values.items())
         print(f"[sweep {time.strftime('%H:%M:%S')}] trial {trial.number}: {settings}", flush=True)
         started = time.perf_counter()
