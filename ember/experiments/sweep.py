@@ -243,6 +243,7 @@ def run_sweep(command: str, out: Path, runner: Callable[[Path, list[str]], None]
     if resuming:
         print(f"resuming {out}: {done} trial(s) finished" + (f", {retried} interrupted one(s) run again" if retried
                                                            else ""))
+    tracking = _sweep_tracking(out, fixed_overrides, record)
     objective = _objective(out, runner, space, metric, prune, optuna, on_trial)
     stops = []
 
@@ -263,14 +264,36 @@ def run_sweep(command: str, out: Path, runner: Callable[[Path, list[str]], None]
         callbacks = [optuna.study.MaxTrialsCallback(trials, states=(optuna.trial.TrialState.COMPLETE,
                                                                     optuna.trial.TrialState.PRUNED)),
                      stop_when_all_failed, stop_when_grid_is_taken]
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), tracking:
             warnings.simplefilter("ignore", category=optuna.exceptions.ExperimentalWarning)
             study.optimize(objective, n_trials=trials - done + retried, catch=(EmberError,), callbacks=callbacks)
     if stops:
         raise EmberError(f"the first trial failed: {stops[0]}")
     from ember.experiments.sweep_report import write_results
 
-    return write_results(out, study, record, optuna)
+    summary = write_results(out, study, record, optuna)
+    if (out / "mlflow.json").is_file():  # the sweep's own MLflow run: its results and the best value
+        from ember.train.tracking import finish_tracking, log_value
+
+        if summary["best"]:
+            log_value(out, f"best/{summary['metric']}", summary["best"]["value"])
+        finish_tracking(out)
+    return summary
+
+
+def _sweep_tracking(out: Path, overrides: list[str], record: dict):
+    """With ``--set train.trackers=...mlflow``: the sweep's MLflow run, each trial's run its child."""
+    import contextlib
+
+    sets = dict(o.split("=", 1) for o in overrides if "=" in o)
+    from ember.train.tracking import parent_run, start_sweep_run, tracker_names
+
+    if "mlflow" not in tracker_names(sets.get("train.trackers", "")):
+        return contextlib.nullcontext()
+    params = {"sampler": record["sampler"], "direction": record["direction"], **record["space"]}
+    run_id = start_sweep_run(out, sets.get("train.tracking_uri", ""), sets.get("train.experiment", ""),
+                             record["study"], params)
+    return parent_run(run_id)
 
 
 def grid_taken(study, space: list[Param], optuna) -> bool:
@@ -328,10 +351,12 @@ def _objective(out: Path, runner, space: list[Param], metric: str | None, prune:
             raise KeyboardInterrupt from None
         except optuna.TrialPruned:
             print(f"[sweep] trial {trial.number} pruned after {curve.index} dev evaluation(s)", flush=True)
+            _end_tracked_run(run_dir, "KILLED")
             raise
         except EmberError as exc:
             trial.set_user_attr("error", str(exc))
             print(f"[sweep] trial {trial.number} failed: {exc}", flush=True)
+            _end_tracked_run(run_dir, "FAILED")
             raise
         finally:
             trial.set_user_attr("seconds", round(time.perf_counter() - started, 1))
@@ -348,3 +373,11 @@ def _objective(out: Path, runner, space: list[Param], metric: str | None, prune:
         return value
 
     return objective
+
+
+def _end_tracked_run(run_dir: Path, status: str) -> None:
+    """A trial stopped early still ends its MLflow run (as KILLED when pruned, FAILED on an error)."""
+    if (run_dir / "mlflow.json").is_file():
+        from ember.train.tracking import finish_tracking
+
+        finish_tracking(run_dir, status)

@@ -297,7 +297,8 @@ class Trainer:
             # A compiled wrapper for the training steps only: self.module keeps its parameter
             # names for checkpoints, and evaluation runs it uncompiled (eval shapes vary).
             model = torch.compile(model)
-        logger = MetricsLogger(self.run_dir, enabled=self.dist.is_main)
+        logger = MetricsLogger(self.run_dir, enabled=self.dist.is_main, trackers=cfg.trackers,
+                               tracking_uri=cfg.tracking_uri, experiment=cfg.experiment)
         bar = self._progress_bar()
         previous = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
 
