@@ -19,6 +19,10 @@ __all__ = sorted(_API) + ["__version__"]
 
 
 def __getattr__(name: str):
+    if name == "sweep":  # an experiment over the functions below (ember.experiments), not one of them
+        from ember.experiments.sweep_run import sweep
+
+        return sweep
     if name in _API:
         import ember.api
 

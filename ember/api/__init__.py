@@ -9,7 +9,6 @@
     load(path, backend="torch")                               -> Model (classify, embed, ...)
     embed(run, texts, pooling=..., normalize=...)             -> (N, H) float32 numpy array
     embed_file(run, input, out)                               -> writes out.npy, returns a summary
-    sweep(command, out, grid=..., params={...}, **its_args)   -> RunResult of the best trial (Optuna)
 
 Each takes what its verb takes (a recipe name or config plus ``section.key=value`` overrides)
 and holds the checks and defaults the verb used to: `ember pretrain`, `ember finetune`,
@@ -24,8 +23,7 @@ from ember.api.finetune import finetune
 from ember.api.model import Model, load
 from ember.api.predict import predict
 from ember.api.pretrain import pretrain
-from ember.api.sweep import sweep
 from ember.api.results import RunResult
 
 __all__ = ["Model", "RunResult", "distill", "embed", "embed_file", "evaluate", "finetune", "load", "predict",
-           "pretrain", "sweep"]
+           "pretrain"]

@@ -1,5 +1,8 @@
 """``ember.sweep``: a hyper-parameter search over ``finetune``, ``pretrain`` or ``distill`` (Optuna).
 
+It sits with the experiments (above ``ember.api``, whose functions each trial calls); ``import
+ember`` exposes it beside them.
+
     result = ember.sweep("finetune", "runs/rte-sweep", grid="bert-paper", task="rte", init="runs/minilm")
     result.run_dir            # the best trial's run folder (chosen on dev)
     result.summary["trials"]  # every trial: state, dev metric, settings, dev curve, run folder
