@@ -36,6 +36,7 @@ from ember.train.length_groups import GROUPED, SHUFFLED, group_by_length
 from ember.train.scaling import chose_no_layout, cpu_micro_batches, effective_config
 from ember.train.sharded_checkpoint import resume_checkpoint, save_sharded_checkpoint
 from ember.train.logging import MetricsLogger, tell_evaluation
+from ember.train.tracking import hardware
 from ember.train.optim import build_optimizer, lr_factor, set_lr
 from ember.train.precision import autocast_context, check_speed
 
@@ -145,11 +146,12 @@ class Trainer:
         self.bad_evals = 0  # evaluations since the best one (early stopping)
         self.stopped_early = False
         self.stop_requested = False
+        self.hardware = hardware(cfg.device)  # what trained it, for the run's model card (ember.interop.model_card)
 
     # -- state ----------------------------------------------------------------------------
     def trainer_state(self) -> dict:
         return {"step": self.step, "elapsed": self.elapsed, "tokens": self.tokens, "best": self.best,
-                "world_size": self.dist.world_size, "seed": self.cfg.seed,
+                "world_size": self.dist.world_size, "seed": self.cfg.seed, "hardware": self.hardware,
                 "micro_batches": self.cfg.grad_accum * self.dist.world_size,
                 "bad_evals": self.bad_evals, "stopped_early": self.stopped_early, "data_order": self.order.name}
 

@@ -207,3 +207,22 @@ def log_value(run_dir: Path, key: str, value: float) -> None:
     record = _read(Path(run_dir) / RECORD)
     client, _ = _client(record["tracking_uri"])
     client.log_batch(record["run_id"], metrics=[Metric(key, float(value), int(time.time() * 1000), 0)])
+
+
+def hardware(device: str) -> dict:
+    """The device, the CPU's model name (Linux: /proc/cpuinfo), torch's threads and version."""
+    import platform
+
+    import torch
+
+    cpu = ""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), "")
+    except OSError:
+        pass
+    info = {"device": device, "cpu": cpu or platform.processor() or platform.machine(),
+            "threads": torch.get_num_threads(), "torch": torch.__version__}
+    if device.startswith("cuda") and torch.cuda.is_available():
+        info["gpu"] = torch.cuda.get_device_name(torch.device(device))
+    return info
