@@ -35,6 +35,10 @@ TASKS = {
 METRIC_IDS = {"mcc": "matthews_correlation", "pearson": "pearsonr", "spearman": "spearmanr", "em": "exact_match",
               "exact": "exact_match", "f1_macro": "f1"}
 SPLITS = {"dev": "validation", "test": "test", "train": "train"}
+AUTO_CLASSES = {"text-classification": "AutoModelForSequenceClassification",
+                "token-classification": "AutoModelForTokenClassification",
+                "question-answering": "AutoModelForQuestionAnswering", "fill-mask": "AutoModelForMaskedLM",
+                "text-generation": "AutoModelForCausalLM", "text2text-generation": "AutoModelForSeq2SeqLM"}
 
 
 def pipeline_tag(architecture: str) -> str:
@@ -121,9 +125,10 @@ def write_model_card(run_dir: Path, out_dir: Path, cfg, hf_config: dict) -> Path
                      f"{results.get('main_metric', 'its main metric')} (evaluated after each epoch); other splits "
                      "were scored once with those weights."]
         card.append("")
-    card += ["## How to use", "", "```python", "from transformers import AutoModel, AutoTokenizer", "",
-             f'tokenizer = AutoTokenizer.from_pretrained("{name}")',
-             f'model = AutoModel.from_pretrained("{name}")  # or the Auto class of {architecture}', "```", ""]
+    auto = AUTO_CLASSES.get(pipeline, "AutoModel")
+    card += ["## How to use", "", "```python", f"from transformers import {auto}, AutoTokenizer", "",
+             f'tokenizer = AutoTokenizer.from_pretrained("{name}")  # this folder',
+             f'model = {auto}.from_pretrained("{name}")  # {architecture}', "```", ""]
     path = out_dir / "README.md"
     path.write_text("\n".join(card), encoding="utf-8")
     return path
