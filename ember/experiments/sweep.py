@@ -349,6 +349,9 @@ def _objective(out: Path, runner, space: list[Param], metric: str | None, prune:
         except TrainingInterrupted:
             trial.set_user_attr("interrupted", True)  # run again with these settings on the next start
             raise KeyboardInterrupt from None
+        except KeyboardInterrupt:  # Ctrl-C outside the training steps (reading data, evaluating)
+            trial.set_user_attr("interrupted", True)
+            raise
         except optuna.TrialPruned:
             print(f"[sweep] trial {trial.number} pruned after {curve.index} dev evaluation(s)", flush=True)
             _end_tracked_run(run_dir, "KILLED")
