@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import base64
 import json
-import math
 import os
 import warnings
 from html import escape
@@ -106,7 +105,11 @@ def draw_plots(out: Path, study, optuna) -> dict[str, Path]:
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                axes = getattr(ovm, function)(study)
+                # fANOVA with 16 trees, not Optuna's 64: a quarter of the time (seconds on a busy
+                # CPU) for a plot read by eye; seeded, so the page is the same each time
+                extra = ({"evaluator": optuna.importance.FanovaImportanceEvaluator(n_trees=16, seed=0)}
+                         if name == "importance" else {})
+                axes = getattr(ovm, function)(study, **extra)
             figure = (axes.flat[0] if hasattr(axes, "flat") else axes).get_figure()
             figure.set_size_inches(7, 4.2)
             figure.tight_layout()
@@ -160,5 +163,3 @@ def render(summary: dict, plots: dict, out: Path) -> str:
             + "".join(parts) + "</body></html>\n")
 
 
-def finite(value) -> bool:
-    return isinstance(value, (int, float)) and math.isfinite(value)
