@@ -139,6 +139,9 @@ def test_finetune_grid_sweep_runs_each_point_once_reports_dev_curves_and_links_t
     else:
         assert html.count("data:image/png;base64,") == 2 and "not drawn: Encountered zero total variance" in html
     assert len((out / "results.tsv").read_text().splitlines()) == 3
+    from ember.experiments.run_report import find_runs
+
+    assert len(find_runs(out)) == 2  # `ember report SWEEP`: each trial once, not again through best
     # The same call again finds the study finished: no trial is run twice.
     stamps = {p: p.stat().st_mtime_ns for p in out.glob("trials/*/results.json")}
     ember.sweep("finetune", out, params=params, **sst2(tok))
