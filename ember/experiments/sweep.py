@@ -46,7 +46,7 @@ def need_optuna():
         import optuna
     except ImportError:
         raise EmberError("ember sweep needs Optuna: pip install 'ember[sweep]'") from None
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    optuna.logging.set_verbosity(optuna.logging.ERROR)  # a failed trial is ember's own line ("[sweep] trial N failed")
     return optuna
 
 
@@ -228,6 +228,7 @@ def run_sweep(command: str, out: Path, runner: Callable[[Path, list[str]], None]
               "storage": storage or "SWEEP/" + STUDY_FILE}
     optuna = need_optuna()
     resuming = check_folder(out, record)
+    created = not out.exists()
     if storage:  # reached before the folder is made: an unreachable URL leaves nothing behind
         rdb = open_storage(storage, optuna)
     out.mkdir(parents=True, exist_ok=True)
@@ -268,7 +269,17 @@ def run_sweep(command: str, out: Path, runner: Callable[[Path, list[str]], None]
             warnings.simplefilter("ignore", category=optuna.exceptions.ExperimentalWarning)
             study.optimize(objective, n_trials=trials - done + retried, catch=(EmberError,), callbacks=callbacks)
     if stops:
-        raise EmberError(f"the first trial failed: {stops[0]}")
+        # Nothing of a sweep that never ran a trial is worth resuming: a folder this call made is removed
+        # (and the study, if nobody else has a trial in it), so the corrected command starts clean.
+        kept = ""
+        if created and all(t.state == optuna.trial.TrialState.FAIL for t in study.get_trials(deepcopy=False)):
+            optuna.delete_study(study_name=record["study"], storage=rdb)
+            import shutil
+
+            shutil.rmtree(out, ignore_errors=True)
+        else:
+            kept = f" ({out} is kept: the same command resumes it)"
+        raise EmberError(f"the first trial failed: {stops[0]}{kept}")
     from ember.experiments.sweep_report import write_results
 
     summary = write_results(out, study, record, optuna)

@@ -94,11 +94,14 @@ def test_sweep_cli_bad_input_is_one_line_and_nothing_written(tmp_path, tok, caps
         (["--param", "train.lr=log:1e-5:1e-3", "--sampler", "grid", "finetune", "--task", "sst2"],
          "a grid takes lists of values"),
         (["--param", "train.lr=1e-3", "finetune", "--task", "sst2", "--set", "train.lr=2e-3"], "also searched"),
+        # a command that cannot run: its first trial fails, the sweep stops there and leaves nothing
+        (["--param", "train.lr=1e-3", "finetune", "--task", "sst2", "--init", str(tmp_path / "missing")],
+         "the first trial failed: "),
     ]
     for args, message in bad:
         assert main(common + args) == 1
         err = capsys.readouterr().err.strip()
-        assert len(err.splitlines()) == 1 and message in err, err
+        assert len(err.splitlines()) == 1 and message in err.splitlines()[0], err
         assert not out.exists()
     # A folder another command's sweep made, and a run folder, are refused as such.
     out.mkdir()
