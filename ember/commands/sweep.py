@@ -48,7 +48,8 @@ def register(sub) -> None:
     p.add_argument("--prune-after", type=int, default=5, metavar="N",
                    help="prune only once N trials have finished (default 5, Optuna's MedianPruner)")
     p.add_argument("--seed", type=int, default=0, help="the sampler's seed (a trial's own seed: --set train.seed)")
-    p.add_argument("command", choices=COMMANDS, help="the command each trial runs")
+    # (dest "verb": "command" is the CLI's own name for the verb being run, `sweep`)
+    p.add_argument("verb", metavar="command", choices=COMMANDS, help="the command each trial runs")
     p.add_argument("command_args", nargs=argparse.REMAINDER,
                    help="its options, as for `ember COMMAND` but without --out (each trial has its own)")
     p.set_defaults(run=run)
@@ -78,8 +79,8 @@ def run(args) -> int:
     from ember.experiments.sweep import run_sweep
     from ember.experiments.sweep_space import parse_param_args, search_space
 
-    space = search_space(args.command, parse_param_args(args.param), args.grid)
-    trial_args = command_args(args.command, args.command_args)
+    space = search_space(args.verb, parse_param_args(args.param), args.grid)
+    trial_args = command_args(args.verb, args.command_args)
     if getattr(trial_args, "eval_split", None) == "test":
         raise EmberError("a sweep chooses its best trial on dev; --eval-split test would choose on test")
     fixed = list(trial_args.overrides)
@@ -90,7 +91,7 @@ def run(args) -> int:
         one.run(one)
 
     record = {"argv": [a for a in args.command_args if a != "--"]}
-    run_sweep(args.command, args.out, runner, space, record_run=record, fixed_overrides=fixed, sampler=args.sampler,
+    run_sweep(args.verb, args.out, runner, space, record_run=record, fixed_overrides=fixed, sampler=args.sampler,
               trials=args.trials, metric=args.metric, direction=args.direction, storage=args.storage,
               study_name=args.study, prune=not args.no_prune, prune_after=args.prune_after,
               seed=args.seed)

@@ -190,11 +190,22 @@ ember.sweep("finetune", sys.argv[1], **kwargs)
 """
 
 
-def sweep_process(out: Path, kwargs: dict) -> subprocess.Popen:
-    script = SCRIPT.format(tests=str(TESTS), kwargs=json.dumps(kwargs))
+def sweep_process(out: Path, kwargs: dict | None = None, argv: list[str] | None = None) -> subprocess.Popen:
+    """`ember.sweep(**kwargs)` in a process of its own, or `ember sweep ARGV`."""
+    command = ["-c", SCRIPT.format(tests=str(TESTS), kwargs=json.dumps(kwargs)), str(out)] if argv is None \
+        else ["-m", "ember", *argv]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
-    return subprocess.Popen([sys.executable, "-c", script, str(out)], env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen([sys.executable, *command], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            text=True)
+
+
+def sst2_argv(out: Path, tok: Path, *sweep_options: str) -> list[str]:
+    """`ember sweep` over `ember finetune` on the same tiny SST-2 runs as ``sst2``."""
+    real_data("glue", "SST-2")
+    sets = [a for item in TINY for a in ("--set", item)]
+    return ["sweep", "--out", str(out), *sweep_options, "--", "finetune", "--task", "sst2", "--init", "random",
+            "--model", "bert-tiny", "--tokenizer", str(tok), "--train-limit", "96", "--epochs", "2",
+            "--max-length", "32", "--no-progress", *sets]
 
 
 def wait_for(path: Path, proc: subprocess.Popen, timeout: float = 120) -> None:
@@ -210,8 +221,8 @@ def wait_for(path: Path, proc: subprocess.Popen, timeout: float = 120) -> None:
 
 def test_sweep_resume_after_kill_skips_finished_trials(tmp_path, tok):
     out = tmp_path / "sweep"
-    kwargs = {**sst2(tok, train_limit=96), "params": {"train.lr": [1e-3, 2e-3, 3e-3]}}
-    proc = sweep_process(out, kwargs)
+    argv = sst2_argv(out, tok, "--param", "train.lr=1e-3,2e-3,3e-3")  # the command line, end to end
+    proc = sweep_process(out, argv=argv)
     wait_for(out / "trials" / "trial-0001" / "config.yaml", proc)  # trial 0 done, trial 1 training
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
@@ -219,7 +230,8 @@ def test_sweep_resume_after_kill_skips_finished_trials(tmp_path, tok):
     before = {t.number: t for t in study_trials(url, "sweep") if t.state.name == "COMPLETE"}
     assert 0 in before and not (out / "trials" / "trial-0001" / "results.json").exists()  # killed mid-trial
     stamp = (out / "trials" / "trial-0000" / "results.json").stat().st_mtime_ns
-    summary = ember.sweep("finetune", out, **kwargs).summary
+    assert main(argv) == 0  # the same command again resumes
+    summary = json.loads((out / "results.json").read_text())
     trials = study_trials(url, "sweep")
     complete = [t for t in trials if t.state.name == "COMPLETE"]
     # every grid point once; the finished ones kept as they were; the killed one run again
