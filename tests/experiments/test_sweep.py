@@ -101,7 +101,7 @@ def test_sweep_cli_bad_input_is_one_line_and_nothing_written(tmp_path, tok, caps
     for args, message in bad:
         assert main(common + args) == 1
         err = capsys.readouterr().err.strip()
-        assert len(err.splitlines()) == 1 and message in err.splitlines()[0], err
+        assert len(err.splitlines()) == 1 and err.startswith("ember sweep: error: ") and message in err, err
         assert not out.exists()
     # A folder another command's sweep made, and a run folder, are refused as such.
     out.mkdir()
