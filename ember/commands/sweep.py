@@ -90,9 +90,14 @@ def run(args) -> int:
         one.out, one.overrides = str(run_dir), fixed + sets
         one.run(one)
 
+    corpus_level = False
+    if args.verb == "distill":  # DistilBERT-style runs have no task: their held-out loss is the objective
+        from ember.api.distill import is_corpus_level
+
+        corpus_level = is_corpus_level(trial_args.method, trial_args.stage)
     record = {"argv": [a for a in args.command_args if a != "--"]}
     run_sweep(args.verb, args.out, runner, space, record_run=record, fixed_overrides=fixed, sampler=args.sampler,
               trials=args.trials, metric=args.metric, direction=args.direction, storage=args.storage,
               study_name=args.study, prune=not args.no_prune, prune_after=args.prune_after,
-              seed=args.seed)
+              seed=args.seed, corpus_level=corpus_level)
     return 0

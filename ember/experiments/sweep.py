@@ -196,11 +196,12 @@ def run_sweep(command: str, out: Path, runner: Callable[[Path, list[str]], None]
               record_run: dict, fixed_overrides: list[str], sampler: str | None = None, trials: int | None = None,
               metric: str | None = None, direction: str | None = None, storage: str | None = None,
               study_name: str | None = None, prune: bool = True, prune_after: int = 5, seed: int = 0,
-              on_trial: Callable[[Path], None] | None = None) -> dict:
+              corpus_level: bool = False) -> dict:
     """Run (or resume) the sweep; returns its summary (also SWEEP/results.json).
 
     ``runner(run_dir, overrides)`` trains one trial into ``run_dir``; ``record_run`` is what it
-    runs, as JSON (a later start must match it to resume)."""
+    runs, as JSON (a later start must match it to resume). ``corpus_level``: the runs have no task
+    (pre-training, DistilBERT-style distillation), so the objective is the held-out loss."""
     check_fixed_overrides(fixed_overrides, space, command)
     grid_ok = all(p.kind == "choice" for p in space)
     sampler = sampler or ("grid" if grid_ok else "tpe")
@@ -221,7 +222,8 @@ def run_sweep(command: str, out: Path, runner: Callable[[Path, list[str]], None]
         raise EmberError(f"--trials {trials} must be 1 or more, --prune-after {prune_after} 0 or more")
     if direction not in (None, "maximize", "minimize"):
         raise EmberError(f"--direction {direction}: maximize or minimize")
-    direction = direction or metric_direction(metric or ("loss" if command == "pretrain" else "accuracy"))
+    corpus_level = corpus_level or command == "pretrain"
+    direction = direction or metric_direction(metric or ("loss" if corpus_level else "accuracy"))
     out = Path(out)
     record = {"command": command, "run": record_run, "space": {p.key: p.describe() for p in space},
               "sampler": sampler, "metric": metric, "direction": direction, "study": study_name or out.resolve().name,
@@ -235,17 +237,17 @@ def run_sweep(command: str, out: Path, runner: Callable[[Path, list[str]], None]
     if not storage:
         rdb = open_storage(default_storage(out), optuna)
     atomic_write_text(out / SWEEP_FILE, json.dumps(record, indent=2))
+    pruner = optuna.pruners.MedianPruner(n_startup_trials=prune_after) if prune else optuna.pruners.NopPruner()
+    chooser = _sampler(sampler, space, seed, seed + len(_all_trials(rdb, record["study"])), optuna)
     study = optuna.create_study(study_name=record["study"], storage=rdb, direction=direction, load_if_exists=True,
-                                sampler=_sampler(sampler, space, seed, seed + len(_all_trials(rdb, record["study"])), optuna),
-                                pruner=optuna.pruners.MedianPruner(n_startup_trials=prune_after) if prune
-                                else optuna.pruners.NopPruner())
+                                sampler=chooser, pruner=pruner)
     retried = retry_dead_trials(study, optuna)
     done = _finished(study, optuna)
     if resuming:
         print(f"resuming {out}: {done} trial(s) finished" + (f", {retried} interrupted one(s) run again" if retried
                                                            else ""))
     tracking = _sweep_tracking(out, fixed_overrides, record)
-    objective = _objective(out, runner, space, metric, prune, optuna, on_trial)
+    objective = _objective(out, runner, space, metric, prune, optuna)
     stops = []
 
     def stop_when_all_failed(study, trial) -> None:
@@ -340,7 +342,7 @@ def _sampler(name: str, space: list[Param], base_seed: int, seed: int, optuna):
     return optuna.samplers.TPESampler(seed=seed)
 
 
-def _objective(out: Path, runner, space: list[Param], metric: str | None, prune: bool, optuna, on_trial):
+def _objective(out: Path, runner, space: list[Param], metric: str | None, prune: bool, optuna):
     from ember.train.logging import evaluations_to
     from ember.train.loop import TrainingInterrupted
 
@@ -374,8 +376,6 @@ def _objective(out: Path, runner, space: list[Param], metric: str | None, prune:
             raise
         finally:
             trial.set_user_attr("seconds", round(time.perf_counter() - started, 1))
-            if on_trial is not None:
-                on_trial(run_dir)
         name, value, results = trial_value(run_dir, metric)
         trial.set_user_attr("metric", name)
         trial.set_user_attr("metrics", {k: v for k, v in results.get("metrics", {}).items()

@@ -58,7 +58,8 @@ def write_results(out: Path, study, record: dict, optuna) -> dict:
     lines = ["\t".join(["trial", "state", metric or "value", *keys, "seconds", "run_dir"])]
     for r in rows:
         lines.append("\t".join(map(str, [r["trial"], r["state"], _num(r["value"]),
-                                          *[r["params"].get(k, "") for k in keys], r["seconds"] or "", r["run_dir"] or ""])))
+                                          *[r["params"].get(k, "") for k in keys], r["seconds"] or "",
+                                          r["run_dir"] or ""])))
     atomic_write_text(out / "results.tsv", "\n".join(lines) + "\n")
     if best is not None and best["run_dir"]:
         _link(out / "best", best["run_dir"])
@@ -86,7 +87,8 @@ def print_table(summary: dict, keys: list[str]) -> None:
     best = summary["best"]
     if best:
         print(f"best: trial {best['trial']}, dev {metric} {best['value']:.4f} ({summary['direction']}); run folder "
-              f"{best['run_dir']}; {summary['finished']} finished, {summary['pruned']} pruned, {summary['failed']} failed")
+              f"{best['run_dir']}; {summary['finished']} finished, {summary['pruned']} pruned, "
+              f"{summary['failed']} failed")
 
 
 def draw_plots(out: Path, study, optuna) -> dict[str, Path]:
@@ -147,7 +149,8 @@ def render(summary: dict, plots: dict, out: Path) -> str:
         others = "; ".join(f"{escape(s)}: " + ", ".join(f"{escape(k)} {_num(v)}" for k, v in m.items())
                            for s, m in b["other_splits"].items())
         parts.append(f"<h2>Best trial</h2><p>trial {b['trial']} ({escape(str(b['run_dir']))}, linked as "
-                     f"<code>best</code>): dev {metrics}" + (f"; with its best-on-dev weights, {others}" if others else "")
+                     f"<code>best</code>): dev {metrics}"
+                     + (f"; with its best-on-dev weights, {others}" if others else "")
                      + "</p>")
     parts.append(f"<h2>Trials</h2><table><tr>{head}</tr>{''.join(body)}</table>")
     if plots:

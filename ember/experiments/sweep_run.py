@@ -28,7 +28,8 @@ COMMANDS = ("finetune", "pretrain", "distill")
 def sweep(command: str, out: str | Path, *, params: dict | None = None, grid: str | None = None,
           sampler: str | None = None, trials: int | None = None, metric: str | None = None,
           direction: str | None = None, storage: str | None = None, study: str | None = None, prune: bool = True,
-          prune_after: int = 5, seed: int = 0, overrides: list[str] | tuple[str, ...] = (), progress: bool = False, **kwargs) -> RunResult:
+          prune_after: int = 5, seed: int = 0, overrides: list[str] | tuple[str, ...] = (), progress: bool = False,
+          **kwargs) -> RunResult:
     """Run (or resume: the same call again) a sweep into ``out``; returns the best trial as a RunResult
     (``run_dir``: its run folder, ``metrics``: its dev metrics, ``summary``: SWEEP/results.json).
 
@@ -62,10 +63,16 @@ def sweep(command: str, out: str | Path, *, params: dict | None = None, grid: st
     def runner(run_dir: Path, sets: list[str]) -> None:
         function(out=run_dir, overrides=fixed + sets, progress=progress, **kwargs)
 
+    corpus_level = False
+    if command == "distill":
+        from ember.api.distill import is_corpus_level
+
+        corpus_level = is_corpus_level(kwargs.get("method", ""), kwargs.get("stage", "task"))
     record = {"kwargs": json.loads(json.dumps(kwargs, default=str)), "overrides": fixed}
     summary = run_sweep(command, out, runner, space, record_run=record, fixed_overrides=fixed, sampler=sampler,
                         trials=trials, metric=metric, direction=direction, storage=storage, study_name=study,
-                        prune=prune, prune_after=prune_after, seed=seed)
+                        prune=prune, prune_after=prune_after, seed=seed,
+                        corpus_level=corpus_level)
     return sweep_result(out, summary)
 
 

@@ -127,7 +127,8 @@ def _range(key: str, spec: str, default) -> Param:
     try:
         low, high = (int(b) if kind == "int" else float(b) for b in bounds)
     except ValueError:
-        raise EmberError(f"--param {key}={spec}: the bounds must be {'whole ' if kind == 'int' else ''}numbers") from None
+        whole = "whole " if kind == "int" else ""
+        raise EmberError(f"--param {key}={spec}: the bounds must be {whole}numbers") from None
     if not (math.isfinite(low) and math.isfinite(high)) or low >= high:
         raise EmberError(f"--param {key}={spec}: LOW must be below HIGH")
     if kind == "log" and low <= 0:

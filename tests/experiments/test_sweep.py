@@ -153,7 +153,8 @@ def test_finetune_grid_sweep_runs_each_point_once_reports_dev_curves_and_links_t
         ember.sweep("finetune", out, params={"train.lr": [1e-3]}, **sst2(tok))
     # Distillation sweeps the same way, the best trial as its teacher; its objective is the task's metric
     distilled = ember.sweep("distill", tmp_path / "kd", params={"train.lr": [1e-3]}, method="kd",
-                            teacher=str(out / "best"), unlabeled=["task"], student_layers=1, train_limit=32, max_unlabeled=32, epochs=1,
+                            teacher=str(out / "best"), unlabeled=["task"], student_layers=1, train_limit=32,
+                            max_unlabeled=32, epochs=1,
                             overrides=["train.num_threads=1"]).summary
     assert distilled["metric"] == "accuracy" and distilled["finished"] == 1
     kd = json.loads((tmp_path / "kd" / distilled["best"]["run_dir"] / "results.json").read_text())
