@@ -86,8 +86,9 @@ def write_model_card(run_dir: Path, out_dir: Path, cfg, hf_config: dict) -> Path
     architecture = (hf_config.get("architectures") or ["?"])[0]
     pipeline = pipeline_tag(architecture)
     task = cfg.task.name if cfg.kind == "finetune" else ""
+    corpus = f"{Path(cfg.data.prepared).name} (`ember prepare`)" if cfg.data.prepared else "its corpus"
     language, dataset, config, _, dataset_name = TASKS.get(task, (cfg.task.language or None, None, None, pipeline,
-                                                                  task or "its corpus"))
+                                                                  task or corpus))
     name = export_name(out_dir)
     meta: dict = {}
     if cfg.task.language or language:
@@ -170,7 +171,8 @@ def _recipe(cfg, results: dict, state: dict) -> list[str]:
     if steps is not None:
         rows.append(("steps", f"{steps}" + (f" (best at {results['best_step']})" if results.get("best_step") else "")))
     if state.get("elapsed"):
-        rows.append(("training time", f"{state['elapsed'] / 60:.1f} min"))
+        seconds = state["elapsed"]
+        rows.append(("training time", f"{seconds / 60:.1f} min" if seconds >= 60 else f"{seconds:.1f} s"))
     if state.get("tokens"):
         rows.append(("tokens seen", f"{state['tokens']:,}"))
     hardware = state.get("hardware") or {}
