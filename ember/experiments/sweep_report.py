@@ -32,7 +32,10 @@ def trial_rows(study, optuna) -> list[dict]:
     for t in study.get_trials(deepcopy=False):
         if t.state == optuna.trial.TrialState.WAITING:
             continue
-        rows.append({"trial": t.number, "state": t.state.name.lower(), "value": t.value,
+        state = t.state.name.lower()
+        if state == "fail" and t.user_attrs.get("interrupted"):  # stopped by a signal or a kill: run again
+            state = "interrupted"
+        rows.append({"trial": t.number, "state": state, "value": t.value,
                      "params": dict(t.params), "metrics": t.user_attrs.get("metrics", {}),
                      "other_splits": t.user_attrs.get("other_splits", {}),
                      "dev_curve": [t.intermediate_values[k] for k in sorted(t.intermediate_values)],
@@ -52,6 +55,7 @@ def write_results(out: Path, study, record: dict, optuna) -> dict:
     summary = {"command": record["command"], "metric": metric, "direction": record["direction"],
                "sampler": record["sampler"], "space": record["space"], "finished": len(complete),
                "pruned": sum(r["state"] == "pruned" for r in rows), "failed": sum(r["state"] == "fail" for r in rows),
+               "interrupted": sum(r["state"] == "interrupted" for r in rows),
                "best": best, "trials": rows}
     atomic_write_text(out / "results.json", json.dumps(summary, indent=2))
     keys = list(record["space"])
@@ -80,10 +84,11 @@ def _link(link: Path, target: str) -> None:
 
 def print_table(summary: dict, keys: list[str]) -> None:
     metric = summary["metric"] or "value"
-    print(f"{'trial':>5}  {'state':<8} {metric:>10}  " + "  ".join(keys))
+    print(f"{'trial':>5}  {'state':<11} {metric:>10}  " + "  ".join(keys))
     for r in summary["trials"]:
         params = "  ".join(str(r["params"].get(k, "-")) for k in keys)
-        print(f"{r['trial']:>5}  {r['state']:<8} {_num(r['value']):>10}  {params}")
+        retry = f"  (retries trial {r['retry_of']})" if r["retry_of"] is not None else ""
+        print(f"{r['trial']:>5}  {r['state']:<11} {_num(r['value']):>10}  {params}{retry}")
     best = summary["best"]
     if best:
         print(f"best: trial {best['trial']}, dev {metric} {best['value']:.4f} ({summary['direction']}); run folder "

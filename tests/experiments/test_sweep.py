@@ -243,7 +243,8 @@ def test_sweep_resume_after_kill_skips_finished_trials(tmp_path, tok):
     assert killed.state.name == "FAIL" and killed.user_attrs["interrupted"]
     retry = next(r for r in summary["trials"] if r["retry_of"] == 1)
     assert retry["state"] == "complete" and retry["params"] == dict(killed.params)
-    assert summary["finished"] == 3
+    assert summary["finished"] == 3 and summary["interrupted"] == 1
+    assert next(r for r in summary["trials"] if r["trial"] == 1)["state"] == "interrupted"
 
 
 def test_two_processes_run_trials_of_one_study_through_a_shared_storage_url(tmp_path, tok):
