@@ -35,6 +35,7 @@ COMMAND_MODULES = [
     "glue",
     "elmo_features",
     "distill",
+    "sweep",
     "kg",
 ]
 

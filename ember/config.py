@@ -187,6 +187,12 @@ class TrainConfig:
     # Goyal et al. 2017) or its square root ("sqrt"); "none" (or lr_base_batch 0) keeps lr.
     lr_scaling: str = "none"
     lr_base_batch: int = 0
+    # Where metrics also go besides metrics.jsonl (ember.train.tracking), comma-separated:
+    # "tensorboard" (RUN/tb), "mlflow" (params, per-step metrics, the run folder's files and final
+    # model in an MLflow store: tracking_uri, else MLFLOW_TRACKING_URI, else ./mlflow.db); "" = none.
+    trackers: str = "tensorboard"
+    tracking_uri: str = ""
+    experiment: str = ""  # the MLflow experiment's name; "" = "ember"
 
     def __post_init__(self) -> None:
         # fp16 autocast without loss scaling lets small gradients underflow to zero (Micikevicius

@@ -59,6 +59,7 @@ def distill(method: str, teacher: str | Path, out: str | Path, *, stage: str = "
     ...                        unlabeled=["task"])  # doctest: +SKIP
     """
     from ember.train.loop import use_threads
+    from ember.train.tracking import finish_tracking
 
     teacher, out = folder_arg(teacher, "teacher"), folder_arg(out, "out")
     overrides, unlabeled = strings_arg(overrides, "overrides"), strings_arg(unlabeled, "unlabeled")
@@ -86,6 +87,7 @@ def distill(method: str, teacher: str | Path, out: str | Path, *, stage: str = "
         weights = DistilBertWeights(*distilbert_weights, temperature)
         result = run_pretrain_distillation(PretrainDistillOptions(data=Path(data), weights=weights, **common,
                                                                   **_known(options, PretrainDistillOptions)))
+        finish_tracking(out)
         return RunResult(Path(out), last_evaluation(out), [result])
     from ember.distillation.task_run import TaskDistillOptions, run_task_distillation
 
@@ -95,6 +97,7 @@ def distill(method: str, teacher: str | Path, out: str | Path, *, stage: str = "
     options.setdefault("student_init", "random")
     result = run_task_distillation(TaskDistillOptions(unlabeled=list(unlabeled), **common,
                                                       **_known(options, TaskDistillOptions)))
+    finish_tracking(out)  # train.trackers=mlflow: the folder's files and final metrics, run ended
     return RunResult(Path(out), result["metrics"], [result])
 
 

@@ -131,6 +131,7 @@ def finetune(task: str, out: str | Path, init="random", *, model: str = "", toke
     from ember.runs.init import load_init
     from ember.tasks.metrics.classification import summarize_seeds
     from ember.train.finetune import run_finetuning
+    from ember.train.tracking import finish_tracking
 
     from ember.train.distributed import one_process
 
@@ -170,6 +171,7 @@ def finetune(task: str, out: str | Path, init="random", *, model: str = "", toke
         result = run_finetuning(cfg, run_dir, start.state, start.tokenizer, train_limit, overwrite=overwrite,
                                 resume=resume, progress=progress, task=None if isinstance(task, str) else task)
         results.append(result)
+        finish_tracking(run_dir)  # train.trackers=mlflow: the folder's files and final metrics, run ended
         _report(result, cfg, run_dir)
     if len(results) == 1:
         return RunResult(out, results[0]["metrics"], results)

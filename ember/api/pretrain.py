@@ -91,6 +91,9 @@ def pretrain(recipe: str | Path | RunConfig | None = "bert-mini", out: str | Pat
     cfg = pretrain_config(recipe, out, data, overrides, resume)
     trained = run_pretraining(cfg, out, resume=resume, overwrite=overwrite, progress=progress)
     _record_recipe(out, recipe, data, overrides, resume)
+    from ember.train.tracking import finish_tracking
+
+    finish_tracking(out)  # train.trackers=mlflow: the folder's files and final metrics, run ended
     return RunResult(out, last_evaluation(out), [trained])
 
 

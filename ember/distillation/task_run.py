@@ -211,6 +211,7 @@ def run_task_distillation(opts: TaskDistillOptions) -> dict:
     teacher_metrics = score(teacher)
     main = adapter.main_metric
     results = {"task": adapter.display_name, "split": teacher_cfg.task.eval_split, "metrics": final,
+               "main_metric": main,
                "teacher_metrics": teacher_metrics,
                "retained": final[main] / teacher_metrics[main] if teacher_metrics[main] else None,
                "parameters": params, "method": opts.method, "best_step": trainer.best["step"],

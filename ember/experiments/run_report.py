@@ -47,6 +47,8 @@ def _runs_under(path: Path, depth: int) -> list[Path]:
         return []
     found: list[Path] = []
     for child in sorted(p for p in path.iterdir() if p.is_dir() and p.name not in NOT_RUNS):
+        if child.is_symlink() and path.resolve() in child.resolve().parents:
+            continue  # a link to a run listed anyway (a sweep's best -> trials/trial-N)
         found += _runs_under(child, depth - 1)
     return found
 

@@ -124,6 +124,10 @@ def export_hf(run_dir: str | Path, out_dir: str | Path) -> Path:
         from ember.interop.sentence_transformers import write_sentence_transformers
 
         write_sentence_transformers(out_dir, embedding, cfg.model.hidden_size, cfg.model.max_position)
+    from ember.interop.model_card import write_model_card
+
+    if not (out_dir / "README.md").is_file():  # a sentence-transformers layout may have written its own
+        write_model_card(run_dir, out_dir, cfg, hf_config)
     return out_dir
 
 

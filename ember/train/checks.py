@@ -60,3 +60,6 @@ def check_train_settings(cfg: TrainConfig, one_process_verb: str = "") -> None:
         raise EmberError(f"train.schedule={cfg.schedule!r}; choose one of {', '.join(SCHEDULES)}")
     lr_factor(0, cfg, 0.0)  # "time" without max_time
     step_clock(cfg.clock)
+    from ember.train.tracking import check_trackers
+
+    check_trackers(cfg.trackers)  # an unknown tracker, or mlflow not installed

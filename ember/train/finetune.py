@@ -145,6 +145,7 @@ def run_finetuning(cfg: RunConfig, run_dir: Path, state: dict | None, tokenizer_
     else:  # resumed after the best was saved, or trained under autocast: score the best weights now
         final = evaluate(module)
     results = {"task": adapter.display_name, "split": cfg.task.eval_split, "metrics": final,
+               "main_metric": adapter.main_metric,  # the one the best epoch was chosen by (a sweep's objective)
                "best_step": trainer.best["step"], "steps": trainer.step, "max_steps": train_cfg.max_steps,
                "stopped_early": trainer.stopped_early, "seed": cfg.train.seed,
                "train_examples": len(train_examples), "init": cfg.task.init or "random"}

@@ -2,23 +2,55 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 
+# Who else wants each held-out evaluation in this process (a sweep's trial reports its dev curve
+# to Optuna's pruner through this): listener(run_dir, step, metrics, main_metric). A listener may
+# raise to stop the run there (a pruned trial); the Trainer's cleanup runs as for any error.
+_EVALUATION_LISTENERS: list = []
+
+
+@contextlib.contextmanager
+def evaluations_to(listener):
+    """Call ``listener`` after every held-out evaluation of every Trainer run inside the block."""
+    _EVALUATION_LISTENERS.append(listener)
+    try:
+        yield
+    finally:
+        _EVALUATION_LISTENERS.remove(listener)
+
+
+def tell_evaluation(run_dir: Path, step: int, metrics: dict, main_metric: str | None) -> None:
+    for listener in list(_EVALUATION_LISTENERS):
+        listener(Path(run_dir), step, metrics, main_metric)
+
 
 class MetricsLogger:
-    def __init__(self, run_dir: Path, enabled: bool = True) -> None:
+    """metrics.jsonl always; TensorBoard and MLflow as ``trackers`` (train.trackers) ask."""
+
+    def __init__(self, run_dir: Path, enabled: bool = True, trackers: str = "tensorboard", tracking_uri: str = "",
+                 experiment: str = "") -> None:
+        from ember.train.tracking import tracker_names
+
         self.path = Path(run_dir) / "metrics.jsonl"
         self.enabled = enabled
-        self._tb = None
+        self._tb = self._mlflow = None
+        names = tracker_names(trackers)
         if enabled:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            try:
-                from torch.utils.tensorboard import SummaryWriter
+            if "tensorboard" in names:
+                try:
+                    from torch.utils.tensorboard import SummaryWriter
 
-                self._tb = SummaryWriter(str(Path(run_dir) / "tb"))
-            except ImportError:  # tensorboard is a dependency, but logging must never kill a run
-                self._tb = None
+                    self._tb = SummaryWriter(str(Path(run_dir) / "tb"))
+                except ImportError:  # tensorboard is a dependency, but logging must never kill a run
+                    self._tb = None
+            if "mlflow" in names:  # asked for by name: a store that cannot be opened is an error, not a silence
+                from ember.train.tracking import MlflowTracker
+
+                self._mlflow = MlflowTracker(Path(run_dir), tracking_uri, experiment)
 
     def log(self, step: int, split: str, metrics: dict, elapsed: float) -> None:
         if not self.enabled:
@@ -30,6 +62,8 @@ class MetricsLogger:
         if self._tb is not None:
             for name, value in metrics.items():
                 self._tb.add_scalar(f"{split}/{name}", float(value), step)
+        if self._mlflow is not None:
+            self._mlflow.log(step, split, metrics)
 
     def close(self) -> None:
         if self._tb is not None:

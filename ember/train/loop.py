@@ -35,7 +35,8 @@ from ember.train.host_memory import keep_freed_host_memory
 from ember.train.length_groups import GROUPED, SHUFFLED, group_by_length
 from ember.train.scaling import chose_no_layout, cpu_micro_batches, effective_config
 from ember.train.sharded_checkpoint import resume_checkpoint, save_sharded_checkpoint
-from ember.train.logging import MetricsLogger
+from ember.train.logging import MetricsLogger, tell_evaluation
+from ember.train.tracking import hardware
 from ember.train.optim import build_optimizer, lr_factor, set_lr
 from ember.train.precision import autocast_context, check_speed
 
@@ -145,11 +146,12 @@ class Trainer:
         self.bad_evals = 0  # evaluations since the best one (early stopping)
         self.stopped_early = False
         self.stop_requested = False
+        self.hardware = hardware(cfg.device)  # what trained it, for the run's model card (ember.interop.model_card)
 
     # -- state ----------------------------------------------------------------------------
     def trainer_state(self) -> dict:
         return {"step": self.step, "elapsed": self.elapsed, "tokens": self.tokens, "best": self.best,
-                "world_size": self.dist.world_size, "seed": self.cfg.seed,
+                "world_size": self.dist.world_size, "seed": self.cfg.seed, "hardware": self.hardware,
                 "micro_batches": self.cfg.grad_accum * self.dist.world_size,
                 "bad_evals": self.bad_evals, "stopped_early": self.stopped_early, "data_order": self.order.name}
 
@@ -300,7 +302,8 @@ class Trainer:
             # A compiled wrapper for the training steps only: self.module keeps its parameter
             # names for checkpoints, and evaluation runs it uncompiled (eval shapes vary).
             model = torch.compile(model)
-        logger = MetricsLogger(self.run_dir, enabled=self.dist.is_main)
+        logger = MetricsLogger(self.run_dir, enabled=self.dist.is_main, trackers=cfg.trackers,
+                               tracking_uri=cfg.tracking_uri, experiment=cfg.experiment)
         bar = self._progress_bar()
         previous = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
 
@@ -394,6 +397,7 @@ class Trainer:
                     # Only "early" when steps remain (the last evaluation ends the run anyway).
                     self.stopped_early = (bool(self.patience) and self.bad_evals >= self.patience
                                           and self.step < self.cfg.max_steps)
+            tell_evaluation(self.run_dir, self.step, metrics, self.best_metric)  # e.g. a sweep's pruner
         if self.dist.enabled:  # every rank must leave the loop together
             self.stopped_early = all_reduce_sums([float(self.stopped_early)], self.dist)[0] > 0
         barrier(self.dist)
