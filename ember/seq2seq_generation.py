@@ -253,7 +253,7 @@ def seq2seq_generate_text(model, tokenizer, texts: list[str], cfg: Seq2SeqGenera
     """The output text for each input text. Inputs are encoded with the tokenizer's template
     (T5's appends </s>); outputs are decoded without special tokens but with their sentinels (a
     span-corruption run answers in them) and cut at stop sequences."""
-    from ember.tokenizers import end_of_text_id
+    from ember.tokenizers import sequence_end_id
     from ember.tokenizers.sentinels import decode_with_sentinels
 
     encoded = [tokenizer.encode(t).ids for t in texts]
@@ -261,7 +261,7 @@ def seq2seq_generate_text(model, tokenizer, texts: list[str], cfg: Seq2SeqGenera
     def stop_check(i: int, ids: list[int]) -> bool:
         return cut_at_stop(tokenizer.decode(ids), cfg.stop)[1]
 
-    new_ids = seq2seq_generate_ids(model, encoded, cfg, end_of_text_id(tokenizer),
+    new_ids = seq2seq_generate_ids(model, encoded, cfg, sequence_end_id(tokenizer),
                                    stop_check if cfg.stop and cfg.num_beams == 1 else None)
     return [cut_at_stop(decode_with_sentinels(tokenizer, ids), cfg.stop)[0] for ids in new_ids]
 
