@@ -28,7 +28,7 @@ from ember.errors import EmberError
 from ember.nn.lm_loss import seq2seq_loss
 from ember.objectives import bart_noising as N
 
-SPECIAL_ROLES = ("cls", "sep", "mask", "pad")  # <s>, </s>, <mask>, <pad>
+SPECIAL_ROLES = ("mask", "cls", "sep", "pad")  # <mask>, <s>, </s>, <pad>
 
 
 class BartNoise:
