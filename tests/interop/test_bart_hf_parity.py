@@ -14,9 +14,10 @@ from bart_helpers import EOS, PAD, VOCAB, bart_style_tokenizer, ember_from_hf, t
 from hf_interop_helpers import ATOL, assert_close_where, load_hf, padded_batch  # noqa: E402
 from t5_helpers import one_thread  # noqa: E402,F401
 
+from ember.cli import main  # noqa: E402
 from ember.errors import EmberError  # noqa: E402
 from ember.interop import hf_bart  # noqa: E402
-from ember.interop.convert import export_hf, import_hf  # noqa: E402
+from ember.interop.convert import import_hf  # noqa: E402
 from ember.models import build_backbone  # noqa: E402
 from ember.runs.checkpoint import load_weights  # noqa: E402
 from ember.runs.folder import load_run_config  # noqa: E402
@@ -95,7 +96,7 @@ def test_bart_hf_parity_base_model_and_loss():
 
 
 @pytest.mark.parametrize("mbart", [False, True], ids=["bart", "mbart"])
-def test_bart_hf_convert_round_trip_through_folders(mbart, tmp_path):
+def test_bart_hf_convert_round_trip_through_the_cli(mbart, tmp_path):
     """save_pretrained folder -> `ember convert --from-hf` -> run -> `--to-hf`: transformers loads
     the export with nothing missing or left over, and all three give the same logits."""
     hf = tiny_hf_bart(mbart, seed=6)
@@ -103,12 +104,13 @@ def test_bart_hf_convert_round_trip_through_folders(mbart, tmp_path):
     hf.save_pretrained(hf_dir)
     words = [f"w{i}" for i in range(VOCAB - 5)]
     bart_style_tokenizer(words).save(str(hf_dir / "tokenizer.json"))
-    run = import_hf(hf_dir, tmp_path / "run")
+    run, out = tmp_path / "run", tmp_path / "back"
+    assert main(["convert", "--from-hf", str(hf_dir), "--out", str(run)]) == 0  # the CLI's own path
     cfg = load_run_config(run)
     assert (cfg.model.family, cfg.objective, cfg.model.pre_layer_norm) == ("bart", "bart", mbart)
     ours = build_backbone(cfg.model).eval()
     ours.load_state_dict(backbone_weights(load_weights(run / "model.safetensors")), strict=True)
-    out = export_hf(run, tmp_path / "back")
+    assert main(["convert", "--to-hf", str(run), "--out", str(out)]) == 0
     cls = transformers.MBartForConditionalGeneration if mbart else transformers.BartForConditionalGeneration
     back = load_hf(cls, out, tied=TIED)
     config = json.loads((out / "config.json").read_text())

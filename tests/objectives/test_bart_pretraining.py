@@ -209,3 +209,21 @@ def test_bart_trained_run_exports_and_generates_as_transformers(bart_run, tmp_pa
             ref = hf.generate(**batch, do_sample=False, **opts)
         ref = [r[1:r.index(2)] if 2 in r[1:] else r[1:] for r in ref.tolist()]
         assert seq2seq_generate_ids(model, encoded, Seq2SeqGenerationConfig(**opts), 2) == ref
+
+
+@pytest.mark.slow
+def test_bart_generate_cli_on_the_trained_run(bart_run, capsys):
+    """`ember generate RUN --input ...` decodes a BART run from </s> and prints what
+    seq2seq_generate_text writes, with the decoding constraints passed through."""
+    from ember.cli import main
+    from ember.seq2seq_generation import Seq2SeqGenerationConfig, load_seq2seq_lm, seq2seq_generate_text
+
+    run, _ = bart_run
+    text = "The river <mask> through the city."
+    args = ["--max-new-tokens", "10", "--num-beams", "2", "--no-repeat-ngram-size", "2", "--min-new-tokens", "4"]
+    assert main(["generate", str(run), "--input", text, *args]) == 0
+    printed = capsys.readouterr().out.strip()
+    model, tok = load_seq2seq_lm(run)
+    cfg = Seq2SeqGenerationConfig(max_new_tokens=10, num_beams=2, no_repeat_ngram_size=2, min_new_tokens=4)
+    (expected,) = seq2seq_generate_text(model, tok, [text], cfg)
+    assert printed == expected.strip() and len(tok.encode(expected, add_special_tokens=False).ids) >= 3
