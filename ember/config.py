@@ -100,6 +100,7 @@ class NoisingConfig:
     kinds: str = "infill,permute"  # comma-separated: mask, delete, infill, permute, rotate
     mask_ratio: float = 0.3  # share of tokens masked / deleted / in infilled spans
     poisson_lambda: float = 3.0  # infill: span lengths ~ Poisson(lambda); 0-length spans insert a mask
+    unit: str = "token"  # what is counted, masked and spanned: "token" or "word" (fairseq's whole words)
     random_ratio: float = 0.0  # share of masks that are a random token instead (fairseq --mask-random)
     permute_ratio: float = 1.0  # share of a block's sentences that change places
     rotate_ratio: float = 1.0  # probability that a block is rotated, when "rotate" is asked for

@@ -34,8 +34,13 @@ SPECIAL_ROLES = ("mask", "cls", "sep", "pad")  # <mask>, <s>, </s>, <pad>
 class BartNoise:
     """``noising`` settings -> body (L,) [+ sentence ends] -> noised body."""
 
-    def __init__(self, settings, mask_id: int, ordinary: np.ndarray) -> None:
+    def __init__(self, settings, mask_id: int, ordinary: np.ndarray, continues_word: np.ndarray | None = None) -> None:
         self.kinds = N.parse_kinds(settings.kinds)
+        if settings.unit not in ("token", "word"):
+            raise EmberError(f"noising.unit={settings.unit!r}; choose token or word")
+        if settings.unit == "word" and continues_word is None:
+            raise EmberError("noising.unit=word needs the tokenizer's word-continuation table")
+        self.continues_word = continues_word if settings.unit == "word" else None  # bool (V,)
         for name in ("mask_ratio", "random_ratio", "permute_ratio", "rotate_ratio"):
             if not 0.0 <= getattr(settings, name) <= 1.0:
                 raise EmberError(f"noising.{name}={getattr(settings, name)} must be in [0, 1]")
@@ -47,16 +52,24 @@ class BartNoise:
         s = self.s
         if "permute" in self.kinds:
             tokens, sentence_ends = N.sentence_permutation(tokens, sentence_ends, rng, s.permute_ratio)
+        starts = self.word_starts(tokens)  # after the permutation, as fairseq
         if "mask" in self.kinds:
-            tokens = N.token_masking(tokens, s.mask_ratio, self.mask_id, rng, s.random_ratio, self.ordinary)
+            tokens = N.token_masking(tokens, s.mask_ratio, self.mask_id, rng, s.random_ratio, self.ordinary, starts)
         elif "delete" in self.kinds:
-            tokens = N.token_deletion(tokens, s.mask_ratio, rng)
+            tokens = N.token_deletion(tokens, s.mask_ratio, rng, starts)
         elif "infill" in self.kinds:
             tokens = N.text_infilling(tokens, s.mask_ratio, s.poisson_lambda, self.mask_id, rng, s.random_ratio,
-                                      self.ordinary)
+                                      self.ordinary, starts)
         if "rotate" in self.kinds and rng.random() < s.rotate_ratio:
             tokens = N.document_rotation(tokens, rng)
         return tokens
+
+    def word_starts(self, tokens: np.ndarray) -> np.ndarray | None:
+        """bool (L,) True where a word starts (``noising.unit: word``), None for token units."""
+        if self.continues_word is None:
+            return None
+        known = tokens < len(self.continues_word)  # ids beyond the table start words
+        return ~np.where(known, self.continues_word[np.minimum(tokens, len(self.continues_word) - 1)], False)
 
 
 def pad_rows(rows: list[np.ndarray], value: int) -> torch.Tensor:
@@ -158,6 +171,12 @@ def build(cfg, special: dict) -> BartDenoising:
         raise EmberError(f"objective {cfg.objective} needs the corpus tokenizer (for its special tokens)")
     if cfg.data.max_seq_length < 3:
         raise EmberError(f"data.max_seq_length={cfg.data.max_seq_length} leaves no room for text between <s> and </s>")
-    noise = BartNoise(cfg.noising, ids["mask"], ordinary_tokens(special))
+    continues = None
+    if cfg.noising.unit == "word":
+        from ember.objectives.masking import word_continuation_table
+        from ember.tokenizers import load_tokenizer
+
+        continues = word_continuation_table(load_tokenizer(special["tokenizer_path"]))
+    noise = BartNoise(cfg.noising, ids["mask"], ordinary_tokens(special), continues)
     return BartDenoising(build_backbone(cfg.model), noise, ids["cls"], ids["sep"], ids["pad"],
                          cfg.data.max_seq_length - 2)

@@ -23,9 +23,11 @@ Each function takes a document body - the tokens between <s> and </s>, which no 
                        always moves something (fairseq's add_rolling_noise).
 
 Masks may become a random ordinary token instead (``random_ratio``; fairseq's --mask-random,
-off in the paper). Spans are counted in tokens (fairseq counts whole words when its BPE says
-where words start); ember's tokenizers mark no word starts for every kind, so subword units are
-the unit here.
+off in the paper). The unit of masking, deletion and spans is the token, or with ``starts`` (bool
+(L,), True where a unit begins: word starts from the tokenizer, ``noising.unit: word``) the whole
+word, as fairseq's released pre-training counts them (--mask-length span-poisson with whole-word
+masks): ceil(ratio * words) words, every token of a masked word masked (token masking) or one
+mask per span of words (infilling).
 """
 
 from __future__ import annotations
@@ -65,21 +67,42 @@ def _with_random(out: np.ndarray, where: np.ndarray, mask_id: int, random_ratio:
     return out
 
 
-def sample_positions(length: int, ratio: float, rng: np.random.Generator) -> np.ndarray:
-    """ceil(ratio * length) distinct positions of a body of ``length`` tokens, sorted."""
-    n = min(length, math.ceil(length * ratio))
-    return np.sort(rng.choice(length, size=n, replace=False)).astype(np.int64)
+def unit_bounds(length: int, starts: np.ndarray | None) -> np.ndarray:
+    """int64 (U + 1,): token offset of each unit's start, then ``length``; every token is a unit
+    without ``starts``, and the first token always starts one."""
+    if starts is None:
+        return np.arange(length + 1, dtype=np.int64)
+    starts = np.asarray(starts, dtype=bool).copy()
+    if length:
+        starts[0] = True
+    return np.append(np.flatnonzero(starts), length).astype(np.int64)
+
+
+def _expand(bounds: np.ndarray, units: np.ndarray) -> np.ndarray:
+    """Token positions (int64, sorted) of the given unit indices."""
+    parts = [np.arange(bounds[u], bounds[u + 1]) for u in units.tolist()]
+    return np.concatenate(parts).astype(np.int64) if parts else np.zeros(0, dtype=np.int64)
+
+
+def sample_positions(length: int, ratio: float, rng: np.random.Generator, starts: np.ndarray | None = None) -> np.ndarray:
+    """The token positions of ceil(ratio * U) distinct units of a body of U units, sorted."""
+    bounds = unit_bounds(length, starts)
+    u = len(bounds) - 1
+    n = min(u, math.ceil(u * ratio))
+    return _expand(bounds, np.sort(rng.choice(u, size=n, replace=False)))
 
 
 def token_masking(tokens: np.ndarray, ratio: float, mask_id: int, rng: np.random.Generator,
-                  random_ratio: float = 0.0, ordinary: np.ndarray | None = None) -> np.ndarray:
+                  random_ratio: float = 0.0, ordinary: np.ndarray | None = None,
+                  starts: np.ndarray | None = None) -> np.ndarray:
     out = np.array(tokens, dtype=np.int64)
-    return _with_random(out, sample_positions(len(out), ratio, rng), mask_id, random_ratio, ordinary, rng)
+    return _with_random(out, sample_positions(len(out), ratio, rng, starts), mask_id, random_ratio, ordinary, rng)
 
 
-def token_deletion(tokens: np.ndarray, ratio: float, rng: np.random.Generator) -> np.ndarray:
+def token_deletion(tokens: np.ndarray, ratio: float, rng: np.random.Generator,
+                   starts: np.ndarray | None = None) -> np.ndarray:
     keep = np.ones(len(tokens), dtype=bool)
-    keep[sample_positions(len(tokens), ratio, rng)] = False
+    keep[sample_positions(len(tokens), ratio, rng, starts)] = False
     return np.asarray(tokens, dtype=np.int64)[keep]
 
 
@@ -109,18 +132,23 @@ def layout_spans(length: int, spans: np.ndarray, rng: np.random.Generator) -> np
 
 
 def text_infilling(tokens: np.ndarray, ratio: float, lam: float, mask_id: int, rng: np.random.Generator,
-                   random_ratio: float = 0.0, ordinary: np.ndarray | None = None) -> np.ndarray:
+                   random_ratio: float = 0.0, ordinary: np.ndarray | None = None,
+                   starts: np.ndarray | None = None) -> np.ndarray:
     tokens = np.asarray(tokens, dtype=np.int64)
-    spans = infilling_spans(len(tokens), ratio, lam, rng)
+    bounds = unit_bounds(len(tokens), starts)  # spans are counted and laid out in units
+    spans = infilling_spans(len(bounds) - 1, ratio, lam, rng)
     if len(spans) == 0:
         return tokens.copy()
-    starts = layout_spans(len(tokens), spans, rng)
-    pieces, pos, where = [], 0, []
-    for start, n in zip(starts.tolist(), spans.tolist()):
+    first = layout_spans(len(bounds) - 1, spans, rng)  # (k,) first unit of each span
+    pieces, pos, where, size = [], 0, [], 0
+    for u, n in zip(first.tolist(), spans.tolist()):
+        start = int(bounds[u])
         pieces.append(tokens[pos:start])
-        where.append(sum(len(p) for p in pieces))  # the mask's position in the output
+        size += start - pos
+        where.append(size)  # the mask's position in the output
         pieces.append(np.array([mask_id], dtype=np.int64))  # one mask per span, also for n = 0
-        pos = start + n
+        size += 1
+        pos = int(bounds[u + n])
     pieces.append(tokens[pos:])
     out = np.concatenate(pieces)
     return _with_random(out, np.array(where, dtype=np.int64), mask_id, random_ratio, ordinary, rng)

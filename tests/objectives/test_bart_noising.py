@@ -159,3 +159,31 @@ def test_bart_noising_kinds_are_checked_and_ordered():
         N.parse_kinds("infill,shuffle")
     with pytest.raises(EmberError, match="combines mask and infill"):
         N.parse_kinds("mask,infill")
+
+
+def test_bart_whole_word_infilling_and_masking_on_real_sentences(blocks, wiki_bpe):
+    """noising.unit=word (fairseq's span-poisson masks whole words): spans are counted and laid out
+    in words of the BPE's word starts, exactly ceil(30%) of the words; token masking masks every
+    token of a chosen word or none of it."""
+    from ember.objectives.masking import word_continuation_table
+    from ember.tokenizers import load_tokenizer
+
+    _, _, examples = blocks
+    table = word_continuation_table(load_tokenizer(wiki_bpe / "tokenizer.json"))
+    body = max(examples[:20], key=lambda b: len(b.tokens)).tokens
+    starts = ~table[body]
+    bounds = N.unit_bounds(len(body), starts)
+    words = len(bounds) - 1
+    assert words < len(body)  # some words are several pieces: the test means something
+    out = N.text_infilling(body, 0.3, 3.0, MASK, np.random.default_rng(3), starts=starts)
+    rng = np.random.default_rng(3)
+    spans = N.infilling_spans(words, 0.3, 3.0, rng)
+    first = N.layout_spans(words, spans, rng)
+    assert spans.sum() == math.ceil(0.3 * words)
+    token_starts, token_lengths = bounds[first], bounds[first + spans] - bounds[first]
+    assert out.tolist() == _rebuild_infilling(body, token_lengths, token_starts)
+
+    masked = N.token_masking(body, 0.3, MASK, np.random.default_rng(4), starts=starts)
+    per_word = [masked[bounds[w]:bounds[w + 1]] == MASK for w in range(words)]
+    assert all(m.all() or not m.any() for m in per_word)
+    assert sum(m.all() for m in per_word) == math.ceil(0.3 * words)

@@ -37,7 +37,7 @@ def objective(name: str, prepared, *extra: str):
 def test_bart_batches_of_real_blocks_are_noised_inputs_and_original_targets(wiki_bpe):
     from ember.data.shards import TokenCorpus
 
-    module = objective("bart-mini", wiki_bpe)
+    module = objective("bart-mini", wiki_bpe, "noising.unit=token")  # the recipe's word units: below
     data = module.build_dataset(TokenCorpus(wiki_bpe, "train"), None, 0)
     blocks = [data.example(i) for i in (0, 1, 7, 30)]
     batch = module.make_batch(blocks, np.random.default_rng(0))
@@ -52,6 +52,13 @@ def test_bart_batches_of_real_blocks_are_noised_inputs_and_original_targets(wiki
         assert (labels[r, n_out:] == -100).all()
     again = module.make_batch(blocks, np.random.default_rng(1))
     assert torch.equal(again["labels"], labels) and not torch.equal(again["input_ids"], ids)  # dynamic noise
+    words = objective("bart-mini", wiki_bpe)  # noising.unit=word: a <mask> never splits a word
+    batch = words.make_batch(blocks, np.random.default_rng(0))
+    continues = words.noise.continues_word
+    for r in range(len(blocks)):
+        row = batch["input_ids"][r, 1:int(batch["attention_mask"][r].sum())].numpy()  # after <s>, up to </s>
+        after_mask = row[1:][row[:-1] == 4]
+        assert not continues[after_mask[after_mask != 4]].any()
 
 
 def test_bart_and_mass_losses_equal_transformers_loss():
@@ -157,7 +164,8 @@ def test_bart_recipes_load_with_the_papers_settings(name):
     assert (t.adam_beta2, t.adam_eps, t.weight_decay, t.schedule) == (0.98, 1e-6, 0.01, "linear")  # RoBERTa's
     if cfg.objective == "bart":  # §5.1: infilling of 30% in Poisson(3) spans + permutation of all sentences
         n = cfg.noising
-        assert (n.kinds, n.mask_ratio, n.poisson_lambda, n.permute_ratio) == ("infill,permute", 0.3, 3.0, 1.0)
+        assert (n.kinds, n.mask_ratio, n.poisson_lambda, n.permute_ratio, n.unit) == ("infill,permute", 0.3, 3.0, 1.0,
+                                                                                       "word")
     else:
         assert cfg.noising.mass_ratio == 0.5  # §4.1: k = 50% of m
 
