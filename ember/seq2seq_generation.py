@@ -84,7 +84,7 @@ class Seq2SeqGenerationConfig(GenerationConfig):
 # ---- loading ---------------------------------------------------------------------------------
 
 def load_seq2seq_lm(run_dir: str | Path, device: str = "cpu"):
-    """(EncoderDecoder backbone in eval mode, tokenizer) from a run folder of a T5 model."""
+    """(EncoderDecoder backbone in eval mode, tokenizer) from a run folder of a T5 or BART model."""
     from ember.config import SEQ2SEQ_FAMILIES
     from ember.models import build_backbone
 
