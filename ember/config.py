@@ -90,6 +90,24 @@ class DenoisingConfig:
 
 
 @dataclass(frozen=True)
+class NoisingConfig:
+    """BART's noising (objective ``bart``; Lewis et al. 2020, §2.2 and §5.1; ember.objectives.
+    bart_noising) and MASS's fragment (objective ``mass``; Song et al. 2019, §2.2). The encoder's
+    input is at most ``data.max_seq_length`` tokens (BART: 512 for Base/Large, 1024 positions)."""
+
+    # applied in fairseq's order, permute -> one of mask/delete/infill -> rotate; §5.1's final
+    # model: text infilling (30% of tokens, Poisson(3) spans) + permutation of all sentences
+    kinds: str = "infill,permute"  # comma-separated: mask, delete, infill, permute, rotate
+    mask_ratio: float = 0.3  # share of tokens masked / deleted / in infilled spans
+    poisson_lambda: float = 3.0  # infill: span lengths ~ Poisson(lambda); 0-length spans insert a mask
+    unit: str = "token"  # what is counted, masked and spanned: "token" or "word" (fairseq's whole words)
+    random_ratio: float = 0.0  # share of masks that are a random token instead (fairseq --mask-random)
+    permute_ratio: float = 1.0  # share of a block's sentences that change places
+    rotate_ratio: float = 1.0  # probability that a block is rotated, when "rotate" is asked for
+    mass_ratio: float = 0.5  # MASS: the masked fragment's share of the sequence (k = 50% of m, §4.1)
+
+
+@dataclass(frozen=True)
 class PlmConfig:
     """XLNet's permutation language model (objective ``plm``; Yang et al. 2019 §2.3, App. A and
     the released data pipeline). Sequences are ``A <sep> B <sep> <cls>`` of data.max_seq_length
@@ -273,6 +291,7 @@ class RunConfig:
     electra: ElectraConfig = field(default_factory=ElectraConfig)
     elmo: ElmoConfig = field(default_factory=ElmoConfig)
     denoising: DenoisingConfig = field(default_factory=DenoisingConfig)  # T5 objectives
+    noising: NoisingConfig = field(default_factory=NoisingConfig)  # BART and MASS objectives
     plm: PlmConfig = field(default_factory=PlmConfig)
     xlm: XlmConfig = field(default_factory=XlmConfig)
     task: TaskConfig = field(default_factory=lambda: TaskConfig())

@@ -17,8 +17,12 @@ SHARE_MODES = ("none", "all", "attention", "ffn")
 ENCODER_FAMILIES = ("bert", "roberta", "albert", "electra", "distilbert", "xlm")
 # Causal decoders (ember.models.decoder): GPT-1 ("gpt") and GPT-2 ("gpt2").
 DECODER_FAMILIES = ("gpt", "gpt2")
-# Encoder-decoders (ember.models.encoder_decoder): T5 v1.0 and v1.1 ("t5").
-SEQ2SEQ_FAMILIES = ("t5",)
+# Encoder-decoders (ember.models.encoder_decoder): T5 v1.0 and v1.1 ("t5"); BART and mBART
+# ("bart"; MASS, Song et al. 2019, is an objective on the same backbone).
+SEQ2SEQ_FAMILIES = ("t5", "bart")
+POSITION_KINDS = ("relative", "learned")  # encoder-decoder positions: T5's bias buckets | BART's table
+NORM_KINDS = ("rms", "layer")  # encoder-decoder norms: T5's scale-only | LayerNorm with a bias (BART)
+INIT_SCHEMES = ("mesh_tf", "normal")  # T5's fan-in scaled init | N(0, initializer_range) (BART, BERT)
 ATTN_TYPES = ("bi", "uni")  # XLNet's attention: bidirectional (XLNet) or causal (Transformer-XL)
 LSTM_POOLINGS = ("last", "linear_gain")  # the LSTM classifier's read-out (Dai & Le 2015, §2-3)
 
@@ -57,6 +61,19 @@ class ModelConfig:
     # v1.0: the LM head is the input embedding matrix, applied to h * d_model^-0.5; False: an
     # own lm_head (v1.1, "no parameter sharing between embedding and classifier layer")
     tie_word_embeddings: bool = True
+    # Encoder-decoder options (ember.models.encoder_decoder); the defaults are T5's, BART's values
+    # (Lewis et al. 2020, §2.1: "the standard sequence-to-sequence Transformer ... ReLU activation
+    # functions to GeLUs"; the released fairseq/transformers models) in brackets. pre_layer_norm
+    # chooses the block (T5 and mBART pre-LN with a final norm per stack, BART post-LN).
+    position_kind: str = "relative"  # "relative" bias buckets | ["learned"] absolute table, 2 offset rows
+    norm_kind: str = "rms"  # "rms" scale-only | ["layer"] LayerNorm with a bias, eps layer_norm_eps
+    linear_bias: bool = False  # [True] biases on the attention and feed-forward projections
+    embedding_norm: bool = False  # [True] LayerNorm on token + position embeddings (layernorm_embedding)
+    scale_embedding: bool = False  # token embeddings times sqrt(hidden_size) (BART config option; mBART: True)
+    final_logits_bias: bool = False  # [True] a (1, V) bias added to the LM logits (a buffer, as released)
+    scale_decoder_outputs: bool = True  # a tied LM head reads h * d^-0.5 (T5 v1.0) | [False] h as is
+    init_scheme: str = "mesh_tf"  # T5's fan-in init (logit scale folded into q) | ["normal"] N(0, std)
+    decoder_start_token_id: int = -1  # first decoder input; -1 = pad_token_id (T5) | [2] BART's </s>
     # XLNet / Transformer-XL (family "xlnet", ember.models.xlnet; Yang et al. 2019, Dai et al.
     # 2019 §3.2-3.3). Other families ignore these. max_position is the segment length trained on.
     mem_len: int = 0  # hidden states per layer kept as memory for the next segment; 0 = none
@@ -106,6 +123,11 @@ class ModelConfig:
                              f"model.num_languages={self.num_languages}; give one code per language id")
         if len(set(codes)) != len(codes):
             raise EmberError(f"model.languages={self.languages!r} repeats a language code")
+        for name, value, kinds in (("position_kind", self.position_kind, POSITION_KINDS),
+                                   ("norm_kind", self.norm_kind, NORM_KINDS),
+                                   ("init_scheme", self.init_scheme, INIT_SCHEMES)):
+            if value not in kinds:
+                raise EmberError(f"model.{name}={value!r}; choose one of {', '.join(kinds)}")
         if self.lstm_pooling not in LSTM_POOLINGS:
             raise EmberError(f"model.lstm_pooling={self.lstm_pooling!r}; choose one of {', '.join(LSTM_POOLINGS)}")
         if not 0.0 <= self.embedding_dropout < 1.0:
@@ -124,3 +146,9 @@ class ModelConfig:
                              f"({', '.join(codes) or 'none: model.languages is empty'}); "
                              "give one of those codes")
         return codes.index(code)
+
+    @property
+    def decoder_start_id(self) -> int:
+        """The encoder-decoder's first decoder input: T5's pad id or BART's </s> (HF's
+        ``decoder_start_token_id``)."""
+        return self.pad_token_id if self.decoder_start_token_id < 0 else self.decoder_start_token_id

@@ -1,5 +1,5 @@
 """Named model shapes (``model.preset`` / ``--model``): BERT's miniatures and sizes, ALBERT,
-ELECTRA, XLM, GPT-2, T5, XLNet and Dai & Le's LSTMs, each with the paper it follows."""
+ELECTRA, XLM, GPT-2, T5, BART, XLNet and Dai & Le's LSTMs, each with the paper it follows."""
 
 from __future__ import annotations
 
@@ -66,6 +66,26 @@ def _t5(layers: int, hidden: int, heads: int, ffn: int, v1_1: bool = False) -> M
         hidden_act="gated-gelu_new" if v1_1 else "relu", dropout=dropout, attention_dropout=dropout,
         layer_norm_eps=1e-6, initializer_range=1.0, pre_layer_norm=True, pooler=False,
         tie_word_embeddings=not v1_1,
+    )
+
+
+def _bart(layers: int, hidden: int, heads: int, ffn: int, mbart: bool = False) -> ModelConfig:
+    # BART (Lewis et al. 2020, §2.1 and §3.1/§5.1; the released fairseq and transformers configs):
+    # the standard seq2seq Transformer with GELU, post-LN blocks with LayerNorm (eps 1e-5) and
+    # biases, a LayerNorm on the embeddings, 1024 learned positions, N(0, 0.02) init, embeddings
+    # tied across both stacks and the output layer (+ final_logits_bias), dropout 0.1, the GPT-2
+    # byte-level BPE (50,265 entries; <s>=0, <pad>=1, </s>=2) and decoding started from </s>.
+    # Base: 6 + 6 layers of 768; Large: 12 + 12 of 1024 (§3.1 "12 layers in the encoder and
+    # decoder, and a hidden size of 1024"). mBART (Liu et al. 2020, §2.1): pre-LN with a final
+    # LayerNorm per stack and embeddings scaled by sqrt(d). Recipes set vocab_size and the
+    # special ids from their own tokenizer.
+    return ModelConfig(
+        family="bart", vocab_size=250027 if mbart else 50265, hidden_size=hidden, num_layers=layers,
+        num_heads=heads, intermediate_size=ffn, max_position=1024, type_vocab_size=0, hidden_act="gelu",
+        dropout=0.1, attention_dropout=0.1, layer_norm_eps=1e-5, initializer_range=0.02, pad_token_id=1,
+        pre_layer_norm=mbart, pooler=False, tie_word_embeddings=True, position_kind="learned",
+        norm_kind="layer", linear_bias=True, embedding_norm=True, scale_embedding=mbart,
+        final_logits_bias=True, scale_decoder_outputs=False, init_scheme="normal", decoder_start_token_id=2,
     )
 
 
@@ -144,6 +164,14 @@ MODEL_PRESETS: dict[str, ModelConfig] = {
     # 6 heads; base 12 + 12, 768, 2048, 12 heads.
     "t5-v1_1-small": _t5(8, 512, 6, 1024, v1_1=True),
     "t5-v1_1-base": _t5(12, 768, 12, 2048, v1_1=True),
+    # BART miniatures at BERT-tiny / BERT-mini width and depth per stack (as t5-tiny / t5-mini),
+    # the paper's Base and Large (Lewis et al. 2020, §3.1), and mBART-large (Liu et al. 2020).
+    # MASS (Song et al. 2019) pre-trains the same backbone (recipe mass-mini).
+    "bart-tiny": _bart(2, 128, 2, 512),
+    "bart-mini": _bart(4, 256, 4, 1024),
+    "bart-base": _bart(6, 768, 12, 3072),
+    "bart-large": _bart(12, 1024, 16, 4096),
+    "mbart-large": _bart(12, 1024, 16, 4096, mbart=True),
     # XLNet: a bert-mini-sized model for this CPU (128-token segments, memory 3/4 of that as
     # 384/512 in the paper), then the published Base and Large.
     "xlnet-mini": _xlnet(4, 256, 4, 128, 96),

@@ -1,4 +1,4 @@
-"""Generation with an encoder-decoder (T5 run folders): greedy, sampling and beam search.
+"""Generation with an encoder-decoder (T5 and BART run folders): greedy, sampling and beam search.
 
     from ember.seq2seq_generation import Seq2SeqGenerationConfig, load_seq2seq_lm, seq2seq_generate_text
     model, tokenizer = load_seq2seq_lm("runs/t5-mini")
@@ -6,7 +6,8 @@
                           Seq2SeqGenerationConfig(max_new_tokens=5, num_beams=4))
 
 The input is encoded once; the decoder starts from the start token (T5: the pad id,
-Raffel et al. 2020 / the released code) and adds one token per step until </s> or
+Raffel et al. 2020 / the released code; BART: </s>, ``ModelConfig.decoder_start_token_id``)
+and adds one token per step until </s> or
 ``max_new_tokens``. With a cache (ember.nn.kv_cache.EncoderDecoderCache) a step feeds only
 the newest token: the decoder's self-attention keys/values grow and the encoder's
 cross-attention keys/values are computed at the first step only.
@@ -24,9 +25,21 @@ cross-attention keys/values are computed at the first step only.
   ``generate``, so the same model gives the same tokens. The penalty is transformers'
   length^alpha, not GNMT's ((5 + length) / 6)^alpha (which ranks hypotheses differently).
 
-Inputs of different lengths are padded (left, as ember.generate pads prompts; with relative
-positions the side does not matter) and their padding is masked in the encoder and in
-cross-attention.
+Constraints on every decoding path (``constrain``; BART's summarization settings use them,
+Lewis et al. 2020 §5 / the released bart-large-cnn and fairseq's sequence generator), applied to
+the scores as transformers' logits processors are (to the logits when greedy or sampling, to the
+log-probabilities in beam search), so the same model gives the same tokens:
+
+- ``min_new_tokens``: </s> is forbidden until that many tokens were generated (fairseq's
+  min_len; transformers' min_new_tokens, = its min_length - 1 for an encoder-decoder);
+- ``no_repeat_ngram_size`` n: a token that would complete an n-gram already in the decoder's
+  sequence (start token included, as transformers counts) is forbidden;
+- ``forced_bos_token_id``: the first generated token (mBART's target-language code, the
+  <s> bart-large-cnn starts with); ``forced_eos``: the last allowed token is </s>.
+
+Inputs of different lengths are padded on the right and their padding is masked in the encoder
+and in cross-attention: with learned absolute positions (BART) the first token must sit at
+position 0, as in training; with relative positions (T5) the side does not matter.
 """
 
 from __future__ import annotations
@@ -38,7 +51,7 @@ import torch
 import torch.nn.functional as F
 
 from ember.errors import EmberError
-from ember.generate import GenerationConfig, cut_at_stop, left_pad, load_weights_into, read_generator_run, token_loop
+from ember.generate import GenerationConfig, cut_at_stop, load_weights_into, read_generator_run, token_loop
 
 _NEG = -1e9  # the score of an impossible beam (finite, so sums stay ordered)
 
@@ -48,9 +61,19 @@ class Seq2SeqGenerationConfig(GenerationConfig):
     num_beams: int = 1  # 1 = greedy / sampling
     length_penalty: float = 1.0  # beam score = sum log p / length^length_penalty
     early_stopping: bool = False  # beam search: stop an input once it has num_beams finished
+    min_new_tokens: int = 0  # </s> forbidden before this many new tokens
+    no_repeat_ngram_size: int = 0  # 0 = off; n: no n-gram twice in the decoder's sequence
+    forced_bos_token_id: int = -1  # -1 = none; else the first generated token
+    forced_eos: bool = False  # the max_new_tokens-th token is </s>
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        if self.min_new_tokens < 0 or self.no_repeat_ngram_size < 0:
+            raise EmberError(f"min_new_tokens={self.min_new_tokens} and no_repeat_ngram_size="
+                             f"{self.no_repeat_ngram_size} must be >= 0 (0 = off)")
+        if self.min_new_tokens >= self.max_new_tokens:
+            raise EmberError(f"min_new_tokens={self.min_new_tokens} leaves no room to end within max_new_tokens="
+                             f"{self.max_new_tokens}; ask for fewer, or more new tokens")
         if self.num_beams < 1:
             raise EmberError(f"num_beams={self.num_beams}; use 1 (greedy or sampling) or more (beam search)")
         if self.num_beams > 1 and not self.greedy:
@@ -61,7 +84,7 @@ class Seq2SeqGenerationConfig(GenerationConfig):
 # ---- loading ---------------------------------------------------------------------------------
 
 def load_seq2seq_lm(run_dir: str | Path, device: str = "cpu"):
-    """(EncoderDecoder backbone in eval mode, tokenizer) from a run folder of a T5 model."""
+    """(EncoderDecoder backbone in eval mode, tokenizer) from a run folder of a T5 or BART model."""
     from ember.config import SEQ2SEQ_FAMILIES
     from ember.models import build_backbone
 
@@ -96,6 +119,36 @@ class DecoderSteps:
             self.cache.select(rows, cross=False)
 
 
+def constrain(scores: torch.Tensor, tokens: torch.Tensor, cfg: Seq2SeqGenerationConfig, eos_id: int) -> torch.Tensor:
+    """scores (N, V) of the next token after ``tokens`` (N, 1 + g): the start token and g generated
+    ones; forbidden tokens get -inf, a forced token is the only one left (at 0), as transformers'
+    MinNewTokens/NoRepeatNGram/ForcedBOS/ForcedEOS logits processors do."""
+    g = tokens.shape[1] - 1
+    if g < cfg.min_new_tokens:
+        scores = scores.clone()
+        scores[:, eos_id] = float("-inf")
+    n = cfg.no_repeat_ngram_size
+    if n and tokens.shape[1] >= n:
+        scores = scores.masked_fill(banned_ngram_tokens(tokens, n, scores.shape[-1]), float("-inf"))
+    forced = cfg.forced_bos_token_id if g == 0 and cfg.forced_bos_token_id >= 0 else None
+    if cfg.forced_eos and g == cfg.max_new_tokens - 1:
+        forced = eos_id
+    if forced is not None:
+        scores = torch.full_like(scores, float("-inf"))
+        scores[:, forced] = 0.0
+    return scores
+
+
+def banned_ngram_tokens(tokens: torch.Tensor, n: int, vocab: int) -> torch.Tensor:
+    """bool (N, V): True for a token that would repeat an n-gram of ``tokens`` (N, L), i.e. the last
+    token of every earlier n-gram whose first n - 1 tokens equal the sequence's last n - 1."""
+    windows = tokens.unfold(1, n, 1)  # (N, L - n + 1, n)
+    prefix = tokens[:, tokens.shape[1] + 1 - n:]  # (N, n - 1)
+    matches = (windows[..., :-1] == prefix[:, None]).all(-1)  # (N, L - n + 1)
+    banned = torch.zeros(tokens.shape[0], vocab + 1, dtype=torch.bool, device=tokens.device)  # + a spare column
+    return banned.scatter_(1, torch.where(matches, windows[..., -1].clamp(max=vocab), vocab), True)[:, :vocab]
+
+
 def check_lengths(model, input_lengths: list[int], max_new_tokens: int) -> None:
     limit = model.config.max_position
     if max(input_lengths) > limit:
@@ -116,13 +169,13 @@ def seq2seq_generate(model, input_ids: torch.Tensor, attention_mask: torch.Tenso
     if cfg.num_beams > 1:
         return beam_search(model, enc, attention_mask, cfg, eos_id, use_cache)
     steps = DecoderSteps(model, enc, attention_mask, use_cache)
-    tokens = input_ids.new_full((input_ids.shape[0], 1), model.config.pad_token_id)  # T5 starts from pad
+    tokens = input_ids.new_full((input_ids.shape[0], 1), model.config.decoder_start_id)  # T5: pad; BART: </s>
 
     def step(token: torch.Tensor | None) -> torch.Tensor:
         nonlocal tokens
         if token is not None:
             tokens = torch.cat([tokens, token[:, None]], dim=1)  # (B, t + 1)
-        return steps(tokens)
+        return constrain(steps(tokens), tokens, cfg, eos_id)
 
     return token_loop(step, input_ids.shape[0], cfg, eos_id, input_ids.device, stop_check)
 
@@ -134,14 +187,14 @@ def beam_search(model, encoder_hidden: torch.Tensor, encoder_mask: torch.Tensor 
     device = encoder_hidden.device
     mask = encoder_mask.repeat_interleave(k, 0) if encoder_mask is not None else None
     steps = DecoderSteps(model, encoder_hidden.repeat_interleave(k, 0), mask, use_cache)  # rows b*k + beam
-    seqs = torch.full((b * k, 1), model.config.pad_token_id, dtype=torch.long, device=device)
+    seqs = torch.full((b * k, 1), model.config.decoder_start_id, dtype=torch.long, device=device)
     scores = torch.zeros(b, k, device=device)  # summed log-probabilities of the running beams
     scores[:, 1:] = _NEG  # all beams start equal: expand the first only, or the K would be copies
     finished: list[list[tuple[float, list[int]]]] = [[] for _ in range(b)]  # best first, at most K
     open_ = [True] * b  # may a running beam still improve the input's finished hypotheses?
     rank = torch.arange(2 * k, device=device)
     for t in range(1, n + 1):  # t = tokens generated once this step is done
-        logp = F.log_softmax(steps(seqs), dim=-1)  # (B*K, V)
+        logp = constrain(F.log_softmax(steps(seqs), dim=-1), seqs, cfg, eos_id)  # (B*K, V)
         v = logp.shape[-1]
         total = (logp.view(b, k, v) + scores[..., None]).view(b, k * v)
         cand_scores, cand = total.topk(2 * k, dim=-1)  # (B, 2K): 2K so K survive K endings
@@ -174,6 +227,17 @@ def _strip_eos(ids: list[int], eos_id: int) -> list[int]:
     return ids[:-1] if ids and ids[-1] == eos_id else ids
 
 
+def right_pad(inputs: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Token lists -> (input_ids, attention_mask), both (B, S), left-aligned."""
+    width = max(len(x) for x in inputs)
+    ids = torch.full((len(inputs), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(inputs), width), dtype=torch.long)
+    for i, x in enumerate(inputs):
+        ids[i, : len(x)] = torch.tensor(x, dtype=torch.long)
+        mask[i, : len(x)] = 1
+    return ids, mask
+
+
 def seq2seq_generate_ids(model, inputs: list[list[int]], cfg: Seq2SeqGenerationConfig, eos_id: int,
                          stop_check=None) -> list[list[int]]:
     """New token ids for each input token list (batched, padded, masked)."""
@@ -181,7 +245,7 @@ def seq2seq_generate_ids(model, inputs: list[list[int]], cfg: Seq2SeqGenerationC
         raise EmberError("an empty input has nothing to encode; give some text")
     check_lengths(model, [len(x) for x in inputs], cfg.max_new_tokens)
     device = next(model.parameters()).device
-    ids, mask = left_pad(inputs, model.config.pad_token_id)
+    ids, mask = right_pad(inputs, model.config.pad_token_id)
     return seq2seq_generate(model, ids.to(device), mask.to(device), cfg, eos_id, stop_check=stop_check)
 
 
@@ -189,7 +253,7 @@ def seq2seq_generate_text(model, tokenizer, texts: list[str], cfg: Seq2SeqGenera
     """The output text for each input text. Inputs are encoded with the tokenizer's template
     (T5's appends </s>); outputs are decoded without special tokens but with their sentinels (a
     span-corruption run answers in them) and cut at stop sequences."""
-    from ember.tokenizers import end_of_text_id
+    from ember.tokenizers import sequence_end_id
     from ember.tokenizers.sentinels import decode_with_sentinels
 
     encoded = [tokenizer.encode(t).ids for t in texts]
@@ -197,10 +261,10 @@ def seq2seq_generate_text(model, tokenizer, texts: list[str], cfg: Seq2SeqGenera
     def stop_check(i: int, ids: list[int]) -> bool:
         return cut_at_stop(tokenizer.decode(ids), cfg.stop)[1]
 
-    new_ids = seq2seq_generate_ids(model, encoded, cfg, end_of_text_id(tokenizer),
+    new_ids = seq2seq_generate_ids(model, encoded, cfg, sequence_end_id(tokenizer),
                                    stop_check if cfg.stop and cfg.num_beams == 1 else None)
     return [cut_at_stop(decode_with_sentinels(tokenizer, ids), cfg.stop)[0] for ids in new_ids]
 
 
-__all__ = ["DecoderSteps", "Seq2SeqGenerationConfig", "beam_search", "load_seq2seq_lm", "seq2seq_generate",
+__all__ = ["DecoderSteps", "Seq2SeqGenerationConfig", "beam_search", "constrain", "load_seq2seq_lm", "seq2seq_generate",
            "seq2seq_generate_ids", "seq2seq_generate_text"]

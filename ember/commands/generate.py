@@ -25,7 +25,9 @@ ember.seq2seq_generation.seq2seq_generate_text does: the input is encoded with t
 template (T5 appends </s>), the decoder starts from <pad> and stops at </s>. --num-beams > 1 is
 beam search (Raffel et al. 2020 §3.7: 4 beams, --length-penalty 0.6), optionally with
 --early-stopping; sampling options work as for GPT. A fine-tuned run wants its task's input
-format, e.g. "sst2 sentence: ..." (docs/t5.md).
+format, e.g. "sst2 sentence: ..." (docs/t5.md). A BART run (docs/bart.md) works the same way,
+decoding from </s> (its decoder start); --min-new-tokens, --no-repeat-ngram-size and
+--forced-eos are the constraints BART's summaries used (any encoder-decoder accepts them).
 
 examples:
   ember generate runs/gpt2-tiny --prompt "The history of the city" --max-new-tokens 40
@@ -34,13 +36,14 @@ examples:
   ember generate runs/gpt2-tiny --tldr --prompts-file articles.jsonl
   ember generate runs/t5-sst2 --input "sst2 sentence: a gem of a film" --max-new-tokens 5
   ember generate runs/t5-mini --input "The <extra_id_0> of France is Paris." --num-beams 4 --length-penalty 0.6
+  ember generate runs/bart-mini --input "The <mask> of France is Paris." --num-beams 4 --no-repeat-ngram-size 3
 """
 
 
 def register(sub) -> None:
-    p = sub.add_parser("generate", help="generate text with a GPT-style causal LM or a T5 model",
+    p = sub.add_parser("generate", help="generate text with a GPT-style causal LM or a T5 / BART model",
                        description=HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("run_dir", help="run folder of a gpt/gpt2 or t5 model")
+    p.add_argument("run_dir", help="run folder of a gpt/gpt2, t5 or bart model")
     p.add_argument("--prompt", action="append", default=[], help="prompt text (repeatable; a T5 run's input; \\n = newline, for few-shot layouts)")
     p.add_argument("--input", action="append", default=[], metavar="TEXT",
                    help="input text of a T5 run (repeatable; the same as --prompt there, \\n = newline)")
@@ -60,6 +63,12 @@ def register(sub) -> None:
                    help="T5 beam search: score = sum log p / length^penalty (default 1.0; T5 used 0.6)")
     p.add_argument("--early-stopping", action="store_true",
                    help="T5 beam search: stop an input once it has --num-beams finished hypotheses")
+    p.add_argument("--min-new-tokens", type=int,
+                   help="T5/BART: </s> is forbidden before this many new tokens (default 0)")
+    p.add_argument("--no-repeat-ngram-size", type=int,
+                   help="T5/BART: never generate an n-gram of this size twice (default 0: off; BART's CNN/DM: 3)")
+    p.add_argument("--forced-eos", action="store_true",
+                   help="T5/BART: the --max-new-tokens-th token is </s> (transformers' forced_eos_token_id)")
     p.add_argument("--batch-size", type=int, default=8, help="prompts per batch (default 8)")
     p.add_argument("--device", default="cpu", help="torch device (default cpu)")
     p.add_argument("--out", help="write JSONL {prompt, completion} (T5: {input, output}) here instead of printing")
@@ -99,7 +108,7 @@ def _newlines(text: str) -> str:
     return text.replace("\\n", "\n")
 
 
-BEAM_OPTIONS = ("num_beams", "length_penalty", "early_stopping")
+BEAM_OPTIONS = ("num_beams", "length_penalty", "early_stopping", "min_new_tokens", "no_repeat_ngram_size", "forced_eos")
 TLDR = {"max_new_tokens": 100, "temperature": 1.0, "top_k": 2}  # GPT-2 §3.6, unless set
 
 

@@ -17,7 +17,7 @@ def register(sub) -> None:
         "roberta-mini, roberta-base; albert-mini, albert-base; spanbert-mini; electra-mini, electra-small; "
         "distilbert; causal LMs gpt1, gpt1-mini, gpt2-tiny, gpt2-mini; XLNet (permutation LM) xlnet-mini, "
         "xlnet-base; XLM (MLM/TLM over languages, docs/xlm.md) xlm-mini; T5 (span corruption, docs/t5.md) "
-        "t5-tiny, t5-mini, t5-small, t5-base; Dai & Le's LSTMs (docs/lstm.md) lm-lstm, sa-lstm; ELMo "
+        "t5-tiny, t5-mini, t5-small, t5-base; BART (denoising, docs/bart.md) bart-mini, bart-base; MASS mass-mini; Dai & Le's LSTMs (docs/lstm.md) lm-lstm, sa-lstm; ELMo "
         "elmo-mini; ERNIE's dEA on an existing encoder (docs/knowledge.md) ernie-dea. ELMo and ernie-dea read "
         "raw text instead of shards: `ember pretrain --recipe elmo-mini --data ../shared/data/wiki-en --out "
         "runs/elmo --max-time 15m`. With --max-time a linear (or stlr) learning-rate schedule still spans the "

@@ -102,9 +102,10 @@ def export_hf(run_dir: str | Path, out_dir: str | Path) -> Path:
 
     seq2seq = cfg.model.family in SEQ2SEQ_FAMILIES
     if cfg.model.family in DECODER_FAMILIES or seq2seq:  # generate() stops at end-of-text (T5: </s>)
-        from ember.tokenizers import end_of_text_id, load_tokenizer
+        from ember.tokenizers import end_of_text_id, load_tokenizer, sequence_end_id
 
-        eot = end_of_text_id(load_tokenizer(run_dir / "tokenizer.json"))
+        tok = load_tokenizer(run_dir / "tokenizer.json")
+        eot = sequence_end_id(tok) if seq2seq else end_of_text_id(tok)  # BART's BPE also has <|endoftext|>
         extra = {**extra, "eos_token_id": eot} if seq2seq else {**extra, "bos_token_id": eot, "eos_token_id": eot}
     hf_config = interop.config_to_hf(cfg.model, [arch], extra)
     if arch.endswith("Model"):  # a base model keeps its weights without the "roberta." etc. prefix
@@ -219,7 +220,7 @@ def _export_tokenizer(tokenizer_path: Path, out_dir: Path, max_length: int, segm
     A family's own ``settings`` (its interop module's TOKENIZER_SETTINGS, e.g. XLNet's left
     padding) win.
     """
-    from ember.tokenizers import end_of_text_id, load_tokenizer, special_token_ids, tokenizer_kind
+    from ember.tokenizers import end_of_text_id, load_tokenizer, sequence_end_id, special_token_ids, tokenizer_kind
 
     tok = load_tokenizer(tokenizer_path)
     if causal and tokenizer_kind(tok) == "bpe":
@@ -230,7 +231,8 @@ def _export_tokenizer(tokenizer_path: Path, out_dir: Path, max_length: int, segm
     else:
         (out_dir / "tokenizer.json").write_bytes(tokenizer_path.read_bytes())
     if seq2seq_pad is not None:
-        names = {"pad": tok.id_to_token(seq2seq_pad), "eos": tok.id_to_token(end_of_text_id(tok))}
+        names = {"pad": tok.id_to_token(seq2seq_pad), "eos": tok.id_to_token(sequence_end_id(tok))}
+        names.update({role: t for role, t in (("bos", "<s>"), ("mask", "<mask>")) if tok.token_to_id(t) is not None})
         names.update({"unk": t for t in ("[UNK]", "<unk>") if tok.token_to_id(t) is not None})
     else:
         try:

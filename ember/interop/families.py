@@ -37,11 +37,12 @@ FAMILIES = {
     "gpt2": "ember.interop.hf_gpt2",
     "gpt": "ember.interop.hf_gpt1",  # GPT-1; transformers calls it "openai-gpt"
     "t5": "ember.interop.hf_t5",
+    "bart": "ember.interop.hf_bart",  # BART and mBART (Lewis et al. 2020; Liu et al. 2020)
     "xlnet": "ember.interop.hf_xlnet",
     "xlm": "ember.interop.hf_xlm",  # XLMWithLMHeadModel (Lample & Conneau 2019)
 }
 # HF model_type -> ember family where the two names differ.
-_MODEL_TYPES = {"openai-gpt": "gpt"}
+_MODEL_TYPES = {"openai-gpt": "gpt", "mbart": "bart"}
 
 
 def interop_for_family(family: str) -> ModuleType:

@@ -3,7 +3,7 @@
 ``BACKBONES`` maps each model family (``ModelConfig.family``) to its backbone class, imported
 on first use; a new family is one line here plus its module. Every encoder variant is one
 ``Encoder`` class (XLM's language embeddings are an Encoder option), GPT-1 and GPT-2 one
-causal ``Decoder``, T5 the ``EncoderDecoder``, XLNet its own ``XLNet``.
+causal ``Decoder``, T5 and BART the ``EncoderDecoder``, XLNet its own ``XLNet``.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ BACKBONES: dict[str, str] = {
     "xlm": _ENCODER,  # + language embeddings (Lample & Conneau 2019)
     "gpt": _DECODER, "gpt2": _DECODER,
     "t5": "ember.models.encoder_decoder:EncoderDecoder",
+    "bart": "ember.models.encoder_decoder:EncoderDecoder",  # BART / mBART / MASS: other options (Lewis et al. 2020)
     "xlnet": "ember.models.xlnet:XLNet",  # Transformer-XL layers, two-stream attention (Yang et al. 2019)
     "lstm": "ember.models.lstm:LSTMBackbone",  # embeddings + LSTM layers (Dai & Le 2015)
 }

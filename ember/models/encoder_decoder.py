@@ -22,6 +22,15 @@ code, with ``initializer_range`` as its factor (1.0): every projection N(0, fan_
 the query's additionally divided by sqrt(d_kv) (the 1/sqrt(d) that attention logits
 otherwise get), embeddings N(0, 1).
 
+BART (Lewis et al. 2020, "BART: Denoising Sequence-to-Sequence Pre-training", §2.1; family
+"bart") is the same class with other ModelConfig options (ember.presets._bart): learned
+absolute positions (``position_kind="learned"``, 2 offset rows as the released checkpoints)
+and a LayerNorm over token + position embeddings (``embedding_norm``) instead of the relative
+bias, post-LN blocks (``pre_layer_norm=False``) with LayerNorm and biases, GELU, N(0, 0.02)
+init, tied output embeddings read without rescaling plus ``final_logits_bias``, decoding
+started from </s> (``decoder_start_token_id``). mBART (Liu et al. 2020) is BART with
+``pre_layer_norm=True`` (a final norm per stack) and ``scale_embedding``.
+
 Decoding with a cache (ember.nn.kv_cache.EncoderDecoderCache) feeds only the new token(s):
 decoder self-attention keys/values grow, the encoder's cross-attention keys/values are
 computed at the first step and reused.
@@ -42,8 +51,9 @@ from ember.models.encoder import EncoderOutput
 from ember.nn.attention import MultiHeadAttention
 from ember.nn.dropout import Dropout
 from ember.nn.kv_cache import EncoderDecoderCache
+from ember.nn.embeddings import OffsetPositions
 from ember.nn.relative_bias import RelativePositionBias
-from ember.nn.rms_norm import RMSNorm
+from ember.nn.rms_norm import RMSNorm, make_norm
 from ember.nn.seq2seq_layer import Seq2SeqLayer
 
 
@@ -77,13 +87,22 @@ class Stack(nn.Module):
     def __init__(self, cfg: ModelConfig, num_layers: int, causal: bool) -> None:
         super().__init__()
         self.causal = causal
+        learned = cfg.position_kind == "learned"
+        # Mesh TensorFlow folds attention's 1/sqrt(d) into the query init (T5); otherwise SDPA scales
+        scale = 1.0 if cfg.init_scheme == "mesh_tf" else None
         self.layers = nn.ModuleList(
             Seq2SeqLayer(cfg.hidden_size, cfg.num_heads, cfg.head_dim, cfg.intermediate_size, cfg.hidden_act,
-                         cfg.dropout, cfg.attention_dropout, cfg.layer_norm_eps, cross_attention=causal)
+                         cfg.dropout, cfg.attention_dropout, cfg.layer_norm_eps, cross_attention=causal,
+                         pre_layer_norm=cfg.pre_layer_norm, norm=cfg.norm_kind, bias=cfg.linear_bias, scale=scale)
             for _ in range(num_layers))
-        self.position_bias = RelativePositionBias(cfg.num_heads, not causal, cfg.relative_attention_num_buckets,
-                                                  cfg.relative_attention_max_distance)
-        self.final_norm = RMSNorm(cfg.hidden_size, cfg.layer_norm_eps)
+        # T5: a relative position bias in the attention logits; BART: learned absolute positions
+        # added to the token embeddings (then optionally a LayerNorm, BART's layernorm_embedding)
+        self.position_bias = None if learned else RelativePositionBias(
+            cfg.num_heads, not causal, cfg.relative_attention_num_buckets, cfg.relative_attention_max_distance)
+        self.position = OffsetPositions(cfg.max_position, cfg.hidden_size) if learned else None
+        self.embedding_norm = make_norm(cfg.norm_kind, cfg.hidden_size, cfg.layer_norm_eps) if cfg.embedding_norm else None
+        # pre-LN stacks end with a norm (T5's final_layer_norm, mBART's layer_norm); post-LN ones do not
+        self.final_norm = make_norm(cfg.norm_kind, cfg.hidden_size, cfg.layer_norm_eps) if cfg.pre_layer_norm else None
         self.dropout = Dropout(cfg.dropout)
 
     def shard_units(self) -> list[nn.Module]:
@@ -92,18 +111,30 @@ class Stack(nn.Module):
         return list(self.layers)
 
     def self_attention_mask(self, attention_mask: torch.Tensor | None, t: int, past: int,
-                            device: torch.device) -> torch.Tensor:
-        """Float (B|1, heads, T, past + T): the position bias, -inf-like where a query may not
-        attend (a padding key; in the decoder also a later position)."""
-        bias = self.position_bias(t, past + t, query_offset=past)  # (1, heads, T, L)
+                            device: torch.device) -> torch.Tensor | None:
+        """T5: float (B|1, heads, T, past + T), the position bias, -inf-like where a query may not
+        attend (a padding key; in the decoder also a later position). Learned positions: bool
+        (B|1, 1, T, L), True = may attend, or None when every key may be attended."""
         if self.causal:  # an all-ones mask asks causal_mask for the explicit triangle
             real = attention_mask if attention_mask is not None else torch.ones(1, past + t, device=device)
             allowed = causal_mask(real, t, past, device)  # bool (B|1, 1, T, L)
         else:
             allowed = _key_mask(attention_mask)  # bool (B, 1, 1, L) or None
+        if self.position_bias is None:
+            return allowed
+        bias = self.position_bias(t, past + t, query_offset=past)  # (1, heads, T, L)
         if allowed is None:
             return bias
         return bias.masked_fill(~allowed, torch.finfo(bias.dtype).min)
+
+    def embed(self, x: torch.Tensor, past: int) -> torch.Tensor:
+        """Token embeddings (B, T, H) -> the first layer's input: + learned positions past .. past
+        + T - 1 and the embedding norm where the model has them, then dropout."""
+        if self.position is not None:
+            x = x + self.position(x.shape[1], past)
+        if self.embedding_norm is not None:
+            x = self.embedding_norm(x)
+        return self.dropout(x)
 
     def forward(
         self,
@@ -120,9 +151,11 @@ class Stack(nn.Module):
         if attention_mask is not None and attention_mask.shape[-1] != past + t:
             raise EmberError(f"attention_mask covers {attention_mask.shape[-1]} positions but the cache holds "
                              f"{past} and {t} tokens are new; pass the mask of all {past + t} positions")
-        mask = self.self_attention_mask(attention_mask, t, past, x.device).to(x.dtype)
+        mask = self.self_attention_mask(attention_mask, t, past, x.device)
+        if mask is not None and mask.is_floating_point():
+            mask = mask.to(x.dtype)
         memory_mask = _key_mask(memory_mask)
-        x = self.dropout(x)
+        x = self.embed(x, past)
         hidden_states = [x] if output_hidden_states else None
         attentions = [] if output_attentions else None
         cross_attentions = [] if output_attentions and self.causal else None
@@ -136,9 +169,10 @@ class Stack(nn.Module):
                 attentions.append(probs)
             if cross_attentions is not None:
                 cross_attentions.append(cross_probs)
-        x = self.dropout(self.final_norm(x))
-        if hidden_states is not None:  # as transformers: the last entry is after the final norm
-            hidden_states[-1] = x
+        if self.final_norm is not None:
+            x = self.dropout(self.final_norm(x))
+            if hidden_states is not None:  # as transformers: the last entry is after the final norm
+                hidden_states[-1] = x
         return Seq2SeqDecoderOutput(
             last_hidden_state=x,
             hidden_states=tuple(hidden_states) if hidden_states is not None else None,
@@ -161,14 +195,33 @@ class EncoderDecoder(nn.Module):
         self.encoder = Stack(cfg, cfg.num_layers, causal=False)
         self.decoder = Stack(cfg, cfg.num_decoder_layers or cfg.num_layers, causal=True)
         self.lm_head = None if cfg.tie_word_embeddings else nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
+        # BART: token embeddings optionally times sqrt(d) (scale_embedding), and a (1, V) bias on the
+        # logits, a buffer in the released models (never trained there; zeros unless imported)
+        self.embed_scale = cfg.hidden_size ** 0.5 if cfg.scale_embedding else 1.0
+        if cfg.final_logits_bias:
+            self.register_buffer("final_logits_bias", torch.zeros(1, cfg.vocab_size))
+        else:
+            self.final_logits_bias = None
         self.reset_parameters()
 
     @torch.no_grad()
     def reset_parameters(self) -> None:
         """Mesh TensorFlow's T5 initialisation (see the module docstring), times initializer_range.
         The untied lm_head gets N(0, d_model^-0.5) like every projection, so its logits start
-        at the scale of the tied head's N(0, 1) embeddings applied to h * d_model^-0.5."""
+        at the scale of the tied head's N(0, 1) embeddings applied to h * d_model^-0.5.
+        ``init_scheme="normal"`` (BART, as fairseq/transformers' init_std): every linear and
+        embedding N(0, initializer_range), biases 0, norms 1 and 0."""
         f, h = self.config.initializer_range, self.config.hidden_size
+        if self.config.init_scheme == "normal":
+            for module in self.modules():
+                if isinstance(module, (nn.Linear, nn.Embedding)):
+                    nn.init.normal_(module.weight, std=f)
+                if isinstance(module, nn.Linear) and module.bias is not None:
+                    nn.init.zeros_(module.bias)
+                elif isinstance(module, (nn.LayerNorm, RMSNorm)):
+                    module.reset_parameters() if isinstance(module, nn.LayerNorm) else nn.init.ones_(module.weight)
+            self.shared.weight[self.config.pad_token_id].zero_()  # nn.Embedding(padding_idx=pad)'s zero row
+            return
         nn.init.normal_(self.shared.weight, std=f)
         for module in self.modules():
             if isinstance(module, nn.Linear):
@@ -188,29 +241,39 @@ class EncoderDecoder(nn.Module):
     def new_cache(self) -> EncoderDecoderCache:
         return EncoderDecoderCache(len(self.decoder.layers))
 
-    def lm_projection(self, decoder_hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, None]:
+    def lm_projection(self, decoder_hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
         """The LM head as F.linear's (input, weight, bias), for ``ember.nn.linear_cross_entropy``:
-        the untied lm_head, or the shared embeddings applied to h * d_model^-0.5 (v1.0)."""
+        the untied lm_head, or the shared embeddings applied to h * d_model^-0.5 (T5 v1.0) or to
+        h (BART, ``scale_decoder_outputs=False``); BART's final_logits_bias as the bias."""
+        bias = self.final_logits_bias[0] if self.final_logits_bias is not None else None
         if self.lm_head is not None:
-            return decoder_hidden, self.lm_head.weight, None
-        return decoder_hidden * self.config.hidden_size ** -0.5, self.shared.weight, None
+            return decoder_hidden, self.lm_head.weight, bias
+        if self.config.scale_decoder_outputs:
+            decoder_hidden = decoder_hidden * self.config.hidden_size ** -0.5
+        return decoder_hidden, self.shared.weight, bias
 
     def lm_logits(self, decoder_hidden: torch.Tensor) -> torch.Tensor:
         """(..., H) decoder states -> (..., V) next-token logits."""
-        if self.lm_head is not None:  # called as a module: an int8-quantized head stays usable
+        if self.lm_head is not None and self.final_logits_bias is None:  # as a module: int8 heads stay usable
             return self.lm_head(decoder_hidden)
         return F.linear(*self.lm_projection(decoder_hidden))
 
+    def embed_tokens(self, ids: torch.Tensor) -> torch.Tensor:
+        """(B, T) ids -> (B, T, H) token embeddings of either stack (times sqrt(d) with scale_embedding)."""
+        x = self.shared(ids)
+        return x * self.embed_scale if self.embed_scale != 1.0 else x
+
     def shift_right(self, labels: torch.Tensor) -> torch.Tensor:
-        """(B, T) targets -> decoder inputs: the start token (T5: the pad id) then the targets
-        but the last, with ignored positions (-100) as padding (teacher forcing)."""
-        start = self.config.pad_token_id
+        """(B, T) targets -> decoder inputs: the start token (T5: the pad id; BART: </s>,
+        ``decoder_start_token_id``) then the targets but the last, with ignored positions (-100)
+        as padding (teacher forcing)."""
+        start = self.config.decoder_start_id
         shifted = torch.cat([labels.new_full((*labels.shape[:-1], 1), start), labels[..., :-1]], dim=-1)
         return shifted.masked_fill(shifted == -100, self.config.pad_token_id)
 
     def encode(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                output_hidden_states: bool = False, output_attentions: bool = False) -> EncoderOutput:
-        out = self.encoder(self.shared(input_ids), attention_mask, output_hidden_states=output_hidden_states,
+        out = self.encoder(self.embed_tokens(input_ids), attention_mask, output_hidden_states=output_hidden_states,
                            output_attentions=output_attentions)
         return EncoderOutput(last_hidden_state=out.last_hidden_state, hidden_states=out.hidden_states,
                              attentions=out.attentions)
@@ -221,7 +284,7 @@ class EncoderDecoder(nn.Module):
                output_hidden_states: bool = False, output_attentions: bool = False) -> Seq2SeqDecoderOutput:
         """Decoder states (B, T, H) of the new decoder tokens (all of them without a cache);
         ``decoder_attention_mask`` covers the cached positions too: (B, past + T)."""
-        return self.decoder(self.shared(decoder_input_ids), decoder_attention_mask, encoder_hidden,
+        return self.decoder(self.embed_tokens(decoder_input_ids), decoder_attention_mask, encoder_hidden,
                             encoder_attention_mask, cache, output_hidden_states, output_attentions)
 
     def forward(
@@ -242,8 +305,8 @@ class EncoderDecoder(nn.Module):
         gets the encoder states. Decoder inputs are keyword-only for that reason: passed third,
         they would be taken for segment ids."""
         if token_type_ids is not None and bool(token_type_ids.any()):
-            raise EmberError("T5 has no segment embeddings, but token_type_ids has non-zero entries: "
-                             "pass decoder inputs as decoder_input_ids=..., and sentence pairs as one "
+            raise EmberError(f"{self.config.family} has no segment embeddings, but token_type_ids has non-zero "
+                             "entries: pass decoder inputs as decoder_input_ids=..., and sentence pairs as one "
                              "text (T5's 'sentence1: ... sentence2: ...' prefixes)")
         if encoder_hidden is None:
             if input_ids is None:

@@ -93,3 +93,24 @@ class InputEmbeddings(nn.Module):
                                  "(model.num_languages=0); drop them or use an XLM model")
             x = x + self.language(language_ids)
         return self.dropout(self.norm(x))
+
+
+class OffsetPositions(nn.Embedding):
+    """BART's learned absolute positions (Lewis et al. 2020; fairseq's LearnedPositionalEmbedding
+    as released): a table of ``max_position + 2`` rows where position p reads row p + 2. The two
+    first rows are a fairseq legacy (positions counted from padding_idx + 1 with pad = 1); they
+    are kept, unused, so released checkpoints load row for row."""
+
+    OFFSET = 2
+
+    def __init__(self, max_position: int, dim: int) -> None:
+        super().__init__(max_position + self.OFFSET, dim)
+        self.max_position = max_position
+
+    def forward(self, length: int, past: int = 0) -> torch.Tensor:  # -> (1, length, dim)
+        """Positions past .. past + length - 1 (a decoder with ``past`` cached tokens)."""
+        if past + length > self.max_position:
+            raise EmberError(f"position {past + length - 1} is beyond the model's {self.max_position} learned "
+                             "positions (model.max_position); shorten the input or ask for fewer new tokens")
+        ids = torch.arange(past, past + length, device=self.weight.device) + self.OFFSET
+        return F.embedding(ids, self.weight)[None]

@@ -49,15 +49,18 @@ def seq2seq_loss(backbone, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor
 
     ``batch``: input_ids / attention_mask (B, S) and labels (B, T), each row's targets a
     prefix followed by -100. The decoder reads the targets shifted right behind the start
-    token (teacher forcing); the LM head runs on target positions only. Metrics ``loss`` and
+    token (teacher forcing), or ``decoder_input_ids`` (+ ``decoder_attention_mask``) when the
+    batch has them (MASS: targets anywhere in the row); the LM head runs on target positions only. Metrics ``loss`` and
     ``token_acc`` as (sum, count)."""
     labels = batch["labels"]  # (B, T)
     mask = batch["attention_mask"]
-    targets = labels != -100  # (B, T); a prefix of each row
-    full = bool(targets.all())
-    out = backbone(batch["input_ids"], None if bool(mask.all()) else mask,
-                   decoder_input_ids=backbone.shift_right(labels),
-                   decoder_attention_mask=None if full else targets.long())
+    targets = labels != -100  # (B, T); a prefix of each row unless the batch brings decoder inputs
+    if "decoder_input_ids" in batch:  # given (MASS: masked positions), with their own mask
+        decoder_ids, decoder_mask = batch["decoder_input_ids"], batch.get("decoder_attention_mask")
+    else:
+        decoder_ids, decoder_mask = backbone.shift_right(labels), None if bool(targets.all()) else targets.long()
+    out = backbone(batch["input_ids"], None if bool(mask.all()) else mask, decoder_input_ids=decoder_ids,
+                   decoder_attention_mask=decoder_mask)
     hidden = out.last_hidden_state[targets]  # (N, H): only positions with a target
     loss, metrics = token_loss(*backbone.lm_projection(hidden), labels[targets], "token")
     return loss, {"loss": metrics["token_loss"], "token_acc": metrics["token_acc"]}

@@ -26,3 +26,9 @@ class RMSNorm(nn.Module):
 
     def extra_repr(self) -> str:
         return f"{self.weight.shape[0]}, eps={self.eps}"
+
+
+def make_norm(kind: str, hidden_size: int, eps: float) -> nn.Module:
+    """An encoder-decoder's norm by ``ModelConfig.norm_kind``: "rms" (T5's scale-only RMSNorm)
+    or "layer" (LayerNorm with gain and bias: BART, Lewis et al. 2020, the standard Transformer)."""
+    return RMSNorm(hidden_size, eps) if kind == "rms" else nn.LayerNorm(hidden_size, eps=eps)

@@ -33,6 +33,10 @@ OBJECTIVES = {
     "deshuffle": "ember.objectives.span_corruption",
     "replace_spans": "ember.objectives.span_corruption",
     "drop_tokens": "ember.objectives.span_corruption",
+    # BART (Lewis et al. 2020): noised documents reconstructed (noising.kinds); MASS (Song et al. 2019):
+    # a masked fragment predicted by the decoder. Both on the bart-* encoder-decoder.
+    "bart": "ember.objectives.bart",
+    "mass": "ember.objectives.mass",
     "plm": "ember.objectives.plm",  # permutation LM, two-stream attention, memory (XLNet, Yang et al. 2019)
     # XLM (Lample & Conneau 2019): language embeddings; streams/pairs of a corpus prepared with --lang/--parallel
     "xlm_mlm": "ember.objectives.xlm",  # masked LM on monolingual streams (§3.2)

@@ -7,9 +7,10 @@ from ember.tokenizers.train import (
     end_of_text_id,
     load_tokenizer,
     role_id,
+    sequence_end_id,
     special_token_ids,
     tokenizer_kind,
     train_tokenizer,
 )
 
-__all__ = ["END_OF_TEXT", "KINDS", "end_of_text_id", "load_tokenizer", "role_id", "sentinel_ids", "special_token_ids", "tokenizer_kind", "train_tokenizer"]
+__all__ = ["END_OF_TEXT", "KINDS", "end_of_text_id", "load_tokenizer", "role_id", "sentinel_ids", "sequence_end_id", "special_token_ids", "tokenizer_kind", "train_tokenizer"]

@@ -389,6 +389,14 @@ def end_of_text_id(tok: Tokenizer) -> int:
                      f"train one with `ember tokenizer train --kind bpe` (it adds {END_OF_TEXT})")
 
 
+def sequence_end_id(tok: Tokenizer) -> int:
+    """The token that ends an encoder-decoder's sequences: ``</s>`` (T5's and BART's end of
+    sequence, also BART's decoder start) when the vocabulary has it, else ``end_of_text_id``. A
+    byte-level BPE of ember's has both </s> and GPT-2's <|endoftext|>; BART ends with </s>."""
+    token_id = tok.token_to_id("</s>")
+    return end_of_text_id(tok) if token_id is None else token_id
+
+
 def tokenizer_kind(tok: Tokenizer) -> str:
     """'wordpiece', 'bpe' or 'unigram', read from the tokenizer's model."""
     name = type(tok.model).__name__
