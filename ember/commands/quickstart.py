@@ -11,7 +11,8 @@ from ember.experiments.quickstart import PRETRAIN_STEPS, SAFETY_STOP
 def register(sub) -> None:
     p = sub.add_parser(
         "quickstart",
-        help="tokenizer -> shards -> pre-train bert-mini -> fill-mask -> SST-2 (~12 min; +~25 with the real checkpoint)",
+        help="tokenizer -> shards -> pre-train bert-mini (300 steps) -> fill-mask -> SST-2 (+ the real checkpoint "
+        "on the same sentences)",
         description="Train a WordPiece tokenizer on $EMBER_DATA/wiki-en, prepare shards, pre-train "
         "bert-mini for a fixed number of steps (the same model on any machine; a wall-clock cap only "
         "stops a far too slow run, and says so), show fill-mask predictions, fine-tune on SST-2 and "
