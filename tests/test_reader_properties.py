@@ -26,7 +26,8 @@ from hypothesis import HealthCheck, given, settings, strategies as st  # noqa: E
 from ember.errors import EmberError  # noqa: E402
 
 # READER_EXAMPLES=400 searches deeper (~3 min for the file instead of ~30 s)
-SETTINGS = settings(max_examples=int(os.environ.get("READER_EXAMPLES", 60)), deadline=None, derandomize=True, database=None,
+SETTINGS = settings(max_examples=int(os.environ.get("READER_EXAMPLES", 60)), deadline=None, derandomize=True,
+                    database=None,
                     suppress_health_check=[HealthCheck.too_slow])
 
 

@@ -16,9 +16,9 @@ def register(sub) -> None:
         description="Train a WordPiece tokenizer on $EMBER_DATA/wiki-en, prepare shards, pre-train "
         "bert-mini for a fixed number of steps (the same model on any machine; a wall-clock cap only "
         "stops a far too slow run, and says so), show fill-mask predictions, fine-tune on SST-2 and "
-        "print dev accuracy next to the majority-class rate; then, when the real checkpoint is present, fine-tune it on the same sentences and "
-        "print both accuracies side by side. Without the data folder it falls back to Python "
-        "standard-library docstrings.",
+        "print dev accuracy next to the majority-class rate; then, when the real checkpoint is present, "
+        "fine-tune it on the same sentences and print both accuracies side by side. Without the data "
+        "folder it falls back to Python standard-library docstrings.",
     )
     p.add_argument("--out", default="runs/quickstart",
                    help="folder for everything (replaced on each run; a folder with other files in it is refused)")

@@ -32,13 +32,8 @@ import copy
 import inspect
 
 NOT_BLANK = r"\S"  # text fields refuse whitespace-only text (str.strip() empties it)
-# As ember.tasks.generation: temperature 0 = greedy, else sampling within these bounds
-MIN_TEMPERATURE, MAX_TEMPERATURE = 1e-4, 100.0
-MAX_STOP, MAX_STOP_CHARS = 16, 200
-MAX_BEAMS, MAX_LENGTH_PENALTY = 8, 10.0  # as ember.tasks.text2text_methods
 MAX_SEED = 2**53 - 1  # over HTTP (prepare); the Python API takes up to 2**63 - 1
-MAX_LAYER_WEIGHT = 1e6  # |layer_weights[i]| < 1e6 (ember.tasks.embedding)
-FILL_MASK_TOP_K, ANSWER_TOP_K = 100, 20
+MAX_LAYER_WEIGHT = 1e6  # |layer_weights[i]| < 1e6, as ember.tasks.embedding checks it
 
 ERROR_SCHEMA = {"type": "object", "required": ["error"], "additionalProperties": False,
                 "properties": {"error": {"type": "string", "description": "what is wrong and what to change"}}}
@@ -103,6 +98,8 @@ def decoding(limits, method, high: int, beams: bool) -> list[tuple[dict, tuple[s
     """The decoding settings' forms (ember.tasks.generation.parse_decoding): explicit greedy
     (temperature 0: no top_k / top_p cut), sampling or the default, and for an encoder-decoder
     beam search (num_beams 2..8, deterministic: no sampling settings). -> (fields, required)."""
+    from ember.tasks.generation import MAX_STOP, MAX_STOP_CHARS, MAX_TEMPERATURE, MIN_TEMPERATURE
+
     common = {
         "max_new_tokens": integer(1, high, f"tokens to generate (at most {high}: the server's cap and the "
                                   "model's context)"),
@@ -124,6 +121,8 @@ def decoding(limits, method, high: int, beams: bool) -> list[tuple[dict, tuple[s
                           "description": "nucleus sampling: the smallest set of tokens with this much probability"}}
     if not beams:
         return [(greedy, ()), (sampling, ())]
+    from ember.tasks.text2text_methods import MAX_BEAMS, MAX_LENGTH_PENALTY
+
     one_beam = {"num_beams": {"const": 1, "description": "1 = greedy or sampling"}}
     return [({**greedy, **one_beam}, ()), ({**sampling, **one_beam}, ()),
             ({**greedy, "num_beams": integer(2, MAX_BEAMS, "beams per input"),
@@ -157,6 +156,11 @@ def _described(own: dict, name: str, schema: dict) -> dict:
     return schema
 
 
+def _high(own: dict, name: str) -> int:
+    """The ``maximum`` a method's own schema gives a field (where its ``parse`` checks it)."""
+    return int(own[name]["maximum"])
+
+
 def _classify(method, limits, own):
     return text_forms(limits, {}, "text", "texts", "text", ("text_pair", "text_pairs"), other_what="second text")
 
@@ -171,7 +175,7 @@ def _text2text_classify(method, limits, own):
 
 def _embed(method, limits, own):
     n = int(method.num_layers) + 1
-    common = {"pooling": _described(own, "pooling", {"enum": ["mean", "cls", "none"]}),
+    common = {"pooling": _described(own, "pooling", {"enum": list(own["pooling"]["enum"])}),
               "normalize": _described(own, "normalize", {"type": "boolean"})}
     layer = {"layer": _described(own, "layer", integer(-n, n - 1, ""))}
     weights = {"layer_weights": {"type": "array", "minItems": n, "maxItems": n,
@@ -192,7 +196,8 @@ def _embed(method, limits, own):
 def _fill_mask(method, limits, own):
     token = getattr(method, "mask_token", "[MASK]")
     field = {**text(limits, f"the text, with one or more {token} tokens"), "pattern": _escape(token)}
-    return [form({"text": field, "top_k": integer(1, FILL_MASK_TOP_K, "tokens returned per mask")}, ("text",),
+    top_k = _described(own, "top_k", integer(1, _high(own, "top_k"), ""))
+    return [form({"text": field, "top_k": top_k}, ("text",),
                  f"the first {token} must fall within the model's first {getattr(method, 'max_length', '')} "
                  "tokens")]
 
@@ -207,8 +212,8 @@ def _tag(method, limits, own):
 
 def _answer(method, limits, own):
     fields = {"question": text(limits, "the question"), "context": text(limits, "the text that holds the answer")}
-    if type(method).__name__ == "AnswerMethod":
-        fields["top_k"] = integer(1, ANSWER_TOP_K, "n-best spans returned")
+    if "top_k" in own:  # the encoder's extractive /answer lists n-best spans
+        fields["top_k"] = _described(own, "top_k", integer(1, _high(own, "top_k"), ""))
     return [form(fields, ("question", "context"))]
 
 

@@ -60,7 +60,8 @@ def test_an_accuracy_near_the_majority_class_is_called_learned_little(tmp_path):
     assert "(-5.9 points)" in below and "learned little" in below
     far = against_majority(0.757, 0.509)  # the 300-step model on a quiet machine
     assert far == "majority class: 0.5090 (+24.8 points)"
-    assert "learned little" in against_majority(0.6089, 0.509) and "learned little" not in against_majority(0.6091, 0.509)
+    assert "learned little" in against_majority(0.6089, 0.509)  # 9.99 points: within 10
+    assert "learned little" not in against_majority(0.6091, 0.509)
 
 
 def test_quickstart_side_by_side_line_up_both_accuracies():
