@@ -39,8 +39,8 @@ CHECKPOINT = ("checkpoints", "all-MiniLM-L6-v2")  # under the data root
 
 MARKER = ".ember-quickstart"  # what makes a folder one quickstart may replace
 PRETRAIN_STEPS = 300  # the step budget: what makes the quickstart's model the same everywhere
-# The pre-training wall-clock safety stop: ~6x the 300 steps' time on a quiet 2-core machine, so
-# only a machine far slower or far busier than that reaches it (and is told so).
+# The pre-training wall-clock safety stop: 5x the 6 minutes the 300 steps took at most on a quiet
+# 2-core AMD EPYC (issue 45), so only a machine far slower or busier reaches it (and is told so).
 SAFETY_STOP = 1800.0
 # An accuracy less than this many points above the dev set's majority-class rate is reported as
 # "learned little": SST-2's majority is 50.9%, a randomly initialised bert-mini fine-tuned the same
