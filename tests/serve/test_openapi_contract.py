@@ -43,6 +43,11 @@ def wordpiece(tmp_path_factory):
 
 def build_run(kind: str, root, wordpiece, t5_tokenizer):
     family, task = kind.split(":")
+    if family == "minilm":  # the shipped sentence-transformers checkpoint (issue 45's fuzzing target)
+        from conftest import real_data
+        from ember.interop.convert import import_hf
+
+        return import_hf(real_data("checkpoints", "all-MiniLM-L6-v2"), root / "minilm")
     if family == "encoder":
         return random_run(root, task, wordpiece)
     if family == "gpt":
@@ -108,6 +113,7 @@ KINDS = {
     "encoder:conll2003": {"/tag", "/embed"},
     "encoder:squad2": {"/answer", "/embed"},
     "encoder:mlm": {"/fill-mask", "/embed"},
+    "minilm:embed": {"/embed"},  # its RUN/embedding.json's pooling and normalisation as defaults
     "gpt:clm": {"/generate", "/score"},
     "t5:pretrain": {"/generate", "/score"},
     "t5:sst2": {"/classify", "/generate", "/score"},
