@@ -23,6 +23,8 @@ from ember.serve.requests import Limits  # noqa: E402
 LIMITS = Limits(max_texts=4, max_chars=60, max_new_tokens=3)
 STATUSES = {"200", "400", "413", "422", "500", "503"}
 PAIRED = (("texts", "text_pairs"), ("texts", "contexts"), ("texts", "targets"))
+CHECKS = {"not_a_server_error", "status_code_conformance", "content_type_conformance", "response_schema_conformance",
+          "positive_data_acceptance", "negative_data_rejection", "unsupported_method"}
 
 
 def make_app(run_dir, limits=LIMITS):
@@ -75,7 +77,8 @@ def equal_lengths(context, case):
 
 def fuzz(app, seed: int = 1, max_examples: int = 8):
     """Schemathesis' engine over ``app``: the examples, coverage and fuzzing phases (fixed seed,
-    ``max_examples`` per operation), every check on. -> (checks passed, failures, errors, routes)."""
+    ``max_examples`` per operation), every check on. -> (checks passed, failures, errors, routes,
+    names of the checks that ran)."""
     from schemathesis.engine import Status, events, from_schema
 
     config = schemathesis.Config.from_dict({
@@ -87,7 +90,7 @@ def fuzz(app, seed: int = 1, max_examples: int = 8):
     })
     schema = schemathesis.openapi.from_asgi("/openapi.json", app, config=config)
     schema.hook("map_case")(equal_lengths)
-    passed, failures, errors, routes = 0, [], [], set()
+    passed, failures, errors, routes, ran = 0, [], [], set(), set()
     for event in from_schema(schema).execute():
         if isinstance(event, events.ScenarioFinished):
             recorder = event.recorder
@@ -95,6 +98,7 @@ def fuzz(app, seed: int = 1, max_examples: int = 8):
                 case = recorder.cases[case_id].value
                 routes.add(f"{case.method} {case.path}")
                 for check in checks:
+                    ran.add(check.name)
                     if check.status == Status.FAILURE:
                         info = check.failure_info
                         failures.append(f"{check.name}: {case.method} {case.path} {case.body!r:.300} -> "
@@ -103,7 +107,7 @@ def fuzz(app, seed: int = 1, max_examples: int = 8):
                         passed += 1
         elif isinstance(event, (events.NonFatalError, events.FatalError)):
             errors.append(repr(getattr(event, "value", getattr(event, "exception", None)))[:500])
-    return passed, failures, errors, routes
+    return passed, failures, errors, routes, ran
 
 
 KINDS = {
@@ -126,11 +130,12 @@ KINDS = {
 def test_schemathesis_finds_no_failure_against_a_server_of_each_run_kind(kind, tmp_path, wordpiece, request):
     t5_tokenizer = request.getfixturevalue("t5_glue_tokenizer") if kind.startswith("t5:") else None
     app = make_app(build_run(kind, tmp_path, wordpiece, t5_tokenizer))
-    passed, failures, errors, routes = fuzz(app)
+    passed, failures, errors, routes, ran = fuzz(app)
     assert not failures, "\n".join(sorted(set(failures))[:20])
     assert not errors, errors
     assert {f"POST {path}" for path in KINDS[kind]} <= routes and {"GET /", "GET /healthz"} <= routes
     assert passed > 100  # the phases did run (hundreds of requests and checks per kind)
+    assert CHECKS <= ran, CHECKS - ran  # and the checks that judge the contract did judge it
 
 
 @pytest.fixture(scope="module")
