@@ -11,7 +11,8 @@ Each POST route documents:
   number ranges and enums as the method's ``parse`` checks them, rules between fields (greedy
   decoding takes no ``top_k`` / ``top_p``; beam-search settings only with ``num_beams`` above 1)
   as separate forms; and no field is ever ``null`` (leave a field out to get its default);
-- every status it can answer: 200, 400 (empty body, malformed JSON, a bad Content-Length), 413
+- every status it can answer, with its body's schema: 200 (the keys every answer has, and their
+  types), 400 (empty body, malformed JSON, a bad Content-Length), 413
   (body over ``--max-body-bytes``), 422 (a field the method refuses), 500 (an unexpected failure;
   the server keeps running), 503 (queue full, or shutting down), each error with its body's
   schema, ``{"error": message}``.
@@ -31,7 +32,10 @@ from __future__ import annotations
 import copy
 import inspect
 
-NOT_BLANK = r"\S"  # text fields refuse whitespace-only text (str.strip() empties it)
+# Text fields refuse whitespace-only text (str.strip() empties it), so a text must hold one
+# character Python does not count as whitespace. Spelled out rather than \S: a JSON Schema pattern
+# is an ECMA-262 regex, whose \s lacks \x1c-\x1f and \x85 (which Python strips) and has \ufeff.
+NOT_BLANK = "[^\\x09-\\x0d\\x1c-\\x20\\x85\\xa0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000]"
 MAX_SEED = 2**53 - 1  # over HTTP (prepare); the Python API takes up to 2**63 - 1
 MAX_LAYER_WEIGHT = 1e6  # |layer_weights[i]| < 1e6, as ember.tasks.embedding checks it
 
@@ -258,12 +262,74 @@ BODIES = {
 }
 
 
+# -- answers (200) per method: the keys every answer has and their types ---------------------------
+
+NUMBER, BOOL, STRING, INT = {"type": "number"}, {"type": "boolean"}, {"type": "string"}, {"type": "integer"}
+NUMBERS = {"type": "array", "items": NUMBER}
+
+
+def obj(properties: dict, required: tuple[str, ...] | None = None) -> dict:
+    """An object with these keys (all required unless ``required`` says which); other keys may
+    be added in later versions, so they are not refused."""
+    return {"type": "object", "properties": properties, "required": list(required or properties)}
+
+
+def nullable(schema: dict) -> dict:
+    return {"anyOf": [schema, {"type": "null"}]}
+
+
+def results(item: dict, **extra) -> dict:
+    """One answer per input, in order, and whether any input was cut to the model's length."""
+    return obj({"results": {"type": "array", "items": item}, "truncated": BOOL, **extra})
+
+
+GENERATED = obj({"text": STRING, "finish_reason": {"enum": ["length", "end_of_text", "stop"]},
+                 "generated_tokens": INT, "truncated": BOOL})
+SCORED = obj({"log_likelihood": NUMBER, "tokens": INT, "perplexity": NUMBER, "truncated": BOOL})
+TEXT2TEXT = {"valid": {**BOOL, "description": "whether the output reads as an answer of the task"},
+             "output": {**STRING, "description": "the decoded output text"}, "truncated": BOOL}
+ANSWERS = {
+    "ClassifyMethod": results({"anyOf": [
+        obj({"label": STRING, "probabilities": {"type": "object", "additionalProperties": NUMBER},
+             "truncated": BOOL}),
+        obj({"score": NUMBER, "truncated": BOOL})]}),  # a regression head
+    "Text2TextClassifyMethod": results(obj({"label": nullable(STRING), "score": nullable(NUMBER), **TEXT2TEXT},
+                                           ("valid", "output", "truncated"))),
+    "EmbedMethod": results({"anyOf": [obj({"embedding": NUMBERS, "truncated": BOOL}),
+                                      obj({"tokens": {"type": "array", "items": nullable(STRING)},
+                                           "embeddings": {"type": "array", "items": NUMBERS}, "truncated": BOOL})]},
+                           dimension=INT),
+    "FillMaskMethod": obj({"masks": {"type": "array", "items": {"type": "array", "items": obj(
+        # null: an id the tokenizer has no token for (a model vocabulary padded past the tokenizer's)
+        {"token": nullable(STRING), "probability": NUMBER})}}, "truncated": BOOL}),
+    "TagMethod": results(obj({"words": {"type": "array", "items": STRING}, "tags": {"type": "array", "items": STRING},
+                              "entities": {"type": "array", "items": obj({"type": STRING, "start": INT, "end": INT,
+                                                                          "text": STRING})},
+                              "truncated": BOOL})),
+    "AnswerMethod": obj({"answer": STRING, "best_span": STRING, "score": nullable(NUMBER),
+                         "no_answer_score": nullable(NUMBER),
+                         "nbest": {"type": "array", "items": obj({"text": STRING, "score": NUMBER})},
+                         "truncated": BOOL}),
+    "Text2TextAnswerMethod": obj({"answer": nullable(STRING), **TEXT2TEXT}),
+    "GenerateMethod": results({"allOf": [GENERATED, obj({"prompt_tokens": INT})]}, settings={"type": "object"}),
+    "Seq2SeqGenerateMethod": results({"allOf": [GENERATED, obj({"input_tokens": INT})]}, settings={"type": "object"}),
+    "ScoreMethod": results(SCORED),
+    "Seq2SeqScoreMethod": results(SCORED),
+}
+
+
+def answer_body(method) -> dict:
+    """The JSON Schema of a method's 200 answer ({} - any JSON - for a method not listed)."""
+    return copy.deepcopy(ANSWERS.get(type(method).__name__, {}))
+
+
 def route_docs(method, body: dict) -> dict:
     """``add_api_route`` keywords documenting a method: summary, description, the request body's
     contract (``request_body``) and every status the route answers."""
     doc = inspect.getdoc(type(method)) or method.name
     return {"summary": doc.splitlines()[0], "description": doc,
-            "responses": {200: {"description": "the answer"}, **error_responses(POST_ERRORS)},
+            "responses": {200: {"description": "the answer", "content": {"application/json": {
+                "schema": answer_body(method)}}}, **error_responses(POST_ERRORS)},
             "openapi_extra": {"requestBody": {"required": True, "content": {"application/json": {
                 "schema": copy.deepcopy(body)}}}}}
 

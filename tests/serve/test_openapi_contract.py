@@ -157,6 +157,8 @@ def test_openapi_documents_every_error_status_with_the_error_body(sst2_app):
     for path in ("/classify", "/embed"):
         responses = spec["paths"][path]["post"]["responses"]
         assert set(responses) == STATUSES, path
+        answer = responses["200"]["content"]["application/json"]["schema"]  # the answer's keys, typed
+        assert answer["required"] == ["results", "truncated"] + (["dimension"] if path == "/embed" else [])
         for status in STATUSES - {"200"}:
             schema = responses[status]["content"]["application/json"]["schema"]
             assert schema["required"] == ["error"] and schema["properties"]["error"]["type"] == "string"
@@ -208,3 +210,18 @@ def test_nucleus_sampling_below_float32s_smallest_top_p_keeps_the_most_likely_to
     for top_p in (5e-324, 1e-300, 1e-9):
         kept = filter_logits(logits, top_p=top_p).isfinite()
         assert kept.tolist() == [[False, True, False], [True, False, False]], top_p
+
+
+def test_the_documented_non_blank_pattern_is_pythons_whitespace_exactly():
+    """A text is refused when str.strip() empties it; the schema's pattern must say the same on
+    every code point (\\S would not: ECMA-262's \\s, which JSON Schema uses, lacks \\x1c-\\x1f and
+    \\x85 and has \\ufeff; the fuzzer sent '\\x1e' as a valid text)."""
+    import re
+
+    from ember.serve.contract import NOT_BLANK
+
+    holds_text = re.compile(NOT_BLANK).fullmatch
+    assert [hex(i) for i in range(0x110000) if (holds_text(chr(i)) is None) != chr(i).isspace()] == []
+    jsonschema_rs = pytest.importorskip("jsonschema_rs")  # and an ECMA-style engine reads it alike
+    valid = jsonschema_rs.validator_for({"type": "string", "pattern": NOT_BLANK}).is_valid
+    assert [valid(c) for c in ("\x1e", "\x85", " ", "\u3000", "\ufeff", "a")] == [False] * 4 + [True] * 2
