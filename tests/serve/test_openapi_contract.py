@@ -6,6 +6,8 @@ each kind of run, in-process (ASGI: no network at all)."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from conftest import make_wordpiece
@@ -130,7 +132,9 @@ KINDS = {
 def test_schemathesis_finds_no_failure_against_a_server_of_each_run_kind(kind, tmp_path, wordpiece, request):
     t5_tokenizer = request.getfixturevalue("t5_glue_tokenizer") if kind.startswith("t5:") else None
     app = make_app(build_run(kind, tmp_path, wordpiece, t5_tokenizer))
-    passed, failures, errors, routes, ran = fuzz(app)
+    # CONTRACT_SEED / CONTRACT_EXAMPLES search wider (other seeds, more fuzzing examples per route)
+    passed, failures, errors, routes, ran = fuzz(app, int(os.environ.get("CONTRACT_SEED", 1)),
+                                                 int(os.environ.get("CONTRACT_EXAMPLES", 8)))
     assert not failures, "\n".join(sorted(set(failures))[:20])
     assert not errors, errors
     assert {f"POST {path}" for path in KINDS[kind]} <= routes and {"GET /", "GET /healthz"} <= routes
