@@ -120,6 +120,9 @@ def filter_logits(logits: torch.Tensor, top_k: int = 0, top_p: float = 1.0) -> t
         probs = sorted_logits.softmax(-1)
         # Drop a token when the tokens before it already reach top_p (the first always stays).
         drop = probs.cumsum(-1) - probs >= top_p
+        # The first stays explicitly: a top_p below float32's smallest positive number (an HTTP
+        # client may send 5e-324) rounds to 0 in the comparison, which would drop every token.
+        drop[..., 0] = False
         logits = logits.masked_fill(drop.scatter(-1, order, drop), float("-inf"))
     return logits
 

@@ -64,3 +64,23 @@ def random_run(root: Path, kind: str, tokenizer_path: Path, seed: int = 0) -> Pa
     save_weights(module.state_dict(), run / "model.safetensors")
     describe(run)  # fails early if the folder is not servable
     return run
+
+
+def assert_same_answer(got, want, rtol: float = 1e-5, atol: float = 1e-5, where: str = "answer") -> None:
+    """Two JSON answers hold the same keys, lists, strings, ints and flags exactly, and floats to
+    ``rtol``/``atol``: for answers computed in different batches, whose sums the BLAS may round
+    differently (a float is compared by value, so 1e-9 apart passes and 0.1 apart fails)."""
+    import math
+
+    if isinstance(want, dict):
+        assert isinstance(got, dict) and got.keys() == want.keys(), (where, got, want)
+        for key in want:
+            assert_same_answer(got[key], want[key], rtol, atol, f"{where}.{key}")
+    elif isinstance(want, (list, tuple)):
+        assert isinstance(got, (list, tuple)) and len(got) == len(want), (where, got, want)
+        for i, (a, b) in enumerate(zip(got, want)):
+            assert_same_answer(a, b, rtol, atol, f"{where}[{i}]")
+    elif isinstance(want, float):
+        assert isinstance(got, float) and math.isclose(got, want, rel_tol=rtol, abs_tol=atol), (where, got, want)
+    else:
+        assert type(got) is type(want) and got == want, (where, got, want)

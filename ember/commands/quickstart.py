@@ -4,24 +4,29 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ember.durations import duration_arg
+from ember.durations import duration_arg, format_duration
+from ember.experiments.quickstart import PRETRAIN_STEPS, SAFETY_STOP
 
 
 def register(sub) -> None:
     p = sub.add_parser(
         "quickstart",
-        help="tokenizer -> shards -> pre-train bert-mini -> fill-mask -> SST-2 (~12 min; +~25 with the real checkpoint)",
+        help="tokenizer -> shards -> pre-train bert-mini (300 steps) -> fill-mask -> SST-2 (+ the real checkpoint "
+        "on the same sentences)",
         description="Train a WordPiece tokenizer on $EMBER_DATA/wiki-en, prepare shards, pre-train "
-        "bert-mini for a few minutes, show fill-mask predictions, fine-tune on SST-2 and print dev "
-        "accuracy; then, when the real checkpoint is present, fine-tune it on the same sentences and "
-        "print both accuracies side by side. Without the data folder it falls back to Python "
-        "standard-library docstrings.",
+        "bert-mini for a fixed number of steps (the same model on any machine; a wall-clock cap only "
+        "stops a far too slow run, and says so), show fill-mask predictions, fine-tune on SST-2 and "
+        "print dev accuracy next to the majority-class rate; then, when the real checkpoint is present, "
+        "fine-tune it on the same sentences and print both accuracies side by side. Without the data "
+        "folder it falls back to Python standard-library docstrings.",
     )
     p.add_argument("--out", default="runs/quickstart",
                    help="folder for everything (replaced on each run; a folder with other files in it is refused)")
-    p.add_argument("--pretrain-steps", type=int, default=300, help="pre-training steps (default 300)")
-    p.add_argument("--pretrain-time", type=duration_arg, default=360.0,
-                   help="pre-training wall-clock cap (default 6m)")
+    p.add_argument("--pretrain-steps", type=int, default=PRETRAIN_STEPS,
+                   help=f"pre-training steps: the budget that defines the model (default {PRETRAIN_STEPS})")
+    p.add_argument("--pretrain-time", type=duration_arg, default=SAFETY_STOP,
+                   help="pre-training wall-clock safety stop; when it fires before --pretrain-steps the run "
+                   f"warns that its model is not the quickstart's (default {format_duration(SAFETY_STOP)})")
     p.add_argument("--max-docs", type=int, default=1500, help="documents to use from the corpus (default 1,500)")
     p.add_argument("--finetune-epochs", type=float, default=1.0, help="SST-2 epochs (default 1)")
     p.add_argument("--finetune-limit", type=int, default=20000,

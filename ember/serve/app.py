@@ -35,7 +35,8 @@ import logging
 
 from ember.errors import EmberError
 from ember.serve.batching import MicroBatcher
-from ember.serve.observability import install as install_observability, route_docs
+from ember.serve.contract import integer_fields, prepare, request_body, route_docs
+from ember.serve.observability import install as install_observability
 from ember.serve.requests import Limits, RequestError, read_json
 
 log = logging.getLogger("ember.serve")
@@ -86,7 +87,9 @@ def create_app(predictor, limits: Limits | None = None, max_batch: int = 32, max
             return JSONResponse({"error": f"this model ({info.display_name}) does not serve "
                                  f"{request.url.path}; its endpoints: {', '.join(predictor.endpoints)}"},
                                 status_code=404)
-        return JSONResponse({"error": str(exc.detail)}, status_code=exc.status_code)
+        # a 405 keeps Starlette's Allow header: the methods the path does serve (RFC 9110)
+        return JSONResponse({"error": str(exc.detail)}, status_code=exc.status_code,
+                            headers=getattr(exc, "headers", None))
 
     @app.exception_handler(RequestValidationError)
     async def validation_error(request, exc):
@@ -118,15 +121,17 @@ def create_app(predictor, limits: Limits | None = None, max_batch: int = 32, max
                 "endpoints": predictor.endpoints, "max_length": predictor.max_length, "limits": served,
                 "batching": {**batcher.stats(), "forwards": predictor.forwards}}
 
-    def route(name: str):
+    def route(name: str, integers: frozenset):
         async def handle(request: Request):
-            request_body = predictor.parse(name, await read_json(request, limits), limits)
-            return await batcher.submit(name, request_body)
+            data = prepare(await read_json(request, limits), integers)  # as the contract reads it
+            return await batcher.submit(name, predictor.parse(name, data, limits))
 
         return handle
 
     for name, method in predictor.methods.items():
-        app.add_api_route(f"/{name}", route(name), methods=["POST"], name=name, **route_docs(method))
+        body = request_body(method, limits)  # the route's documented contract (ember/serve/contract.py)
+        app.add_api_route(f"/{name}", route(name, integer_fields(body)), methods=["POST"], name=name,
+                          **route_docs(method, body))
 
     app.state.metrics = install_observability(app, batcher, metrics, access_log)
     return app

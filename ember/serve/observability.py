@@ -16,15 +16,13 @@ paths cannot grow the number of time series without bound.
 The access log (``ember serve --access-log FILE``, ``-`` = stderr) writes one line per request:
 client, method, path, status and milliseconds, on the logger ``ember.serve.access``.
 
-OpenAPI: each inference method documents its body with ``request_schema`` (a JSON Schema,
-beside its ``parse`` in ``ember.tasks``); ``route_docs`` turns that into the route's OpenAPI
-entry, so /docs and /openapi.json describe whatever methods the loaded model has.
+OpenAPI: /docs and /openapi.json describe whatever methods the loaded model has; the contract
+each route states (request forms and limits, every status) is built in ``ember.serve.contract``.
 """
 
 from __future__ import annotations
 
 import importlib.util
-import inspect
 import logging
 import time
 
@@ -36,16 +34,6 @@ BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 
 def metrics_available() -> bool:
     return importlib.util.find_spec("prometheus_client") is not None
-
-
-def route_docs(method) -> dict:
-    """``add_api_route`` keywords documenting a method: summary, description, request body."""
-    schema = getattr(method, "request_schema", None) or {
-        "type": "object", "description": inspect.getdoc(getattr(method, "parse", None)) or "a JSON object"}
-    doc = inspect.getdoc(type(method)) or method.name
-    return {"summary": doc.splitlines()[0], "description": doc,
-            "openapi_extra": {"requestBody": {"required": True,
-                                              "content": {"application/json": {"schema": schema}}}}}
 
 
 class _Metrics:
