@@ -199,17 +199,11 @@ def test_any_squad_json_gives_questions_or_one_ember_error_naming_the_file():
     assert "error" in outcomes  # (random JSON rarely holds a whole valid question: rows are not required)
 
 
-@pytest.mark.xfail(strict=True, raises=UnicodeDecodeError,
-                   reason="read_squad opens the file as UTF-8 and catches only JSONDecodeError "
-                   "(ember/tasks/qa/squad.py, read_squad): bytes that are not UTF-8 end in a traceback. Left "
-                   "for after ember/tasks/ moves (issue 45); strict, so the fix turns this test red")
 def test_a_squad_file_that_is_not_utf8_is_one_ember_error_naming_the_file(tmp_path):
     path = tmp_path / "dev.json"
     path.write_bytes(b'{"data": [], "version": "' + bytes([0x80]) + b'"}')  # 0x80: never UTF-8 alone
-    try:
+    with pytest.raises(EmberError, match=r"dev\.json: not UTF-8 text \(byte 0x80 at offset 25\)"):
         reader("ember.tasks.qa.squad:read_squad")(path)
-    except EmberError as exc:
-        assert path.name in str(exc)
 
 
 def compressions(data: bytes) -> st.SearchStrategy[tuple[str, bytes]]:

@@ -19,10 +19,8 @@ from ember.runs.folder import check_family, load_run_config
 # Every encoder variant fine-tunes the same way; GPT decoders the GPT-1 way (ember.tasks.families.gpt),
 # XLNet its own way (ember.tasks.families.xlnet), T5 text to text (ember.tasks.text2text.task), Dai & Le's
 # LSTM with a classifier on its states (ember.tasks.families.lstm).
-# BART has no task adapters yet (classification from the </s> state, QA, text to text: to come beside
-# T5's), so a BART run is refused here with one line rather than fine-tuned through T5's adapters.
-SUPPORTED_FAMILIES = (ENCODER_FAMILIES + DECODER_FAMILIES + tuple(f for f in SEQ2SEQ_FAMILIES if f != "bart")
-                      + ("xlnet", "lstm"))  # families that fine-tune today
+# BART fine-tunes text to text on T5's adapters.
+SUPPORTED_FAMILIES = ENCODER_FAMILIES + DECODER_FAMILIES + SEQ2SEQ_FAMILIES + ("xlnet", "lstm")  # families that fine-tune today
 
 
 class Init(NamedTuple):

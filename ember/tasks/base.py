@@ -26,6 +26,7 @@ from tokenizers import Tokenizer
 from torch import nn
 
 from ember.errors import EmberError
+from ember.model_config import SEQ2SEQ_FAMILIES
 from ember.tasks.readers.glue import TASKS
 
 
@@ -88,6 +89,9 @@ FAMILY_ADAPTERS = {
     "gpt2": "ember.tasks.families.gpt:adapt",
     "xlnet": "ember.tasks.families.xlnet:adapt",  # A <sep> B <sep> <cls>, left padding, last-token summary
     "t5": "ember.tasks.text2text.task:adapt",  # every task as text to text, Raffel et al. 2020 §2.4
+    # BART fine-tunes text to text on the same adapters (its decoder starts from </s>; the paper's
+    # classification head on the final </s> state, §3.1, is not built yet)
+    "bart": "ember.tasks.text2text.task:adapt",
     "lstm": "ember.tasks.families.lstm:adapt",  # Dai & Le 2015: classifier on the LSTM's last state
 }
 # Any model with language embeddings (XLM's, ``model.num_languages`` > 0) reads a language id
@@ -119,7 +123,7 @@ def get_adapter(task: str | TaskAdapter, model=None, language: str = "", setting
         adapter = copy.copy(adapter)  # never change an adapter the caller passed in
         adapter.language, adapter.language_given = language, True
     family = getattr(model, "family", None)
-    if getattr(adapter, "needs_decoder", False) and family != "t5":
+    if getattr(adapter, "needs_decoder", False) and family not in SEQ2SEQ_FAMILIES:
         raise EmberError(f"--task {adapter.name} trains a model to write its target texts, which takes an "
                          f"encoder-decoder: this is a {family or 'bert'} model. Start from a T5 run (ember pretrain "
                          "--recipe t5-mini, or a T5 checkpoint imported with ember convert --from-hf)")

@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 from ember.config import RunConfig
+from ember.model_config import SEQ2SEQ_FAMILIES
 from ember.errors import EmberError
 from ember.models import build_backbone
 from ember.runs.checkpoint import load_weights
@@ -88,7 +89,7 @@ def with_decoding(cfg: RunConfig, decoding: dict | None) -> RunConfig:
     given = {k: v for k, v in (decoding or {}).items() if v is not None}
     if not given:
         return cfg
-    if cfg.model.family != "t5":
+    if cfg.model.family not in SEQ2SEQ_FAMILIES:
         flags = ", ".join("--" + k.replace("_", "-") for k in given)
         raise EmberError(f"{flags}: only a text-to-text (T5) run decodes its outputs; this run is a "
                          f"{cfg.model.family} model, whose predictions come from its head")

@@ -24,10 +24,11 @@ PRETRAINED = {
     "bilm": "ember.tasks.inference.pretrained:not_served",
     # ERNIE's dEA run: embeddings of its encoder (fusion layers need entities a request does not carry)
     "ernie": "ember.tasks.inference.embedding:EmbeddingProvider",
-    # T5's denoising objectives (Raffel et al. 2020, §3.3): the encoder-decoder generates text
+    # T5's denoising objectives (Raffel et al. 2020, §3.3), BART's noising and MASS (Lewis et al.
+    # 2020; Song et al. 2019): the encoder-decoder generates text
     **{objective: "ember.tasks.text2text.methods:Seq2SeqLMProvider" for objective in (
         "span_corruption", "prefix_lm", "bert_denoising", "mass_denoising", "deshuffle", "replace_spans",
-        "drop_tokens")},
+        "drop_tokens", "bart", "mass")},
     "lstm_lm": "ember.tasks.families.lstm:not_served",  # Dai & Le's LSTM: fine-tune it, serve that
     "seq_autoencoder": "ember.tasks.families.lstm:not_served",
 }

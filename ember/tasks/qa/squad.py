@@ -78,6 +78,9 @@ def read_squad(path: str | Path, limit: int | None = None, labelled: bool = True
     except json.JSONDecodeError as exc:
         raise EmberError(f"{file}: not valid JSON ({exc.msg} at line {exc.lineno}, "
                          f"column {exc.colno})") from None
+    except UnicodeDecodeError as exc:  # SQuAD files are UTF-8 JSON; a byte that is not names its place
+        raise EmberError(f"{file}: not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at offset {exc.start}); "
+                         "SQuAD files are UTF-8 JSON") from None
     _expect(root, dict, file, "top level", "the document")
     if "data" not in root:
         raise EmberError(f"{file}: no 'data' list at the top level; expected the official SQuAD "

@@ -39,13 +39,13 @@ class Text2TextEncoder:
     def __init__(self, template, tokenizer, max_length: int) -> None:
         from tokenizers import Tokenizer
 
-        from ember.tokenizers import end_of_text_id
+        from ember.tokenizers import sequence_end_id
 
         self.template, self.max_length = template, max_length
         self.tokenizer = Tokenizer.from_str(tokenizer.to_str())  # private copy: no truncation/padding
         self.tokenizer.no_truncation()
         self.tokenizer.no_padding()
-        self.eos_id = end_of_text_id(tokenizer)  # T5's </s>
+        self.eos_id = sequence_end_id(tokenizer)  # T5's and BART's </s>
         self._fixed: dict[str, list[int]] = {}  # the prefixes repeat: tokenized once
         self.longest_target = 0  # tokens with </s>, over every target encoded here (free-text budget)
 
@@ -99,7 +99,7 @@ class Text2TextEncoder:
         or the model could never say it."""
         for text in self.template.target_texts():
             back = self.tokenizer.decode(self.ids(text))
-            if back != text:
+            if not same_text(back, text):
                 raise EmberError(f"the tokenizer cannot spell the target {text!r} (it decodes to {back!r}): its "
                                  "vocabulary lacks a character of it. Use a tokenizer trained on text that holds "
                                  "it (T5's layout: `ember tokenizer train --kind unigram`)")
@@ -115,6 +115,12 @@ class Text2TextEncoder:
         longest = max((len(self.ids(t)) for t in targets), default=0)
         want = longest + 1 if self.template.kind == "classify" else max(longest + 1, ANSWER_TOKENS)
         return min(want, decoder_limit)
+
+
+def same_text(decoded: str, text: str) -> bool:
+    """Whether a tokenizer gave ``text`` back, as outputs are parsed and exact match compares: white
+    space normalised (a byte-level BPE decodes "negative" as " negative", its word-start space)."""
+    return " ".join(decoded.split()) == " ".join(text.split())
 
 
 def batched_decode(backbone, inputs: list[list[int]], max_new_tokens: int, eos_id: int, batch_size: int = 64,

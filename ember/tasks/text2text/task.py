@@ -47,6 +47,7 @@ from ember.tasks.text2text.encoding import (
     NO_GRAPH_REASON,
     Text2TextEncoder,
     batched_decode,
+    same_text,
 )
 from ember.tasks.text2text.templates import template_for
 
@@ -66,7 +67,7 @@ def _note_unspellable_targets(enc, examples, where: str) -> None:
         if target is None:
             continue
         back = enc.tokenizer.decode(enc.ids(target))
-        if " ".join(back.split()) != " ".join(target.split()):
+        if not same_text(back, target):
             lost.append((target, back))
     if lost:
         target, back = lost[0]

@@ -32,8 +32,11 @@ def bart_pretrained(wiki_bpe, tmp_path_factory):
 def test_bart_text2text_fine_tunes_on_real_sst2_and_answers_from_its_folder(bart_pretrained, tmp_path):
     real_data("glue", "SST-2")
     before = torch.get_num_threads()
-    result = ember.finetune("sst2", tmp_path / "sst2", init=str(bart_pretrained), train_limit=480, epochs=3,
-                            lr=3e-3, max_length=48, progress=False,
+    # 100 steps at lr 1e-2 (AdamW): the decoder learns to write the two label words (measured: loss
+    # 6.6 -> 1.2, no invalid output); a 0.4M model pre-trained for 40 steps is not expected to beat
+    # the majority class, so accuracy is checked for its form, not its size
+    result = ember.finetune("sst2", tmp_path / "sst2", init=str(bart_pretrained), train_limit=1600, epochs=1,
+                            lr=1e-2, max_length=48, progress=False,
                             overrides=["train.batch_size=16", "train.num_threads=1", "train.log_every=1"])
     torch.set_num_threads(before)
     records = [json.loads(line) for line in (tmp_path / "sst2" / "metrics.jsonl").read_text().splitlines()]
@@ -42,7 +45,7 @@ def test_bart_text2text_fine_tunes_on_real_sst2_and_answers_from_its_folder(bart
     assert np.mean(train[-10:]) < 0.5 * np.mean(train[:3]), train
     metrics = result.metrics
     assert {"accuracy", "invalid"} <= set(metrics) and 0.0 <= metrics["invalid"] <= 1.0
-    assert metrics["invalid"] < 0.5  # the decoder learned to write label words, not free text
+    assert metrics["invalid"] < 0.05  # the decoder learned to write label words, not free text
     saved = json.loads((tmp_path / "sst2" / "results.json").read_text())
     assert saved["task"] == "SST-2" and saved["metrics"]["accuracy"] == metrics["accuracy"]
     # from its folder: the same dev score, and predictions of label words (or "invalid")
