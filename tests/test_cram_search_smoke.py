@@ -114,7 +114,7 @@ def test_protocol_cross_entropy_equals_embers_held_out_evaluation_on_the_same_se
     from pathlib import Path
 
     from ember.runs.folder import load_run_config
-    from ember.train.logging import last_evaluation
+    from ember.runs.folder import last_evaluation
 
     run = Path(smoke[1]["winner"]["dir"]) / "run"
     cfg = load_run_config(run)

@@ -235,7 +235,7 @@ def run_job(spec: dict) -> dict:
 
 
 def pretrain_job(spec: dict, run: Path) -> dict:
-    from ember.train.logging import last_evaluation
+    from ember.runs.folder import last_evaluation
 
     resume = (run / "checkpoints").is_dir()  # an interrupted run continues from its checkpoint
     try:

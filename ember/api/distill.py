@@ -77,7 +77,7 @@ def distill(method: str, teacher: str | Path, out: str | Path, *, stage: str = "
     if corpus_level:
         from ember.distillation.distilbert import DistilBertWeights
         from ember.distillation.pretrain_run import PretrainDistillOptions, run_pretrain_distillation
-        from ember.train.logging import last_evaluation
+        from ember.runs.folder import last_evaluation
 
         if not data:
             raise EmberError(f"--method {method} distils on a corpus: pass --data PREPARED (from `ember prepare`)")

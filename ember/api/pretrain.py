@@ -84,7 +84,7 @@ def pretrain(recipe: str | Path | RunConfig | None = "bert-mini", out: str | Pat
     >>> result = ember.pretrain("bert-mini", "runs/bert-mini", data="runs/wiki",
     ...                         overrides=["train.max_time=600"])  # doctest: +SKIP
     """
-    from ember.train.logging import last_evaluation
+    from ember.runs.folder import last_evaluation
     from ember.train.pretrain import run_pretraining
 
     out, overrides = folder_arg(out, "out"), strings_arg(overrides, "overrides")

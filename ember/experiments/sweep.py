@@ -124,7 +124,7 @@ class DevCurve:
 
 def trial_value(run_dir: Path, metric: str | None) -> tuple[str, float, dict]:
     """(metric name, the objective, the run's results) from what the finished trial wrote."""
-    from ember.train.logging import last_evaluation
+    from ember.runs.folder import last_evaluation
 
     results = _read_json(run_dir / "results.json")
     summary = _read_json(run_dir / "summary.json")  # several seeds: their mean is the objective

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import yaml
 
+from ember.runs.folder import last_evaluation
+
 # built-in task -> (language, HF dataset id, dataset config, the Hub's task type, a readable name)
 TASKS = {
     "sst2": ("en", "nyu-mll/glue", "sst2", "text-classification", "GLUE SST-2"),
@@ -143,16 +145,7 @@ def _evaluations(results: dict, state: dict, run_dir: Path) -> dict:
         for split, metrics in results.get("other_splits", {}).items():
             out[split] = {k: v for k, v in metrics.items() if isinstance(v, (int, float))}
         return out
-    last = {}
-    metrics_file = run_dir / "metrics.jsonl"
-    if metrics_file.is_file():
-        for line in metrics_file.read_text(encoding="utf-8").splitlines():
-            try:
-                record = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(record, dict) and record.get("split") == "eval":
-                last = {k: v for k, v in record.items() if k not in ("step", "split", "elapsed")}
+    last = last_evaluation(run_dir)
     return {"held-out": last} if last else {}
 
 

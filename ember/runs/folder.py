@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -122,3 +123,19 @@ def check_resume_settings(saved: RunConfig, wanted: RunConfig, out: Path, skip_s
     if changed or wanted.objective != saved.objective:
         raise EmberError(f"--resume continues {out} with its saved settings, but this command changes "
                          f"{changed or ['objective']}; drop those options or start a new run")
+
+
+def last_evaluation(run_dir: str | Path) -> dict:
+    """The metrics of a run's last held-out evaluation in RUN/metrics.jsonl (empty when it had none).
+    A line that is not a JSON object (a run killed mid-write) is passed over: every reader of a run's
+    final numbers (the Python API, the MLflow tracker, the model card) reads them this one way."""
+    path, last = Path(run_dir) / "metrics.jsonl", {}
+    if path.is_file():
+        for line in path.read_text(encoding="utf-8").splitlines():
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(record, dict) and record.get("split") == "eval":
+                last = {k: v for k, v in record.items() if k not in ("step", "split", "elapsed")}
+    return last

@@ -93,7 +93,3 @@ class MetricsLogger:
             atomic_write_text(Path(path), "".join(json.dumps(r) + "\n" for r in records))
 
 
-def last_evaluation(run_dir: Path) -> dict:
-    """The metrics of a run's last held-out evaluation (empty when it had none)."""
-    evals = [r for r in MetricsLogger.read(Path(run_dir) / "metrics.jsonl") if r.get("split") == "eval"]
-    return {k: v for k, v in evals[-1].items() if k not in ("step", "split", "elapsed")} if evals else {}

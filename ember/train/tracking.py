@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 
 from ember.errors import EmberError
+from ember.runs.folder import last_evaluation
 
 TRACKERS = ("tensorboard", "mlflow")
 RECORD = "mlflow.json"
@@ -127,20 +128,6 @@ def _read(path: Path) -> dict:
         return {}
 
 
-def _last_evaluation(path: Path) -> dict:
-    """(ember.train.logging.last_evaluation, read here so the logger and its trackers import one way.)"""
-    last: dict = {}
-    if path.is_file():
-        for line in path.read_text(encoding="utf-8").splitlines():
-            try:
-                record = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(record, dict) and record.get("split") == "eval":
-                last = {k: v for k, v in record.items() if k not in ("step", "split", "elapsed")}
-    return last
-
-
 def finish_tracking(run_dir: str | Path, status: str = "FINISHED") -> str | None:
     """End the MLflow run of ``run_dir`` (if it has one): its files as artifacts, its final metrics
     (results.json's, else the last held-out evaluation) and ``status``. Returns the run id."""
@@ -157,7 +144,7 @@ def finish_tracking(run_dir: str | Path, status: str = "FINISHED") -> str | None
     results = _read(run_dir / "results.json")
     final = results.get("metrics") or {}
     if not final:  # a corpus-level run: its last held-out evaluation in metrics.jsonl
-        final = _last_evaluation(run_dir / "metrics.jsonl")
+        final = last_evaluation(run_dir)
     now = int(time.time() * 1000)
     metrics = [Metric(f"final/{k}", float(v), now, 0) for k, v in final.items() if isinstance(v, (int, float))]
     if metrics:
