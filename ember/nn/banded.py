@@ -1,20 +1,24 @@
 """Banded (sliding-window) attention in O(T x window) memory: Longformer's local attention
 (Beltagy et al. 2020, §3.1), with dilation and a few global keys every query also reads.
 
-Query i reads the keys i + dilation * j for |j| <= radius (the window w = 2 * radius + 1
-positions, "attention_window" w' = 2 * radius in Longformer's and transformers' naming), plus
-the G global keys (§3.1 "Global Attention": every token attends to them).
+Query i reads the keys i + dilation * j for |j| <= radius (2 * radius + 1 positions; Longformer's
+and transformers' "attention_window" w is 2 * radius), plus the G global keys (§3.1 "Global
+Attention": every token attends to them).
 
 Layout. Dilation d splits the sequence into d interleaved sequences (positions m, m + d,
 m + 2d, ...), inside which the dilated band is an ordinary band, so d becomes a batch axis.
-Each interleaved sequence is cut into blocks of ``radius`` queries; block c's keys are blocks
-c - 1, c, c + 1 (3 * radius keys), an ``unfold`` view of the zero-padded keys. Scores are
-(B, heads, d, T / (d radius), radius, 3 radius): 1.5x the band's 2 radius + 1 entries, but two
-plain batched products and no diagonal re-packing (transformers' chunks of 2w' queries against
-2w' keys compute 2x the band and copy it into diagonals twice). Entries outside the band, keys
-that are padding or global (global keys have their own columns) and positions past the end are
-set to the dtype's lowest value before the softmax, so a query with nothing to read (a pad)
-gets a finite uniform row, never NaN.
+Each interleaved sequence is cut into blocks of ``radius`` queries; block c's keys are the G
+global keys and blocks c - 1, c, c + 1 (3 * radius keys, an ``unfold`` of the zero-padded
+keys). Each block is then one small dense attention, (B d T/(d radius), heads, radius, G + 3
+radius), run by PyTorch's fused SDPA kernel (``ember.nn.dropout.attend``): no (T, T) matrix
+and, on CPU, not even the (radius, 3 radius) scores are kept. That is 1.5x the band's 2 radius
++ 1 entries, traded for one fused call (transformers' chunks of 2w queries against 2w keys
+compute 2x the band and copy it into diagonals, forward and backward).
+
+The additive mask (``window_bias``, (blocks, 1, radius, G + 3 radius), shared by the heads and by
+every layer with the same window) is 0 where a query may read a key and the dtype's lowest value
+outside the band, at padding keys, at global keys (they have their own columns) and past the end:
+a query with nothing to read (a pad) gets a finite uniform row, never NaN.
 """
 
 from __future__ import annotations
@@ -22,19 +26,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-
-def _interleave(x: torch.Tensor, dilation: int, n: int) -> torch.Tensor:
-    """(B, h, T, d) -> (B, h, dilation, n, d), zero-padded to n * dilation positions: row m holds
-    positions m, m + dilation, m + 2 dilation, ..."""
-    b, h, t, d = x.shape
-    x = F.pad(x, (0, 0, 0, n * dilation - t))
-    return x.view(b, h, n, dilation, d).transpose(2, 3)
-
-
-def _key_windows(x: torch.Tensor, radius: int) -> torch.Tensor:
-    """(..., n, d) -> (..., n / radius, d, 3 radius): block c's keys are blocks c-1, c, c+1
-    (zeros before the start and after the end), a strided view of the padded tensor."""
-    return F.pad(x, (0, 0, radius, radius)).unfold(-2, 3 * radius, radius)
+from ember.nn.dropout import attend
 
 
 def band_mask(radius: int, device=None) -> torch.Tensor:
@@ -45,42 +37,63 @@ def band_mask(radius: int, device=None) -> torch.Tensor:
     return (c >= a) & (c <= a + 2 * radius)
 
 
+def _sizes(t: int, radius: int, dilation: int) -> tuple[int, int]:
+    """(positions per interleaved sequence n, a whole number of blocks; blocks per sequence)."""
+    n = -(-t // (dilation * radius)) * radius
+    return n, n // radius
+
+
+def _interleave(x: torch.Tensor, dilation: int, n: int) -> torch.Tensor:
+    """(B, T, ...) -> (B, dilation, n, ...), zero-padded to n * dilation positions: row m holds
+    positions m, m + dilation, m + 2 dilation, ..."""
+    b, t = x.shape[:2]
+    x = F.pad(x, (0, 0) * (x.dim() - 2) + (0, n * dilation - t))
+    return x.view(b, n, dilation, *x.shape[2:]).transpose(1, 2)
+
+
+def window_bias(key_ok: torch.Tensor, global_ok: torch.Tensor | None, radius: int, dilation: int,
+                dtype: torch.dtype) -> torch.Tensor:
+    """Additive mask (B * dilation * blocks, 1, radius, G + 3 radius) of ``band_attention``:
+    ``key_ok`` bool (B, T) the keys the band may read, ``global_ok`` bool (B, G) the filled
+    global slots."""
+    b, t = key_ok.shape
+    n, blocks = _sizes(t, radius, dilation)
+    ok = F.pad(_interleave(key_ok, dilation, n), (radius, radius)).unfold(-1, 3 * radius, radius)  # (B, dil, blocks, 3r)
+    allowed = ok[..., None, :] & band_mask(radius, key_ok.device)  # (B, dil, blocks, r, 3r)
+    if global_ok is not None and global_ok.shape[1]:
+        g = global_ok[:, None, None, None, :].expand(b, dilation, blocks, radius, -1)
+        allowed = torch.cat([g, allowed], dim=-1)
+    bias = torch.zeros(allowed.shape, dtype=dtype, device=key_ok.device)
+    bias.masked_fill_(~allowed, torch.finfo(dtype).min)
+    return bias.view(b * dilation * blocks, 1, radius, -1)
+
+
 def band_attention(
-    q: torch.Tensor,  # (B, h, T, d), already scaled by 1/sqrt(d)
-    k: torch.Tensor,  # (B, h, T, d)
-    v: torch.Tensor,  # (B, h, T, d)
-    key_ok: torch.Tensor,  # bool (B, T): keys the band may read (real tokens, not global)
+    q: torch.Tensor,  # (B, T, h, d): not scaled (SDPA scales by 1/sqrt(d))
+    k: torch.Tensor,  # (B, T, h, d)
+    v: torch.Tensor,  # (B, T, h, d)
+    bias: torch.Tensor,  # window_bias(...) for these B, T, radius, dilation and G
     radius: int,
     dilation: int = 1,
-    global_k: torch.Tensor | None = None,  # (B, h, G, d): keys every query reads
-    global_v: torch.Tensor | None = None,  # (B, h, G, d)
-    global_ok: torch.Tensor | None = None,  # bool (B, G): which of the G slots hold a key
+    global_k: torch.Tensor | None = None,  # (B, G, h, d): keys every query reads
+    global_v: torch.Tensor | None = None,  # (B, G, h, d)
     dropout: float = 0.0,  # the rate in effect (0 in eval mode)
 ) -> torch.Tensor:
-    """The context (B, h, T, d) of banded attention (plus global keys), see the module docstring.
-    The softmax runs in at least fp32 (as transformers' Longformer) and returns to the inputs' dtype."""
-    b, h, t, d = q.shape
+    """The context (B, T, h, d) of banded attention (plus global keys): see the module docstring."""
+    b, t, h, d = q.shape
     r = radius
-    n = -(-t // (dilation * r)) * r  # positions per interleaved sequence: whole blocks of r
-    blocks = n // r
-    qs = _interleave(q, dilation, n).reshape(b, h, dilation, blocks, r, d)
-    ks, vs = _interleave(k, dilation, n), _interleave(v, dilation, n)
-    scores = qs @ _key_windows(ks, r)  # (B, h, dil, blocks, r, 3r)
-    ok = F.pad(key_ok, (0, n * dilation - t)).view(b, n, dilation).transpose(1, 2)  # (B, dil, n)
-    ok = F.pad(ok, (r, r)).unfold(-1, 3 * r, r)  # (B, dil, blocks, 3r)
-    allowed = ok[:, None, :, :, None, :] & band_mask(r, q.device)  # (B, 1, dil, blocks, r, 3r)
-    low = torch.finfo(scores.dtype).min
-    scores = scores.masked_fill_(~allowed, low)
-    g = 0 if global_k is None else global_k.shape[2]
-    if g:  # (B, h, dil, n, G) -> blocked, then in front of the window's columns
-        gs = (qs.view(b, h, dilation, n, d) @ global_k[:, :, None].transpose(-1, -2))
-        gs = gs.masked_fill_(~global_ok[:, None, None, None, :], low).view(b, h, dilation, blocks, r, g)
-        scores = torch.cat([gs, scores], dim=-1)
-    probs = scores.softmax(-1, dtype=torch.promote_types(q.dtype, torch.float32)).to(q.dtype)
-    if dropout > 0:
-        probs = F.dropout(probs, dropout, True)
-    context = probs[..., g:] @ _key_windows(vs, r).transpose(-1, -2)  # (B, h, dil, blocks, r, d)
-    if g:
-        context = context + probs[..., :g] @ global_v[:, :, None, None]
-    context = context.view(b, h, dilation, n, d).transpose(2, 3).reshape(b, h, n * dilation, d)
-    return context[:, :, :t]
+    n, blocks = _sizes(t, r, dilation)
+    rows = b * dilation * blocks
+
+    def windows(x: torch.Tensor, g: torch.Tensor | None) -> torch.Tensor:  # -> (rows, h, G + 3r, d)
+        x = F.pad(_interleave(x, dilation, n), (0, 0, 0, 0, r, r))  # (B, dil, n + 2r, h, d)
+        x = x.unfold(2, 3 * r, r).permute(0, 1, 2, 3, 5, 4)  # (B, dil, blocks, h, 3r, d)
+        if g is not None:
+            g = g.transpose(1, 2)[:, None, None].expand(b, dilation, blocks, h, -1, d)
+            x = torch.cat([g, x], dim=-2)
+        return x.reshape(rows, h, -1, d)
+
+    qs = _interleave(q, dilation, n).reshape(b, dilation, blocks, r, h, d).transpose(3, 4).reshape(rows, h, r, d)
+    context = attend(qs, windows(k, global_k), windows(v, global_v), bias, dropout)  # (rows, h, r, d)
+    context = context.view(b, dilation, blocks, h, r, d).transpose(3, 4).reshape(b, dilation, n, h, d)
+    return context.transpose(1, 2).reshape(b, n * dilation, h, d)[:, :t]

@@ -17,15 +17,14 @@ gathered into G slots (G = most globals in any row) and the padding mask of the 
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch import nn
 
 from ember.errors import EmberError
 from ember.nn.attention import SelfAttention, attention
-from ember.nn.banded import band_attention
+from ember.nn.banded import band_attention, window_bias
 from ember.nn.onednn import dense
 
 
@@ -38,6 +37,14 @@ class LongMask:
     index: torch.Tensor  # long (B, G): the global positions, then filler slots
     global_ok: torch.Tensor  # bool (B, G): slots holding a global position
     padding: torch.Tensor | None  # bool (B, 1, 1, T) for the global rows' attention; None = no padding
+    _biases: dict = field(default_factory=dict, repr=False)  # (radius, dilation, dtype) -> window_bias
+
+    def bias(self, radius: int, dilation: int, dtype: torch.dtype) -> torch.Tensor:
+        """The band's additive mask, built once per forward for every layer with this window."""
+        key = (radius, dilation, dtype)
+        if key not in self._biases:
+            self._biases[key] = window_bias(self.local_keys, self.global_ok, radius, dilation, dtype)
+        return self._biases[key]
 
     @property
     def num_global(self) -> int:
@@ -97,17 +104,16 @@ class LongformerAttention(SelfAttention):
         if mask is None:
             mask = LongMask.of(None, None, b, t, x.device)
         heads, d = self.num_heads, self.head_dim
-        q, k, v = dense(self.qkv, x).view(b, t, 3, heads, d).permute(2, 0, 3, 1, 4)  # 3 x (B, h, T, d)
-        q = q * (1.0 / math.sqrt(d))
+        qkv = dense(self.qkv, x).view(b, t, 3, heads, d)
+        q, k, v = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]  # 3 x (B, T, h, d) views
         dropout = self.dropout_p if self.training else 0.0
         g = mask.num_global
         gk = gv = None
         if g:  # the global positions' local keys/values: G extra columns for every query
-            at = mask.index[:, None, :, None].expand(b, heads, g, d)
-            gk, gv = k.gather(2, at), v.gather(2, at)
-        context = band_attention(q, k, v, mask.local_keys, self.radius, self.dilation, gk, gv, mask.global_ok,
-                                 dropout)
-        context = context.transpose(1, 2).reshape(b, t, hs)
+            at = mask.index[:, :, None, None].expand(b, g, heads, d)
+            gk, gv = k.gather(1, at), v.gather(1, at)
+        bias = mask.bias(self.radius, self.dilation, q.dtype)  # q's: autocast may have changed it
+        context = band_attention(q, k, v, bias, self.radius, self.dilation, gk, gv, dropout).reshape(b, t, hs)
         if g:
             context = self._global_rows(x, context, mask, dropout)
         return dense(self.out, context), None

@@ -11,7 +11,7 @@ import torch
 from ember.config import ModelConfig
 from ember.errors import EmberError
 from ember.models import build_backbone
-from ember.nn.banded import band_attention
+from ember.nn.banded import band_attention, window_bias
 
 
 def reference(q, k, v, real, glob, radius, dilation):
@@ -37,21 +37,24 @@ def inputs(b=3, h=2, t=37, d=8, seed=0):
     return q, k, v, real, glob & real
 
 
-def gathered_globals(k, v, glob):
+def ours_banded(q, k, v, real, glob, radius, dilation):
+    """band_attention on (B, h, T, d) inputs, with the global keys gathered as LongMask does."""
     g = int(glob.sum(1).max())
     index = torch.sort((~glob).to(torch.uint8), dim=1, stable=True).indices[:, :g]
     ok = torch.arange(g) < glob.sum(1, keepdim=True)
-    at = index[:, None, :, None].expand(k.shape[0], k.shape[1], g, k.shape[3])
-    return k.gather(2, at), v.gather(2, at), ok
+    q, k, v = (x.transpose(1, 2) for x in (q, k, v))  # (B, T, h, d)
+    at = index[:, :, None, None].expand(k.shape[0], g, k.shape[2], k.shape[3])
+    gk, gv = (k.gather(1, at), v.gather(1, at)) if g else (None, None)
+    bias = window_bias(real & ~glob, ok, radius, dilation, q.dtype)
+    return band_attention(q, k, v, bias, radius, dilation, gk, gv).transpose(1, 2)
 
 
 @pytest.mark.parametrize("radius,dilation", [(1, 1), (3, 1), (4, 2), (2, 3), (16, 1)])
 def test_band_attention_matches_masked_full_reference_with_padding_globals_and_dilation(radius, dilation):
     q, k, v, real, glob = inputs()
-    gk, gv, ok = gathered_globals(k, v, glob)
     q.requires_grad_(True)
-    ours = band_attention(q, k, v, real & ~glob, radius, dilation, gk, gv, ok)
-    ref = reference(q, k, v, real, glob, radius, dilation)
+    ours = ours_banded(q, k, v, real, glob, radius, dilation)
+    ref = reference(q / 8 ** 0.5, k, v, real, glob, radius, dilation)
     keep = real & ~glob  # global rows are replaced by the global attention; pads are undefined
     torch.testing.assert_close(ours.transpose(1, 2)[keep], ref.transpose(1, 2)[keep], atol=1e-10, rtol=0)
     grad_ours, = torch.autograd.grad((ours.transpose(1, 2)[keep] ** 2).sum(), q)
@@ -62,9 +65,9 @@ def test_band_attention_matches_masked_full_reference_with_padding_globals_and_d
 def test_band_attention_without_globals_and_all_padding_rows_stays_finite():
     q, k, v, real, _ = inputs(t=40)
     real[1, 5:] = False  # pads far from every real token: their rows read nothing
-    out = band_attention(q, k, v, real, 2)
+    out = ours_banded(q, k, v, real, torch.zeros_like(real), 2, 1)
     assert torch.isfinite(out).all()
-    ref = reference(q, k, v, real, torch.zeros_like(real), 2, 1)
+    ref = reference(q / 8 ** 0.5, k, v, real, torch.zeros_like(real), 2, 1)
     torch.testing.assert_close(out.transpose(1, 2)[real], ref.transpose(1, 2)[real], atol=1e-10, rtol=0)
 
 
