@@ -22,8 +22,9 @@ SEQ2SEQ_FAMILIES = ("t5",)
 ATTN_TYPES = ("bi", "uni")  # XLNet's attention: bidirectional (XLNet) or causal (Transformer-XL)
 LSTM_POOLINGS = ("last", "linear_gain")  # the LSTM classifier's read-out (Dai & Le 2015, §2-3)
 # The encoder's attention (docs/long.md): "full" (every pair), "longformer" (sliding window +
-# global positions, Beltagy et al. 2020; ember.nn.longformer).
-ATTENTION_KINDS = ("full", "longformer")
+# global positions, Beltagy et al. 2020; ember.nn.longformer), "bigbird" (block-sparse: window,
+# global and random blocks, Zaheer et al. 2020; ember.nn.bigbird).
+ATTENTION_KINDS = ("full", "longformer", "bigbird")
 
 
 @dataclass(frozen=True)
@@ -89,6 +90,9 @@ class ModelConfig:
     attention_window: str = "512"
     attention_dilation: str = "1"
     attention_global: int = 0
+    # BigBird (Zaheer et al. 2020, App. D; ITC): tokens per block and random blocks per query block
+    attention_block: int = 64
+    attention_random_blocks: int = 3
 
     def __post_init__(self) -> None:
         if self.share_layers not in SHARE_MODES:
@@ -132,6 +136,14 @@ class ModelConfig:
             raise EmberError(f"model.attention={self.attention} serves the bidirectional encoder families "
                              f"({', '.join(ENCODER_FAMILIES)}), not {what} (its memory, relative bias or "
                              "causal mask has no banded form here); use model.attention=full")
+        if self.attention == "bigbird":
+            if self.attention_block < 1 or self.attention_random_blocks < 0:
+                raise EmberError(f"model.attention_block={self.attention_block} must be >= 1 and "
+                                 f"model.attention_random_blocks={self.attention_random_blocks} >= 0")
+            if self.attention_global:
+                raise EmberError("model.attention_global is Longformer's; BigBird's global tokens are its first "
+                                 "and last blocks")
+            return
         windows, dilations = self.attention_windows, self.attention_dilations
         if any(w <= 0 or w % 2 for w in windows):
             raise EmberError(f"model.attention_window={self.attention_window!r}: Longformer's window must be "

@@ -30,6 +30,11 @@ def register(sub) -> None:
                    "w/2 tokens each side), one value or one per layer (\"256,256,512,...\"); default 512")
     p.add_argument("--global-tokens", type=int, metavar="G", help="with --long: the first G positions attend "
                    "globally unless a caller names its own (1 = [CLS], for classification); default: the model's (0)")
+    p.add_argument("--attention", default="longformer", choices=("longformer", "bigbird"),
+                   help="with --long: Longformer's window (default) or BigBird's block-sparse attention")
+    p.add_argument("--block", type=int, default=64, help="with --long --attention bigbird: tokens per block (64)")
+    p.add_argument("--random-blocks", type=int, default=3,
+                   help="with --long --attention bigbird: random blocks per query block (3)")
     p.set_defaults(run=run)
 
 
@@ -46,8 +51,11 @@ def run(args) -> int:
     if long is not None and args.to_hf:
         raise EmberError("--long makes a model long on import (--from-hf) or from a run (--from-run); export "
                          "the long run with --to-hf afterwards")
-    if long is None and (args.window != "512" or args.global_tokens is not None):
-        raise EmberError("--window and --global-tokens apply with --long N")
+    if long is None and (args.window != "512" or args.global_tokens is not None or args.attention != "longformer"
+                         or args.block != 64 or args.random_blocks != 3):
+        raise EmberError("--window, --global-tokens, --attention, --block and --random-blocks apply with --long N")
+    options = ({"window": args.window, "global_first": args.global_tokens} if args.attention == "longformer"
+               else {"attention": "bigbird", "block": args.block, "random_blocks": args.random_blocks})
     if long is not None and long < 1:
         raise EmberError(f"--long {long}: give the number of positions of the long model (e.g. 4096)")
     source, out = Path(args.from_hf or args.to_hf or args.from_run), Path(args.out)
@@ -70,16 +78,18 @@ def run(args) -> int:
 
                 with tempfile.TemporaryDirectory(prefix="ember-long-") as scratch:
                     import_hf(args.from_hf, Path(scratch))
-                    lengthen_run(Path(scratch), tmp, long, args.window, args.global_tokens)
+                    lengthen_run(Path(scratch), tmp, long, **options)
             else:
-                lengthen_run(source, tmp, long, args.window, args.global_tokens)
+                lengthen_run(source, tmp, long, **options)
         elif args.from_hf:
             import_hf(args.from_hf, tmp)
         else:
             with weights_view(args.to_hf) as run_dir:  # a checkpoint (sharded or not) is read directly
                 export_hf(run_dir, tmp)
     if long is not None:
-        print(f"made {source} long ({long} positions, Longformer window {args.window}) -> ember run folder {out}")
+        how = (f"Longformer window {args.window}" if args.attention == "longformer"
+               else f"BigBird blocks of {args.block}, {args.random_blocks} random")
+        print(f"made {source} long ({long} positions, {how}) -> ember run folder {out}")
     elif args.from_hf:
         print(f"imported {args.from_hf} -> ember run folder {out}")
     else:

@@ -41,9 +41,10 @@ FAMILIES = {
     "xlm": "ember.interop.hf_xlm",  # XLMWithLMHeadModel (Lample & Conneau 2019)
     # not a family of its own: a RoBERTa-style encoder with model.attention=longformer
     "longformer": "ember.interop.hf_longformer",
+    "big_bird": "ember.interop.hf_big_bird",  # likewise: a BERT-style encoder with model.attention=bigbird
 }
 # A long-input attention variant exports to its own transformers layout, whatever the family.
-ATTENTION_LAYOUTS = {"longformer": "longformer"}
+ATTENTION_LAYOUTS = {"longformer": "longformer", "bigbird": "big_bird"}
 # HF model_type -> ember family where the two names differ.
 _MODEL_TYPES = {"openai-gpt": "gpt"}
 

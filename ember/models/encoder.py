@@ -16,9 +16,10 @@ Options used by the variants, all from ModelConfig:
   §3.4), ``sinusoidal_positions``: a fixed position table (ember.nn.embeddings).
 - ``causal``: every position attends only to itself and to its left (XLM's causal LM,
   §3.1); see ``causal_mask_4d`` for padding.
-- ``attention``: "full", or "longformer" for long inputs (Beltagy et al. 2020: a sliding window
-  per layer + global positions, ember.nn.longformer); ``forward(global_attention_mask=)`` then
-  names the global positions (1 = global), as transformers' LongformerModel.
+- ``attention``: "full", or for long inputs "longformer" (Beltagy et al. 2020: a sliding window
+  per layer + global positions, ember.nn.longformer; ``forward(global_attention_mask=)`` names
+  the global positions, 1 = global, as transformers' LongformerModel) or "bigbird" (Zaheer et
+  al. 2020: window, global and random blocks, ember.nn.bigbird).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from torch import nn
 from ember.config import ModelConfig
 from ember.errors import EmberError
 from ember.nn.embeddings import InputEmbeddings
+from ember.nn.bigbird import BigBirdAttention
 from ember.nn.heads import Pooler
 from ember.nn.longformer import LongformerAttention, LongMask
 from ember.nn.query_rows import QueryRows
@@ -101,6 +103,9 @@ def build_attention(cfg: ModelConfig, index: int) -> nn.Module | None:
     if cfg.attention == "longformer":
         return LongformerAttention(cfg.hidden_size, cfg.num_heads, cfg.attention_dropout,
                                    cfg.attention_windows[index], cfg.attention_dilations[index])
+    if cfg.attention == "bigbird":
+        return BigBirdAttention(cfg.hidden_size, cfg.num_heads, cfg.attention_dropout, cfg.attention_block,
+                                cfg.attention_random_blocks)
     return None
 
 

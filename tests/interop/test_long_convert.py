@@ -145,3 +145,37 @@ def test_long_convert_minilm_exports_to_transformers_longformer_with_equal_outpu
         ref = hf(input_ids=ids, global_attention_mask=glob).last_hidden_state
         ours = backbone(long_run)(ids, global_attention_mask=glob).last_hidden_state
     torch.testing.assert_close(ours, ref, atol=1e-5, rtol=0)
+
+
+def test_long_convert_bigbird_adds_no_weights_and_keeps_the_family():
+    cfg = tiny(family="electra")
+    long_cfg, long_state = lengthen(cfg, state_of(cfg), 64, attention="bigbird", block=4, random_blocks=1)
+    assert (long_cfg.family, long_cfg.attention, long_cfg.attention_block) == ("electra", "bigbird", 4)
+    assert set(long_state) == set(state_of(cfg))
+    with pytest.raises(EmberError, match="attention_block=0 must be >= 1"):
+        lengthen(cfg, state_of(cfg), 64, attention="bigbird", block=0)
+
+
+def test_long_convert_minilm_to_bigbird_on_real_wiki_text_and_transformers_big_bird(minilm_runs, tmp_path):
+    transformers = pytest.importorskip("transformers")
+    from hf_interop_helpers import load_hf
+
+    minilm, _ = minilm_runs
+    bird_run = tmp_path / "bird"
+    assert main(["convert", "--from-run", str(minilm), "--out", str(bird_run), "--long", "4096",
+                 "--attention", "bigbird", "--block", "64", "--random-blocks", "3"]) == 0
+    short, bird = backbone(minilm), backbone(bird_run)
+    assert (bird.config.attention, bird.config.max_position) == ("bigbird", 4096)
+    ids = real_ids(bird_run, 4096)
+    with torch.no_grad():  # 300 <= (5 + 2*3) * 64 tokens: full attention, the original's states
+        torch.testing.assert_close(bird(ids[:, :300]).last_hidden_state, short(ids[:, :300]).last_hidden_state,
+                                   atol=1e-5, rtol=0)
+        out = bird(ids).last_hidden_state
+    assert out.shape == (1, 4096, 384) and torch.isfinite(out).all()
+    assert main(["convert", "--to-hf", str(bird_run), "--out", str(tmp_path / "hf")]) == 0
+    hf = load_hf(transformers.BigBirdModel, tmp_path / "hf")
+    assert hf.config.attention_type == "block_sparse"
+    with torch.no_grad():  # 1,000 real tokens: block-sparse in both
+        ref = hf(input_ids=ids[:, :1000]).last_hidden_state
+        ours = bird(ids[:, :1000]).last_hidden_state
+    torch.testing.assert_close(ours, ref, atol=1e-5, rtol=0)
