@@ -33,18 +33,20 @@ import time
 from pathlib import Path
 
 IMPLS = ("full", "ember-longformer", "hf-longformer")
+PASSES = ("fwd", "fwd+bwd", "train")
 
 
-def build(impl: str, hidden: int, heads: int, window: int, seed: int = 0):
-    """(layer, call(x) -> (B, T, H)) for one implementation, all with the same weights."""
+def build(impl: str, hidden: int, heads: int, window: int, seed: int = 0, dropout: float = 0.0):
+    """(layer, call(x) -> (B, T, H)) for one implementation, all with the same weights; ``dropout``
+    on the attention probabilities and the sub-layer outputs (BERT's 0.1 when training)."""
     import torch
 
     from ember.nn.longformer import LongformerAttention, LongMask
     from ember.nn.transformer import TransformerLayer
 
     torch.manual_seed(seed)
-    attention = None if impl == "full" else LongformerAttention(hidden, heads, 0.0, window)
-    layer = TransformerLayer(hidden, heads, 4 * hidden, "gelu", 0.0, 0.0, 1e-12, attention=attention)
+    attention = None if impl == "full" else LongformerAttention(hidden, heads, dropout, window)
+    layer = TransformerLayer(hidden, heads, 4 * hidden, "gelu", dropout, dropout, 1e-12, attention=attention)
     with torch.no_grad():
         for p in layer.parameters():
             p.normal_(0, 0.02)
@@ -56,10 +58,10 @@ def build(impl: str, hidden: int, heads: int, window: int, seed: int = 0):
             glob[:, 0] = True
             return layer(x, LongMask.of(None, glob, x.shape[0], x.shape[1], x.device))[0]
         return layer, run
-    return hf_layer(layer, hidden, heads, window)
+    return hf_layer(layer, hidden, heads, window, dropout)
 
 
-def hf_layer(ours, hidden: int, heads: int, window: int):
+def hf_layer(ours, hidden: int, heads: int, window: int, dropout: float = 0.0):
     """transformers' LongformerLayer with ``ours``' weights, called as LongformerModel calls it
     (input padded to a multiple of the window, the 0 / -inf / +inf mask, first token global)."""
     import torch
@@ -67,8 +69,8 @@ def hf_layer(ours, hidden: int, heads: int, window: int):
     from transformers.models.longformer.modeling_longformer import LongformerLayer
 
     cfg = transformers.LongformerConfig(hidden_size=hidden, num_attention_heads=heads, intermediate_size=4 * hidden,
-                                        attention_window=[window], num_hidden_layers=1, hidden_dropout_prob=0.0,
-                                        attention_probs_dropout_prob=0.0, layer_norm_eps=1e-12)
+                                        attention_window=[window], num_hidden_layers=1, hidden_dropout_prob=dropout,
+                                        attention_probs_dropout_prob=dropout, layer_norm_eps=1e-12)
     layer = LongformerLayer(cfg, 0)
     att = ours.attention
     wq, wk, wv = att.qkv.weight.chunk(3)
@@ -99,12 +101,16 @@ def hf_layer(ours, hidden: int, heads: int, window: int):
     return layer, run
 
 
-def measure(impl: str, length: int, backward: bool, args) -> dict:
-    """One subprocess's work: peak memory of the first call, then the median CPU time."""
+def measure(impl: str, length: int, kind: str, args) -> dict:
+    """One subprocess's work: peak memory of the first call, then the median CPU time. ``kind``:
+    "fwd" (inference), "fwd+bwd" (no dropout: SDPA's fused kernel for full attention) or "train"
+    (fwd+bwd with dropout 0.1, BERT's training setting: on CPU ember's full attention then forms
+    the (T, T) probabilities to drop from, as transformers' does)."""
     import torch
 
     torch.set_num_threads(1)
-    layer, run = build(impl, args.hidden, args.heads, args.window)
+    backward = kind != "fwd"
+    layer, run = build(impl, args.hidden, args.heads, args.window, dropout=0.1 if kind == "train" else 0.0)
     x = torch.randn(1, length, args.hidden, requires_grad=backward)
 
     def call():
@@ -125,7 +131,7 @@ def measure(impl: str, length: int, backward: bool, args) -> dict:
         t0 = time.thread_time()
         call()
         times.append(time.thread_time() - t0)
-    return {"impl": impl, "length": length, "pass": "fwd+bwd" if backward else "fwd",
+    return {"impl": impl, "length": length, "pass": kind,
             "seconds": statistics.median(times), "peak_mb": peak_mb}
 
 
@@ -176,7 +182,7 @@ def table(rows: list[dict]) -> str:
              "full/ember time | full/ember mem | HF/ember time |", "|" + "---|" * 11]
     keyed = {(r["impl"], r["length"], r["pass"]): r for r in rows}
     for length in sorted({r["length"] for r in rows}):
-        for kind in ("fwd", "fwd+bwd"):
+        for kind in PASSES:
             get = lambda impl, f: keyed.get((impl, length, kind), {}).get(f)  # noqa: E731
             full, ours, hf = (get(i, "seconds") for i in IMPLS)
             fm, om, hm = (get(i, "peak_mb") for i in IMPLS)
@@ -204,7 +210,7 @@ def plot(rows: list[dict], path: Path, title: str) -> None:
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
     for ax, field, label in ((axes[0], "seconds", "CPU seconds (1 thread)"), (axes[1], "peak_mb", "peak MB")):
         for impl, colour in zip(IMPLS, ("tab:red", "tab:blue", "tab:gray"), strict=True):
-            for kind, style in (("fwd", "--"), ("fwd+bwd", "-")):
+            for kind, style in (("fwd", ":"), ("fwd+bwd", "--"), ("train", "-")):
                 pts = sorted((r["length"], r[field]) for r in rows if r["impl"] == impl and r["pass"] == kind)
                 if pts:
                     ax.plot(*zip(*pts), style, marker="o", color=colour, label=f"{impl} {kind}")
@@ -226,8 +232,9 @@ def main() -> None:
     p.add_argument("--heads", type=int, default=12)
     p.add_argument("--window", type=int, default=512)
     p.add_argument("--reps", type=int, default=3)
+    p.add_argument("--passes", default=",".join(PASSES), help="fwd, fwd+bwd (no dropout), train (fwd+bwd, dropout 0.1)")
     p.add_argument("--full-limit-gb", type=float, default=4.0,
-                   help="skip full attention where heads x T x T fp32 scores pass this many GB")
+                   help="skip full attention where its heads x T x T fp32 scores (x4 when training) pass this many GB")
     p.add_argument("--out", default="runs/bench-long")
     p.add_argument("--smoke", action="store_true", help="tiny sizes, one repetition, in one process: checks "
                    "the script runs (its memory column is meaningless)")
@@ -237,7 +244,7 @@ def main() -> None:
         args.lengths, args.hidden, args.heads, args.window, args.reps = "64,256", 32, 4, 16, 1
     if args.one:
         impl, length, kind = args.one.split(",")
-        print(json.dumps(measure(impl, int(length), kind == "fwd+bwd", args)))
+        print(json.dumps(measure(impl, int(length), kind, args)))
         return
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -248,11 +255,12 @@ def main() -> None:
     rows = []
     for length in (int(v) for v in args.lengths.split(",")):
         for impl in IMPLS:
-            if impl == "full" and args.heads * length * length * 4 / 2 ** 30 > args.full_limit_gb:
-                continue
-            for kind in ("fwd", "fwd+bwd"):
+            for kind in args.passes.split(","):
+                copies = 4 if kind == "train" else 1  # scores, probabilities, dropped ones, their gradient
+                if impl == "full" and copies * args.heads * length * length * 4 / 2 ** 30 > args.full_limit_gb:
+                    continue  # full attention's memory explodes here
                 if args.smoke:  # in this process: checks the code paths, not the memory
-                    rows.append(measure(impl, length, kind == "fwd+bwd", args))
+                    rows.append(measure(impl, length, kind, args))
                     continue
                 cmd = [sys.executable, __file__, "--one", f"{impl},{length},{kind}", "--hidden", str(args.hidden),
                        "--heads", str(args.heads), "--window", str(args.window), "--reps", str(args.reps)]
@@ -267,12 +275,13 @@ def main() -> None:
     text = table(rows)
     summary = {"machine": header, "hidden": args.hidden, "heads": args.heads, "window": args.window,
                "max_diff_vs_transformers": diff, "crossover_fwd": crossover(rows, "fwd"),
-               "crossover_fwd_bwd": crossover(rows, "fwd+bwd"), "rows": rows}
+               "crossover_fwd_bwd": crossover(rows, "fwd+bwd"), "crossover_train": crossover(rows, "train"),
+               "rows": rows}
     (out / "RESULTS.json").write_text(json.dumps(summary, indent=2))
     (out / "table.md").write_text(f"{title}\n\n{text}\n")
     plot(rows, out / "long_attention.png", title)
     print(f"\n{title}\n\n{text}\n\ncrossover (ember Longformer faster from): fwd {summary['crossover_fwd']}, "
-          f"fwd+bwd {summary['crossover_fwd_bwd']} tokens\nwritten: {out}/RESULTS.json, table.md, long_attention.png")
+          f"fwd+bwd {summary['crossover_fwd_bwd']}, train {summary['crossover_train']} tokens\nwritten: {out}/RESULTS.json, table.md, long_attention.png")
 
 
 if __name__ == "__main__":
