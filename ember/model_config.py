@@ -23,8 +23,9 @@ ATTN_TYPES = ("bi", "uni")  # XLNet's attention: bidirectional (XLNet) or causal
 LSTM_POOLINGS = ("last", "linear_gain")  # the LSTM classifier's read-out (Dai & Le 2015, §2-3)
 # The encoder's attention (docs/long.md): "full" (every pair), "longformer" (sliding window +
 # global positions, Beltagy et al. 2020; ember.nn.longformer), "bigbird" (block-sparse: window,
-# global and random blocks, Zaheer et al. 2020; ember.nn.bigbird).
-ATTENTION_KINDS = ("full", "longformer", "bigbird")
+# global and random blocks, Zaheer et al. 2020; ember.nn.bigbird), "performer" (FAVOR+ random
+# features, Choromanski et al. 2021; ember.nn.performer).
+ATTENTION_KINDS = ("full", "longformer", "bigbird", "performer")
 
 
 @dataclass(frozen=True)
@@ -93,6 +94,8 @@ class ModelConfig:
     # BigBird (Zaheer et al. 2020, App. D; ITC): tokens per block and random blocks per query block
     attention_block: int = 64
     attention_random_blocks: int = 3
+    # Performer (Choromanski et al. 2021, FAVOR+): random features per head (m; the paper's 256)
+    attention_features: int = 256
 
     def __post_init__(self) -> None:
         if self.share_layers not in SHARE_MODES:
@@ -131,11 +134,16 @@ class ModelConfig:
             raise EmberError(f"model.attention={self.attention!r}; choose one of {', '.join(ATTENTION_KINDS)}")
         if self.attention == "full":
             return
-        if self.family not in ENCODER_FAMILIES or self.causal:
+        if self.family not in ENCODER_FAMILIES or (self.causal and self.attention != "performer"):
             what = "a causal encoder" if self.causal else f"family {self.family!r}"
             raise EmberError(f"model.attention={self.attention} serves the bidirectional encoder families "
                              f"({', '.join(ENCODER_FAMILIES)}), not {what} (its memory, relative bias or "
-                             "causal mask has no banded form here); use model.attention=full")
+                             "causal mask has no sparse form here; Performer's prefix sums serve a causal "
+                             "encoder); use model.attention=full")
+        if self.attention == "performer":
+            if self.attention_features < 1:
+                raise EmberError(f"model.attention_features={self.attention_features} must be >= 1")
+            return
         if self.attention == "bigbird":
             if self.attention_block < 1 or self.attention_random_blocks < 0:
                 raise EmberError(f"model.attention_block={self.attention_block} must be >= 1 and "

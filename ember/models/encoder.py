@@ -19,7 +19,8 @@ Options used by the variants, all from ModelConfig:
 - ``attention``: "full", or for long inputs "longformer" (Beltagy et al. 2020: a sliding window
   per layer + global positions, ember.nn.longformer; ``forward(global_attention_mask=)`` names
   the global positions, 1 = global, as transformers' LongformerModel) or "bigbird" (Zaheer et
-  al. 2020: window, global and random blocks, ember.nn.bigbird).
+  al. 2020: window, global and random blocks, ember.nn.bigbird) or "performer" (Choromanski et
+  al. 2021: FAVOR+ random features, ember.nn.performer; causal too).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from ember.nn.embeddings import InputEmbeddings
 from ember.nn.bigbird import BigBirdAttention
 from ember.nn.heads import Pooler
 from ember.nn.longformer import LongformerAttention, LongMask
+from ember.nn.performer import PerformerAttention
 from ember.nn.query_rows import QueryRows
 from ember.nn.transformer import TransformerLayer
 
@@ -106,6 +108,9 @@ def build_attention(cfg: ModelConfig, index: int) -> nn.Module | None:
     if cfg.attention == "bigbird":
         return BigBirdAttention(cfg.hidden_size, cfg.num_heads, cfg.attention_dropout, cfg.attention_block,
                                 cfg.attention_random_blocks)
+    if cfg.attention == "performer":  # causal (XLM's CLM) through prefix sums; seed: the layer's own eval draw
+        return PerformerAttention(cfg.hidden_size, cfg.num_heads, cfg.attention_dropout, cfg.attention_features,
+                                  cfg.causal, seed=index)
     return None
 
 
