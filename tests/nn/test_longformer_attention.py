@@ -149,3 +149,26 @@ def test_longformer_encoder_refuses_bad_inputs_with_one_line():
         model(ids, torch.ones(2, 10, 10))
     with pytest.raises(EmberError, match="global_attention_mask is read by model.attention=longformer"):
         build_backbone(tiny())(ids, global_attention_mask=torch.ones(2, 10))
+
+
+@pytest.mark.parametrize("settings", [
+    {"attention": "longformer", "attention_window": "4", "attention_global": 1, "attention_dilation": "2"},
+    {"attention": "bigbird", "attention_block": 2, "attention_random_blocks": 1},
+    {"attention": "performer", "attention_features": 16},
+])
+def test_long_attention_variants_run_in_bfloat16_and_under_autocast(settings):
+    """dtype stays a parameter: masks and features follow the tensors' dtype (CUDA runs the same code)."""
+    torch.manual_seed(0)
+    model = build_backbone(tiny(**settings)).eval()
+    ids = torch.randint(5, 60, (2, 40))
+    mask = torch.ones(2, 40, dtype=torch.long)
+    mask[1, 30:] = 0
+    with torch.no_grad():
+        reference = model(ids, mask).last_hidden_state
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            autocast = model(ids, mask).last_hidden_state
+        half = model.to(torch.bfloat16)(ids, mask).last_hidden_state
+    assert half.dtype == torch.bfloat16
+    for out in (autocast, half):
+        assert torch.isfinite(out.float()).all()
+        assert (out.float() - reference)[mask.bool()].abs().max() < 0.25  # bf16 rounding, not another function
