@@ -24,8 +24,9 @@ def register(sub) -> None:
     p.add_argument("--out", required=True, help="folder to write (written whole or not at all; an existing "
                    "folder with files in it is refused without --overwrite)")
     p.add_argument("--overwrite", action="store_true", help="replace an existing --out folder and everything in it")
-    p.add_argument("--long", type=int, metavar="N", help="make the encoder long: N positions and Longformer "
-                   "attention (model.attention=longformer); with --from-hf or --from-run")
+    p.add_argument("--long", type=int, metavar="N", help="make the encoder long: N positions (copied from the "
+                   "trained ones) and Longformer attention, or BigBird's with --attention bigbird; with --from-hf or "
+                   "--from-run")
     p.add_argument("--window", default="512", metavar="W", help="with --long: Longformer's window w (even; "
                    "w/2 tokens each side), one value or one per layer (\"256,256,512,...\"); default 512")
     p.add_argument("--global-tokens", type=int, metavar="G", help="with --long: the first G positions attend "
