@@ -33,6 +33,7 @@ import time
 from pathlib import Path
 
 IMPLS = ("full", "ember-longformer", "hf-longformer")
+EXTRA = ("ember-bigbird", "ember-performer")  # --impls: BigBird (blocks of 64, 3 random), Performer (256 features)
 PASSES = ("fwd", "fwd+bwd", "train")
 
 
@@ -41,17 +42,23 @@ def build(impl: str, hidden: int, heads: int, window: int, seed: int = 0, dropou
     on the attention probabilities and the sub-layer outputs (BERT's 0.1 when training)."""
     import torch
 
+    from ember.nn.bigbird import BigBirdAttention
     from ember.nn.longformer import LongformerAttention, LongMask
+    from ember.nn.performer import PerformerAttention
     from ember.nn.transformer import TransformerLayer
 
     torch.manual_seed(seed)
-    attention = None if impl == "full" else LongformerAttention(hidden, heads, dropout, window)
+    attention = {"full": lambda: None, "ember-bigbird": lambda: BigBirdAttention(hidden, heads, dropout, 64, 3),
+                 "ember-performer": lambda: PerformerAttention(hidden, heads, dropout, 256)}.get(
+        impl, lambda: LongformerAttention(hidden, heads, dropout, window))()
     layer = TransformerLayer(hidden, heads, 4 * hidden, "gelu", dropout, dropout, 1e-12, attention=attention)
     with torch.no_grad():
         for p in layer.parameters():
             p.normal_(0, 0.02)
     if impl == "full":
         return layer, lambda x: layer(x)[0]
+    if impl in EXTRA:
+        return layer, lambda x: layer(x, LongMask.of(None, None, x.shape[0], x.shape[1], x.device))[0]
     if impl == "ember-longformer":
         def run(x):
             glob = torch.zeros(x.shape[:2], dtype=torch.bool)
@@ -232,6 +239,8 @@ def main() -> None:
     p.add_argument("--heads", type=int, default=12)
     p.add_argument("--window", type=int, default=512)
     p.add_argument("--reps", type=int, default=3)
+    p.add_argument("--impls", default=",".join(IMPLS), help=f"which layers; also {', '.join(EXTRA)} (in "
+                   "RESULTS.json, not in the table)")
     p.add_argument("--passes", default=",".join(PASSES), help="fwd, fwd+bwd (no dropout), train (fwd+bwd, dropout 0.1)")
     p.add_argument("--full-limit-gb", type=float, default=4.0,
                    help="skip full attention where its heads x T x T fp32 scores (x4 when training) pass this many GB")
@@ -254,7 +263,7 @@ def main() -> None:
     print(f"{header}\nember vs transformers Longformer layer: max |diff| {diff:.2e}", flush=True)
     rows = []
     for length in (int(v) for v in args.lengths.split(",")):
-        for impl in IMPLS:
+        for impl in args.impls.split(","):
             for kind in args.passes.split(","):
                 copies = 4 if kind == "train" else 1  # scores, probabilities, dropped ones, their gradient
                 if impl == "full" and copies * args.heads * length * length * 4 / 2 ** 30 > args.full_limit_gb:
