@@ -25,6 +25,11 @@ NORM_KINDS = ("rms", "layer")  # encoder-decoder norms: T5's scale-only | LayerN
 INIT_SCHEMES = ("mesh_tf", "normal")  # T5's fan-in scaled init | N(0, initializer_range) (BART, BERT)
 ATTN_TYPES = ("bi", "uni")  # XLNet's attention: bidirectional (XLNet) or causal (Transformer-XL)
 LSTM_POOLINGS = ("last", "linear_gain")  # the LSTM classifier's read-out (Dai & Le 2015, §2-3)
+# The encoder's attention (docs/long.md): "full" (every pair), "longformer" (sliding window +
+# global positions, Beltagy et al. 2020; ember.nn.longformer), "bigbird" (block-sparse: window,
+# global and random blocks, Zaheer et al. 2020; ember.nn.bigbird), "performer" (FAVOR+ random
+# features, Choromanski et al. 2021; ember.nn.performer).
+ATTENTION_KINDS = ("full", "longformer", "bigbird", "performer")
 
 
 @dataclass(frozen=True)
@@ -96,6 +101,20 @@ class ModelConfig:
     # How the LSTM classifier reads the label off the states (ember.tasks.families.lstm): "last"
     # (the final state, §2) or "linear_gain" (a prediction at every step, weighted t/T, §3)
     lstm_pooling: str = "last"
+    # Long inputs (docs/long.md): the encoder families' attention variant. Longformer (Beltagy et
+    # al. 2020, §3): ``attention_window`` is w', even (w'/2 keys each side), one value for every
+    # layer or a comma list with one per layer ("32,32,64,64"); ``attention_dilation`` likewise
+    # (1 = none); ``attention_global``: the first N positions attend globally when the caller
+    # passes no global_attention_mask (1 = [CLS] / <s>, the paper's classification setting, §4).
+    attention: str = "full"
+    attention_window: str = "512"
+    attention_dilation: str = "1"
+    attention_global: int = 0
+    # BigBird (Zaheer et al. 2020, App. D; ITC): tokens per block and random blocks per query block
+    attention_block: int = 64
+    attention_random_blocks: int = 3
+    # Performer (Choromanski et al. 2021, FAVOR+): random features per head (m; the paper's 256)
+    attention_features: int = 256
 
     def __post_init__(self) -> None:
         if self.share_layers not in SHARE_MODES:
@@ -132,6 +151,65 @@ class ModelConfig:
             raise EmberError(f"model.lstm_pooling={self.lstm_pooling!r}; choose one of {', '.join(LSTM_POOLINGS)}")
         if not 0.0 <= self.embedding_dropout < 1.0:
             raise EmberError(f"model.embedding_dropout={self.embedding_dropout} must be in [0, 1)")
+        self._check_attention()
+
+    def _check_attention(self) -> None:
+        if self.attention not in ATTENTION_KINDS:
+            raise EmberError(f"model.attention={self.attention!r}; choose one of {', '.join(ATTENTION_KINDS)}")
+        if self.attention == "full":
+            return
+        if self.family not in ENCODER_FAMILIES or (self.causal and self.attention != "performer"):
+            what = "a causal encoder" if self.causal else f"family {self.family!r}"
+            raise EmberError(f"model.attention={self.attention} serves the bidirectional encoder families "
+                             f"({', '.join(ENCODER_FAMILIES)}), not {what} (its memory, relative bias or "
+                             "causal mask has no sparse form here; Performer's prefix sums serve a causal "
+                             "encoder); use model.attention=full")
+        if self.attention == "performer":
+            if self.attention_features < 1:
+                raise EmberError(f"model.attention_features={self.attention_features} must be >= 1")
+            return
+        if self.attention == "bigbird":
+            if self.attention_block < 1 or self.attention_random_blocks < 0:
+                raise EmberError(f"model.attention_block={self.attention_block} must be >= 1 and "
+                                 f"model.attention_random_blocks={self.attention_random_blocks} >= 0")
+            if self.attention_global:
+                raise EmberError("model.attention_global is Longformer's; BigBird's global tokens are its first "
+                                 "and last blocks")
+            return
+        windows, dilations = self.attention_windows, self.attention_dilations
+        if any(w <= 0 or w % 2 for w in windows):
+            raise EmberError(f"model.attention_window={self.attention_window!r}: Longformer's window must be "
+                             "a positive even number per layer (w/2 keys on each side of a token)")
+        if self.share_layers in ("all", "attention") and len(set(zip(windows, dilations))) > 1:
+            raise EmberError(f"model.share_layers={self.share_layers} shares one attention sub-layer across "
+                             "layers, so it has one window and dilation; give one value each")
+        if any(d < 1 for d in dilations):
+            raise EmberError(f"model.attention_dilation={self.attention_dilation!r} must be >= 1 per layer")
+        if self.attention_global < 0:
+            raise EmberError(f"model.attention_global={self.attention_global} must be >= 0")
+
+    def _per_layer(self, name: str) -> tuple[int, ...]:
+        raw = str(getattr(self, name))
+        try:
+            values = tuple(int(v) for v in raw.split(",") if v.strip())
+        except ValueError:
+            raise EmberError(f"model.{name}={raw!r}: give whole numbers, one or one per layer "
+                             "separated by commas") from None
+        if len(values) == 1:
+            return values * self.num_layers
+        if len(values) != self.num_layers:
+            raise EmberError(f"model.{name}={raw!r} gives {len(values)} values for {self.num_layers} layers; "
+                             "give one value, or one per layer")
+        return values
+
+    @property
+    def attention_windows(self) -> tuple[int, ...]:
+        """Longformer's window w' of each layer (``attention_window`` read per layer)."""
+        return self._per_layer("attention_window")
+
+    @property
+    def attention_dilations(self) -> tuple[int, ...]:
+        return self._per_layer("attention_dilation")
 
     @property
     def language_codes(self) -> list[str]:

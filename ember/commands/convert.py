@@ -12,13 +12,30 @@ def register(sub) -> None:
                        "folder keeps its pooling) (config.json + model.safetensors or "
                        "pytorch_model.bin; tokenizer.json, vocab.txt or vocab.json + merges.txt). --to-hf RUN --out HF_DIR: export an ember run (or one of its checkpoints, RUN/checkpoints/step-N, "
                        "sharded or not) to the same layout, "
-                       "loadable with transformers' from_pretrained. Nothing is downloaded.")
+                       "loadable with transformers' from_pretrained. --long N (with --from-hf or --from-run RUN): "
+                       "make the encoder long (Longformer §5): N positions copied from the trained ones, "
+                       "global projections copied from the local ones, sliding-window attention of --window "
+                       "tokens (docs/long.md); a long model exports (--to-hf) as a transformers Longformer. "
+                       "Nothing is downloaded.")
     group = p.add_mutually_exclusive_group(required=True)
     group.add_argument("--from-hf", metavar="HF_DIR", help="HF checkpoint folder to import")
     group.add_argument("--to-hf", metavar="RUN_DIR", help="ember run folder to export")
+    group.add_argument("--from-run", metavar="RUN_DIR", help="ember run folder to make long (with --long)")
     p.add_argument("--out", required=True, help="folder to write (written whole or not at all; an existing "
                    "folder with files in it is refused without --overwrite)")
     p.add_argument("--overwrite", action="store_true", help="replace an existing --out folder and everything in it")
+    p.add_argument("--long", type=int, metavar="N", help="make the encoder long: N positions (copied from the "
+                   "trained ones) and Longformer attention, or BigBird's with --attention bigbird; with --from-hf or "
+                   "--from-run")
+    p.add_argument("--window", default="512", metavar="W", help="with --long: Longformer's window w (even; "
+                   "w/2 tokens each side), one value or one per layer (\"256,256,512,...\"); default 512")
+    p.add_argument("--global-tokens", type=int, metavar="G", help="with --long: the first G positions attend "
+                   "globally unless a caller names its own (1 = [CLS], for classification); default: the model's (0)")
+    p.add_argument("--attention", default="longformer", choices=("longformer", "bigbird"),
+                   help="with --long: Longformer's window (default) or BigBird's block-sparse attention")
+    p.add_argument("--block", type=int, default=64, help="with --long --attention bigbird: tokens per block (64)")
+    p.add_argument("--random-blocks", type=int, default=3,
+                   help="with --long --attention bigbird: random blocks per query block (3)")
     p.set_defaults(run=run)
 
 
@@ -29,24 +46,52 @@ def run(args) -> int:
     from ember.runs.folder import holds
     from ember.runs.sharded import weights_view
 
-    source, out = Path(args.from_hf or args.to_hf), Path(args.out)
+    long = getattr(args, "long", None)
+    if getattr(args, "from_run", None) and long is None:
+        raise EmberError("--from-run makes a run long: give --long N (the new number of positions)")
+    if long is not None and args.to_hf:
+        raise EmberError("--long makes a model long on import (--from-hf) or from a run (--from-run); export "
+                         "the long run with --to-hf afterwards")
+    if long is None and (args.window != "512" or args.global_tokens is not None or args.attention != "longformer"
+                         or args.block != 64 or args.random_blocks != 3):
+        raise EmberError("--window, --global-tokens, --attention, --block and --random-blocks apply with --long N")
+    options = ({"window": args.window, "global_first": args.global_tokens} if args.attention == "longformer"
+               else {"attention": "bigbird", "block": args.block, "random_blocks": args.random_blocks})
+    if long is not None and long < 1:
+        raise EmberError(f"--long {long}: give the number of positions of the long model (e.g. 4096)")
+    source, out = Path(args.from_hf or args.to_hf or args.from_run), Path(args.out)
     if holds(out, source):
         raise EmberError(f"--out {out} would replace the folder being converted ({source}); choose another folder")
     if out.exists() and not out.is_dir():
         raise EmberError(f"--out {out} is a file; name a folder to write")
-    again = args.from_hf and earlier_import_of(source, out)  # e.g. the README's import run twice: harmless
+    again = args.from_hf and long is None and earlier_import_of(source, out)  # e.g. the README's import run twice: harmless
     if out.is_dir() and any(out.iterdir()) and not (args.overwrite or again):
         raise EmberError(f"--out {out} already exists and is not an empty folder; pass --overwrite to replace it "
                          "and everything in it, or choose another folder")
     # The folder is written beside --out and swapped in when complete (an interrupted or failed
     # conversion leaves the old folder, or none, never a mix of two models' files).
     with atomic_folder(out) as tmp:
-        if args.from_hf:
+        if long is not None:
+            from ember.interop.long import lengthen_run
+
+            if args.from_hf:  # imported into a scratch folder, then made long into the output
+                import tempfile
+
+                with tempfile.TemporaryDirectory(prefix="ember-long-") as scratch:
+                    import_hf(args.from_hf, Path(scratch))
+                    lengthen_run(Path(scratch), tmp, long, **options)
+            else:
+                lengthen_run(source, tmp, long, **options)
+        elif args.from_hf:
             import_hf(args.from_hf, tmp)
         else:
             with weights_view(args.to_hf) as run_dir:  # a checkpoint (sharded or not) is read directly
                 export_hf(run_dir, tmp)
-    if args.from_hf:
+    if long is not None:
+        how = (f"Longformer window {args.window}" if args.attention == "longformer"
+               else f"BigBird blocks of {args.block}, {args.random_blocks} random")
+        print(f"made {source} long ({long} positions, {how}) -> ember run folder {out}")
+    elif args.from_hf:
         print(f"imported {args.from_hf} -> ember run folder {out}")
     else:
         print(f"exported {args.to_hf} -> Hugging Face folder {out}")

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from ember.config import DataConfig, RunConfig
 from ember.errors import EmberError
-from ember.interop.families import interop_for_family
+from ember.interop.families import interop_for_family, interop_for_model
 from ember.runs.checkpoint import atomic_write_text, load_weights, save_weights
 from ember.runs.folder import load_run_config, write_run_files
 
@@ -86,7 +86,7 @@ def export_hf(run_dir: str | Path, out_dir: str | Path) -> Path:
         raise EmberError(f"{run_dir} is a feature-based run (frozen encoder + learned layer mix, "
                          "`ember finetune --features`); transformers has no model class for it. Use "
                          "`ember predict`/`ember evaluate` on the run folder, or fine-tune without --features")
-    interop = interop_for_family(cfg.model.family)
+    interop = interop_for_model(cfg.model)
     state = load_weights(run_dir / "model.safetensors")
     arch = interop.hf_architecture(state)
     hf_state = interop.state_to_hf(state, cfg.model)

@@ -40,7 +40,12 @@ FAMILIES = {
     "bart": "ember.interop.hf_bart",  # BART and mBART (Lewis et al. 2020; Liu et al. 2020)
     "xlnet": "ember.interop.hf_xlnet",
     "xlm": "ember.interop.hf_xlm",  # XLMWithLMHeadModel (Lample & Conneau 2019)
+    # not a family of its own: a RoBERTa-style encoder with model.attention=longformer
+    "longformer": "ember.interop.hf_longformer",
+    "big_bird": "ember.interop.hf_big_bird",  # likewise: a BERT-style encoder with model.attention=bigbird
 }
+# A long-input attention variant exports to its own transformers layout, whatever the family.
+ATTENTION_LAYOUTS = {"longformer": "longformer", "bigbird": "big_bird"}
 # HF model_type -> ember family where the two names differ.
 _MODEL_TYPES = {"openai-gpt": "gpt", "mbart": "bart"}
 
@@ -59,6 +64,12 @@ def interop_for_family(family: str) -> ModuleType:
             raise
         raise EmberError(f"Hugging Face interop for {family!r} is not available in this ember "
                          f"version ({name} is missing)") from None
+
+
+def interop_for_model(cfg: ModelConfig) -> ModuleType:
+    """The interop module that exports a model: its attention variant's layout (a BERT made long
+    is a transformers Longformer), else its family's."""
+    return interop_for_family(ATTENTION_LAYOUTS.get(cfg.attention, cfg.family))
 
 
 def interop_for_hf_config(hf: dict) -> ModuleType:

@@ -27,7 +27,7 @@ from ember.runs.embedding import EmbeddingDefaults
 
 # Encoder families whose HF head classes ember maps (the interop modules of the other families
 # check their own architectures). Base models end in "Model"; "...LMHeadModel" is a causal LM.
-_ENCODER_MODEL_TYPES = ("bert", "roberta", "albert", "electra", "distilbert")
+_ENCODER_MODEL_TYPES = ("bert", "roberta", "albert", "electra", "distilbert", "longformer", "big_bird")
 _HEADS = ("ForMaskedLM", "ForPreTraining", "ForSequenceClassification")
 # A tokenizer may have fewer tokens than the embedding matrix has rows (vocabularies are padded
 # to a multiple of 8 or 128 for speed, T5's 32,100 tokens sit in 32,128 rows); more than this

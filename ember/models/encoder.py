@@ -16,6 +16,11 @@ Options used by the variants, all from ModelConfig:
   §3.4), ``sinusoidal_positions``: a fixed position table (ember.nn.embeddings).
 - ``causal``: every position attends only to itself and to its left (XLM's causal LM,
   §3.1); see ``causal_mask_4d`` for padding.
+- ``attention``: "full", or for long inputs "longformer" (Beltagy et al. 2020: a sliding window
+  per layer + global positions, ember.nn.longformer; ``forward(global_attention_mask=)`` names
+  the global positions, 1 = global, as transformers' LongformerModel) or "bigbird" (Zaheer et
+  al. 2020: window, global and random blocks, ember.nn.bigbird) or "performer" (Choromanski et
+  al. 2021: FAVOR+ random features, ember.nn.performer; causal too).
 """
 
 from __future__ import annotations
@@ -26,8 +31,12 @@ import torch
 from torch import nn
 
 from ember.config import ModelConfig
+from ember.errors import EmberError
 from ember.nn.embeddings import InputEmbeddings
+from ember.nn.bigbird import BigBirdAttention
 from ember.nn.heads import Pooler
+from ember.nn.longformer import LongformerAttention, LongMask
+from ember.nn.performer import PerformerAttention
 from ember.nn.query_rows import QueryRows
 from ember.nn.transformer import TransformerLayer
 
@@ -90,24 +99,39 @@ def init_weights(module: nn.Module, std: float) -> None:
         nn.init.zeros_(module.bias)
 
 
+def build_attention(cfg: ModelConfig, index: int) -> nn.Module | None:
+    """Layer ``index``'s attention when ``model.attention`` is not full (None: the layer's own
+    full SelfAttention)."""
+    if cfg.attention == "longformer":
+        return LongformerAttention(cfg.hidden_size, cfg.num_heads, cfg.attention_dropout,
+                                   cfg.attention_windows[index], cfg.attention_dilations[index])
+    if cfg.attention == "bigbird":
+        return BigBirdAttention(cfg.hidden_size, cfg.num_heads, cfg.attention_dropout, cfg.attention_block,
+                                cfg.attention_random_blocks)
+    if cfg.attention == "performer":  # causal (XLM's CLM) through prefix sums; seed: the layer's own eval draw
+        return PerformerAttention(cfg.hidden_size, cfg.num_heads, cfg.attention_dropout, cfg.attention_features,
+                                  cfg.causal, seed=index)
+    return None
+
+
 def build_layers(cfg: ModelConfig) -> nn.ModuleList:
     """The stored layers (the GPT decoder runs the same ones causally). Sharing "all" stores
     one; "attention"/"ffn" store num_layers layers of which only layer 0 owns the shared
     sub-layer (the others borrow it at call time)."""
-    def layer(own_attention: bool = True, own_ffn: bool = True) -> TransformerLayer:
+    def layer(index: int, own_attention: bool = True, own_ffn: bool = True) -> TransformerLayer:
         return TransformerLayer(
             cfg.hidden_size, cfg.num_heads, cfg.intermediate_size, cfg.hidden_act,
             cfg.dropout, cfg.attention_dropout, cfg.layer_norm_eps, cfg.pre_layer_norm,
-            own_attention, own_ffn,
+            own_attention, own_ffn, build_attention(cfg, index) if own_attention else None,
         )
 
     if cfg.share_layers == "all":
-        return nn.ModuleList([layer()])
+        return nn.ModuleList([layer(0)])
     if cfg.share_layers == "attention":
-        return nn.ModuleList([layer()] + [layer(own_attention=False) for _ in range(cfg.num_layers - 1)])
+        return nn.ModuleList([layer(0)] + [layer(i, own_attention=False) for i in range(1, cfg.num_layers)])
     if cfg.share_layers == "ffn":
-        return nn.ModuleList([layer()] + [layer(own_ffn=False) for _ in range(cfg.num_layers - 1)])
-    return nn.ModuleList(layer() for _ in range(cfg.num_layers))
+        return nn.ModuleList([layer(0)] + [layer(i, own_ffn=False) for i in range(1, cfg.num_layers)])
+    return nn.ModuleList(layer(i) for i in range(cfg.num_layers))
 
 
 def output_at_rows(backbone: nn.Module, rows: torch.Tensor, *args, **kwargs):
@@ -129,6 +153,7 @@ class Encoder(nn.Module):
     def __init__(self, cfg: ModelConfig, embeddings: bool = True) -> None:
         super().__init__()
         self.config = cfg
+        self.takes_rows = cfg.attention == "full"  # a band's queries are blocks, not rows
         e = cfg.embedding_size or cfg.hidden_size
         self.embeddings = InputEmbeddings(
             cfg.vocab_size, e, cfg.max_position, cfg.type_vocab_size,
@@ -169,16 +194,17 @@ class Encoder(nn.Module):
         inputs_embeds: torch.Tensor | None = None,  # (B, T, E) from an embeddings module
         language_ids: torch.Tensor | None = None,  # (B, T) XLM language of each token
         rows: torch.Tensor | None = None,  # bool (B, T): only these rows of the output are read
+        global_attention_mask: torch.Tensor | None = None,  # (B, T) 1 = global (model.attention=longformer)
     ) -> EncoderOutput:
         """With ``rows``, last_hidden_state is (N, H), the full output's ``[rows]``, and the last
         layer runs its queries, feed-forward and norms only there (ember.nn.query_rows: the same
         numbers to float rounding, same dropout masks); pooled is computed as without it."""
         x, mask, is_causal = self.embed(input_ids, attention_mask, token_type_ids, position_ids,
-                                        inputs_embeds, language_ids)
+                                        inputs_embeds, language_ids, global_attention_mask)
         hidden_states = [x] if output_hidden_states else None
         attentions = [] if output_attentions else None
         sequence = self.layer_sequence()
-        at_rows = rows is not None and not (is_causal or output_hidden_states or output_attentions)
+        at_rows = rows is not None and self.takes_rows and not (is_causal or output_hidden_states or output_attentions)
         for layer, donor in sequence[:-1] if at_rows else sequence:
             x, probs = layer(x, mask, need_weights=output_attentions, donor=donor, is_causal=is_causal)
             self.record(x, probs, hidden_states, attentions)
@@ -198,14 +224,22 @@ class Encoder(nn.Module):
         return out
 
     def embed(self, input_ids, attention_mask=None, token_type_ids=None, position_ids=None, inputs_embeds=None,
-              language_ids=None) -> tuple[torch.Tensor, torch.Tensor | None, bool]:
-        """(layer input (B, T, H), the layers' attention mask, whether SDPA's causal triangle is used)."""
+              language_ids=None, global_attention_mask=None) -> tuple[torch.Tensor, torch.Tensor | None, bool]:
+        """(layer input (B, T, H), the layers' attention mask - a LongMask for model.attention=longformer -,
+        whether SDPA's causal triangle is used)."""
         if inputs_embeds is not None:
             x = inputs_embeds
         else:
             x = self.embeddings(input_ids, token_type_ids, position_ids, language_ids)
         if self.embed_project is not None:
             x = self.embed_project(x)  # (B, T, E) -> (B, T, H)
+        if self.config.attention != "full":
+            b, t = x.shape[:2]
+            return x, LongMask.of(attention_mask, global_attention_mask, b, t, x.device,
+                                  self.config.attention_global), False
+        if global_attention_mask is not None:
+            raise EmberError("global_attention_mask is read by model.attention=longformer; with full "
+                             "attention every token already attends to every other")
         causal = self.config.causal
         mask = causal_mask_4d(attention_mask) if causal else attention_mask_4d(attention_mask)
         return x, mask, causal and mask is None  # SDPA's triangle; no (T, T) mask to build

@@ -11,6 +11,9 @@ ALBERT's cross-layer sharing (Lan et al. 2020, §3.1) builds some layers without
 attention or feed-forward sub-layer (``own_attention`` / ``own_ffn`` False); such a layer
 borrows the missing sub-layer, with its LayerNorm, from a ``donor`` layer at call time. That
 keeps each shared tensor stored once in the state dict.
+
+Long-input attention variants (Longformer) come in as ``attention``, a module with the same
+call (x, mask, need_weights) whose ``mask`` is what the encoder built for it (a LongMask).
 """
 
 from __future__ import annotations
@@ -36,10 +39,11 @@ class TransformerLayer(nn.Module):
         pre_layer_norm: bool = False,
         own_attention: bool = True,
         own_ffn: bool = True,
+        attention: nn.Module | None = None,  # another attention variant (ember.nn.longformer); None = full
     ) -> None:
         super().__init__()
         if own_attention:
-            self.attention = SelfAttention(hidden_size, num_heads, attention_dropout)
+            self.attention = attention or SelfAttention(hidden_size, num_heads, attention_dropout)
             self.attention_norm = nn.LayerNorm(hidden_size, eps=layer_norm_eps)
         if own_ffn:
             self.ffn = FeedForward(hidden_size, intermediate_size, act)

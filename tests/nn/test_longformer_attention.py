@@ -1,0 +1,174 @@
+"""Longformer attention (ember.nn.banded, ember.nn.longformer) against a masked full-matrix
+reference, and as the encoder's attention variant (model.attention=longformer)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+from ember.config import ModelConfig
+from ember.errors import EmberError
+from ember.models import build_backbone
+from ember.nn.banded import band_attention, window_bias
+
+
+def reference(q, k, v, real, glob, radius, dilation):
+    """Dense O(T^2) Longformer attention for the non-global queries: key j is read by query i
+    when it is real and either global or within the dilated window of i."""
+    t = q.shape[2]
+    i, j = torch.arange(t)[:, None], torch.arange(t)[None, :]
+    off = j - i
+    band = (off.abs() <= radius * dilation) & (off % dilation == 0)
+    allowed = (band[None] & (real & ~glob)[:, None, :]) | (real & glob)[:, None, :]  # (B, T, T)
+    scores = (q @ k.transpose(-1, -2)).masked_fill(~allowed[:, None], torch.finfo(q.dtype).min)
+    return scores.softmax(-1) @ v
+
+
+def inputs(b=3, h=2, t=37, d=8, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    q, k, v = (torch.randn(b, h, t, d, generator=g, dtype=torch.float64) for _ in range(3))
+    real = torch.ones(b, t, dtype=torch.bool)
+    real[1, 25:] = False  # a padded row
+    glob = torch.zeros(b, t, dtype=torch.bool)
+    glob[0, 0] = glob[2, [3, 20, 36]] = True
+    glob[1, 30] = True  # a pad cannot be global
+    return q, k, v, real, glob & real
+
+
+def ours_banded(q, k, v, real, glob, radius, dilation):
+    """band_attention on (B, h, T, d) inputs, with the global keys gathered as LongMask does."""
+    g = int(glob.sum(1).max())
+    index = torch.sort((~glob).to(torch.uint8), dim=1, stable=True).indices[:, :g]
+    ok = torch.arange(g) < glob.sum(1, keepdim=True)
+    q, k, v = (x.transpose(1, 2) for x in (q, k, v))  # (B, T, h, d)
+    at = index[:, :, None, None].expand(k.shape[0], g, k.shape[2], k.shape[3])
+    gk, gv = (k.gather(1, at), v.gather(1, at)) if g else (None, None)
+    bias = window_bias(real & ~glob, ok, radius, dilation, q.dtype)
+    return band_attention(q, k, v, bias, radius, dilation, gk, gv).transpose(1, 2)
+
+
+@pytest.mark.parametrize("radius,dilation", [(1, 1), (3, 1), (4, 2), (2, 3), (16, 1)])
+def test_band_attention_matches_masked_full_reference_with_padding_globals_and_dilation(radius, dilation):
+    q, k, v, real, glob = inputs()
+    q.requires_grad_(True)
+    ours = ours_banded(q, k, v, real, glob, radius, dilation)
+    ref = reference(q / 8 ** 0.5, k, v, real, glob, radius, dilation)
+    keep = real & ~glob  # global rows are replaced by the global attention; pads are undefined
+    torch.testing.assert_close(ours.transpose(1, 2)[keep], ref.transpose(1, 2)[keep], atol=1e-10, rtol=0)
+    grad_ours, = torch.autograd.grad((ours.transpose(1, 2)[keep] ** 2).sum(), q)
+    grad_ref, = torch.autograd.grad((ref.transpose(1, 2)[keep] ** 2).sum(), q)
+    torch.testing.assert_close(grad_ours, grad_ref, atol=1e-10, rtol=0)
+
+
+def test_band_attention_without_globals_and_all_padding_rows_stays_finite():
+    q, k, v, real, _ = inputs(t=40)
+    real[1, 5:] = False  # pads far from every real token: their rows read nothing
+    out = ours_banded(q, k, v, real, torch.zeros_like(real), 2, 1)
+    assert torch.isfinite(out).all()
+    ref = reference(q / 8 ** 0.5, k, v, real, torch.zeros_like(real), 2, 1)
+    torch.testing.assert_close(out.transpose(1, 2)[real], ref.transpose(1, 2)[real], atol=1e-10, rtol=0)
+
+
+def tiny(**kw) -> ModelConfig:
+    kw = {"max_position": 128, **kw}
+    return ModelConfig(vocab_size=60, hidden_size=32, num_layers=2, num_heads=4, intermediate_size=37,
+                       dropout=0.0, attention_dropout=0.0, **kw)
+
+
+def test_longformer_encoder_with_window_covering_the_input_equals_full_attention():
+    torch.manual_seed(0)
+    full = build_backbone(tiny()).eval()
+    long = build_backbone(tiny(attention="longformer", attention_window="64")).eval()
+    missing, unexpected = long.load_state_dict(full.state_dict(), strict=False)
+    assert not unexpected and all("_global" in k for k in missing)  # full attention's keys, unchanged
+    ids = torch.randint(5, 60, (3, 29))
+    mask = torch.ones(3, 29, dtype=torch.long)
+    mask[1, 17:] = 0
+    with torch.no_grad():
+        a, b = full(ids, mask).last_hidden_state, long(ids, mask).last_hidden_state
+    torch.testing.assert_close(a[mask.bool()], b[mask.bool()], atol=1e-5, rtol=0)
+    with torch.no_grad():  # a narrow window does change the output (the test above can fail)
+        narrow = build_backbone(tiny(attention="longformer", attention_window="4")).eval()
+        narrow.load_state_dict(long.state_dict())
+        assert (narrow(ids, mask).last_hidden_state - b).abs().max() > 1e-3
+
+
+def test_longformer_encoder_trains_with_dropout_and_global_first_token():
+    torch.manual_seed(0)
+    cfg = dataclasses.replace(tiny(attention="longformer", attention_window="6,8", attention_global=1),
+                              dropout=0.1, attention_dropout=0.1)
+    model = build_backbone(cfg).train()
+    ids = torch.randint(5, 60, (2, 50))
+    out = model(ids, torch.ones(2, 50)).last_hidden_state
+    out.pow(2).mean().backward()
+    grads = {n: p.grad for n, p in model.named_parameters()}
+    assert all(torch.isfinite(g).all() for g in grads.values() if g is not None)
+    assert grads["layers.0.attention.query_global.weight"].abs().sum() > 0  # the [CLS] row's own query
+
+
+def test_full_attention_config_and_state_dict_keys_are_unchanged():
+    cfg = ModelConfig()
+    assert cfg.attention == "full"
+    keys = set(build_backbone(tiny()).state_dict())
+    assert not any("_global" in k for k in keys)
+    assert "layers.0.attention.qkv.weight" in keys
+
+
+@pytest.mark.parametrize("settings,message", [
+    ({"attention": "sparse"}, "choose one of full, longformer"),
+    ({"attention": "longformer", "attention_window": "5"}, "positive even number"),
+    ({"attention": "longformer", "attention_window": "4,4,4"}, "3 values for 2 layers"),
+    ({"attention": "longformer", "attention_window": "4x"}, "whole numbers"),
+    ({"attention": "longformer", "attention_dilation": "0"}, "must be >= 1"),
+    ({"attention": "longformer", "family": "t5"}, "not family 't5'"),
+    ({"attention": "longformer", "family": "xlnet"}, "not family 'xlnet'"),
+    ({"attention": "longformer", "family": "gpt2"}, "not family 'gpt2'"),
+    ({"attention": "longformer", "family": "xlm", "causal": True}, "not a causal encoder"),
+    ({"attention": "longformer", "attention_window": "4,8", "share_layers": "all"}, "one window and dilation"),
+])
+def test_longformer_config_refuses_bad_settings_with_one_line(settings, message):
+    with pytest.raises(EmberError, match=message):
+        tiny(**settings)
+
+
+def test_longformer_encoder_refuses_bad_inputs_with_one_line():
+    model = build_backbone(tiny(attention="longformer", attention_window="4", attention_global=3,
+                                max_position=16)).eval()
+    ids = torch.randint(5, 60, (2, 10))
+    with pytest.raises(EmberError, match="global positions lie beyond the input of 2 tokens"):
+        model(ids[:, :2])
+    with pytest.raises(EmberError, match="global_attention_mask has shape"):
+        model(ids, global_attention_mask=torch.ones(2, 9))
+    with pytest.raises(EmberError, match="longer than the model's 16 positions"):
+        model(torch.randint(5, 60, (1, 17)))
+    with pytest.raises(EmberError, match="attention probabilities are not available"):
+        model(ids, output_attentions=True)
+    with pytest.raises(EmberError, match="visibility mask"):
+        model(ids, torch.ones(2, 10, 10))
+    with pytest.raises(EmberError, match="global_attention_mask is read by model.attention=longformer"):
+        build_backbone(tiny())(ids, global_attention_mask=torch.ones(2, 10))
+
+
+@pytest.mark.parametrize("settings", [
+    {"attention": "longformer", "attention_window": "4", "attention_global": 1, "attention_dilation": "2"},
+    {"attention": "bigbird", "attention_block": 2, "attention_random_blocks": 1},
+    {"attention": "performer", "attention_features": 16},
+])
+def test_long_attention_variants_run_in_bfloat16_and_under_autocast(settings):
+    """dtype stays a parameter: masks and features follow the tensors' dtype (CUDA runs the same code)."""
+    torch.manual_seed(0)
+    model = build_backbone(tiny(**settings)).eval()
+    ids = torch.randint(5, 60, (2, 40))
+    mask = torch.ones(2, 40, dtype=torch.long)
+    mask[1, 30:] = 0
+    with torch.no_grad():
+        reference = model(ids, mask).last_hidden_state
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            autocast = model(ids, mask).last_hidden_state
+        half = model.to(torch.bfloat16)(ids, mask).last_hidden_state
+    assert half.dtype == torch.bfloat16
+    for out in (autocast, half):
+        assert torch.isfinite(out.float()).all()
+        assert (out.float() - reference)[mask.bool()].abs().max() < 0.25  # bf16 rounding, not another function

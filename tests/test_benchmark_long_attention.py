@@ -1,0 +1,33 @@
+"""benchmarks/speed/long_attention.py --smoke runs end to end (tiny sizes, one process): every
+implementation and pass is measured, ember's and transformers' Longformer layers agree, and the
+table and plot are written. Not a measurement."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("transformers")
+pytest.importorskip("matplotlib")
+
+SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "speed" / "long_attention.py"
+
+
+def test_long_attention_benchmark_smoke_measures_every_implementation_and_pass(tmp_path):
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    done = subprocess.run([sys.executable, str(SCRIPT), "--smoke", "--out", str(tmp_path)], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads((tmp_path / "RESULTS.json").read_text())
+    assert result["max_diff_vs_transformers"] < 1e-4
+    measured = {(r["impl"], r["length"], r["pass"]) for r in result["rows"]}
+    assert measured == {(i, n, p) for i in ("full", "ember-longformer", "hf-longformer") for n in (64, 256)
+                        for p in ("fwd", "fwd+bwd", "train")}
+    assert all(r["seconds"] > 0 for r in result["rows"])
+    assert (tmp_path / "long_attention.png").stat().st_size > 10_000
+    assert "| 256 | train |" in (tmp_path / "table.md").read_text()
