@@ -157,10 +157,8 @@ def finetune(task: str | list = "", out: str | Path | None = None, init="random"
         if any(d is not None for d in (train, dev, test, column, pair_column, label_column)):
             raise EmberError("train= / dev= / test= and the column options are for one task; in tasks= your own "
                              "files are \"NAME=KIND:TRAIN:DEV\" or a dict with name, kind, train, dev")
-        from ember.api.multitask import finetune_tasks
-
-        return finetune_tasks(task if tasks is None else tasks, out, init, model, tokenizer, seeds, train_limit,
-                              overrides, resume, overwrite, progress, ulmfit, settings)
+        return _finetune_tasks(task if tasks is None else tasks, out, init, model, tokenizer, seeds, train_limit,
+                               overrides, resume, overwrite, progress, ulmfit, settings)
     if not task:
         raise EmberError("finetune() needs a task (task=\"sst2\") or several (tasks=[\"sst2\", \"rte\"])")
     seeds = list(seeds) if seeds else [None]
@@ -209,6 +207,26 @@ def finetune(task: str | list = "", out: str | Path | None = None, init="random"
                   f"(median {s['median']:.4f}, {len(seeds)} seeds)")
     means = {name: s["mean"] for name, s in summary["metrics"].items()}
     return RunResult(out, means, results, summary["metrics"])
+
+
+def _finetune_tasks(tasks, out: Path, init, model: str, tokenizer: str, seeds, train_limit, overrides,
+                    resume: bool, overwrite: bool, progress: bool, ulmfit: bool, settings: dict) -> RunResult:
+    """The multi-task form of ``finetune`` (``ember.api.multitask``, ``ember.train.multitask``)."""
+    from ember.api.multitask import parse_tasks, run_tasks, task_adapters
+    from ember.runs.init import load_init
+
+    if seeds and len(seeds) > 1:
+        raise EmberError("a multi-task run trains one seed; run one --out per seed (--seed N)")
+    if ulmfit:
+        raise EmberError("--ulmfit is a single-task option; multi-task runs train the shared encoder as a whole")
+    parsed = parse_tasks(tasks)
+    start = load_init(init, model, tokenizer)
+    model_cfg = model_with_overrides(start.model, list(overrides), pretrained=start.state is not None)
+    adapters, raw = task_adapters(parsed, model_cfg)
+    init_id = init if isinstance(init, (str, Path)) else "random" if start.state is None else "given"
+    # the first task's defaults (BERT's for every GLUE task: Devlin et al. 2019, §4), then the settings
+    cfg = finetune_config(raw[0], model_cfg, str(init_id), seeds[0] if seeds else None, overrides, False, **settings)
+    return run_tasks(cfg, out, start, adapters, train_limit, resume, overwrite, progress)
 
 
 def _check_seed_layout(out: Path, n_seeds: int) -> None:

@@ -69,25 +69,11 @@ def task_adapters(tasks: list, model_cfg) -> tuple[list[tuple[str, object]], lis
     return adapters, raw
 
 
-def finetune_tasks(tasks, out: Path, init, model: str, tokenizer: str, seeds, train_limit, overrides,
-                   resume: bool, overwrite: bool, progress: bool, ulmfit: bool, settings: dict) -> RunResult:
-    """The multi-task form of ``ember.finetune`` (its arguments, checked there)."""
-    from ember.api.finetune import finetune_config, model_with_overrides
-    from ember.runs.init import load_init
+def run_tasks(cfg, out: Path, start, adapters: list, train_limit, resume: bool, overwrite: bool,
+              progress: bool) -> RunResult:
+    """Train the multi-task run ``cfg`` (built by ``ember.api.finetune``) and sum it up as a RunResult."""
     from ember.train.multitask import run_multitask
 
-    if seeds and len(seeds) > 1:
-        raise EmberError("a multi-task run trains one seed; run one --out per seed (--seed N)")
-    if ulmfit:
-        raise EmberError("--ulmfit is a single-task option; multi-task runs train the shared encoder as a whole")
-    parsed = parse_tasks(tasks)
-    start = load_init(init, model, tokenizer)
-    model_cfg = model_with_overrides(start.model, list(overrides), pretrained=start.state is not None)
-    adapters, raw = task_adapters(parsed, model_cfg)
-    init_id = init if isinstance(init, (str, Path)) else "random" if start.state is None else "given"
-    seed = seeds[0] if seeds else None
-    # the first task's defaults (BERT's for every GLUE task: Devlin et al. 2019, §4), then the settings
-    cfg = finetune_config(raw[0], model_cfg, str(init_id), seed, overrides, False, **settings)
     result = run_multitask(cfg, out, start.state, start.tokenizer, adapters, train_limit, overwrite=overwrite,
                            resume=resume, progress=progress)
     metrics = {f"{name}.{k}": v for name, r in result["tasks"].items() for k, v in r["metrics"].items()}
