@@ -8,6 +8,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from conftest import real_data
 from ember.train.logging import MetricsLogger
 from multitask_helpers import TINY_MODEL, glue_tokenizer
@@ -30,6 +32,7 @@ def steps_and_losses(run) -> list[tuple[int, str, float]]:
             for r in MetricsLogger.read(run / "metrics.jsonl") if r["split"] == "train"]
 
 
+@pytest.mark.slow
 def test_multitask_resume_after_kill_matches(tmp_path):
     real_data("glue", "RTE")
     tokenizer = glue_tokenizer(tmp_path / "tokenizer.json")
