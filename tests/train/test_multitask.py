@@ -91,6 +91,8 @@ def test_multitask_run_answers_every_task_in_evaluate_load_and_serve(multitask_r
     assert "score" in model.classify(TEXT, text_pair=PAIR, task="stsb")
     with pytest.raises(EmberError, match="name the task"):
         model.classify(TEXT)
+    with pytest.raises(EmberError, match="predict with one task's run folder"):
+        ember.predict(run, run / "tasks" / "mine" / "labels.json")
     from fastapi.testclient import TestClient
 
     from ember.serve.app import create_app
@@ -144,6 +146,8 @@ def test_multitask_bad_input_is_refused_before_anything_is_written(multitask_run
                  "--out", str(out)])
     err = capsys.readouterr().err.strip()
     assert code == 1 and err.count("\n") == 0 and "names sst2 twice" in err and not out.exists()
+    code = main(["finetune", "--task", "rte", "--tasks", "rte,stsb", "--out", str(out)])
+    assert code == 1 and "--task NAME (one task) or --tasks" in capsys.readouterr().err and not out.exists()
 
 
 def test_multitask_model_state_has_no_shared_tensors_and_round_trips(multitask_run):
