@@ -254,6 +254,15 @@ class TaskConfig:
     # the most tokens decoded per output; 0 = the task's own budget (its longest label + 1; your
     # own targets: twice the longest one fine-tuning read; at most model.max_position)
     max_new_tokens: int = 0
+    # Multi-task training (ember.train.multitask, docs/multitask.md): the tasks sharing one encoder,
+    # comma-separated ("" = one task, ``name``), and how each step's task is drawn (T5, Raffel et al.
+    # 2020, §3.5.2): "proportional" to the training set sizes capped at ``mixing_limit`` (K; the
+    # default, T5's largest, caps nothing here), "temperature" (those rates ^ 1/``mixing_temperature``,
+    # renormalised) or "equal".
+    tasks: str = ""
+    mixing: str = "proportional"
+    mixing_limit: int = 2 ** 21
+    mixing_temperature: float = 1.0
 
 
 @dataclass(frozen=True)

@@ -71,7 +71,7 @@ def test_api_reference_shows_the_public_functions(site):
             continue
         assert f"ember.{name}" in reference, f"the API reference lost ember.{name}"
         assert re.search(rf"\b{name}\( ?\w", reference), f"the API reference shows no signature of ember.{name}"
-    assert "finetune(task: str, out: str | Path" in reference
+    assert "finetune(task: str | list = '', out: str | Path | None = None" in reference  # task, or tasks= (multi-task)
     assert "classify" in reference and "to_hf(path" in reference  # Model's inference methods and its own
 
 

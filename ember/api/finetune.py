@@ -30,6 +30,8 @@ SETTINGS = {
     "feature_combine": "task.feature_combine",
     "layer_lr_decay": "task.layer_lr_decay", "gradual_unfreeze": "task.gradual_unfreeze",
     "patience": "task.patience",
+    # multi-task mixtures (ember.train.mixture; T5 §3.5.2)
+    "mixing": "task.mixing", "mixing_limit": "task.mixing_limit", "mixing_temperature": "task.mixing_temperature",
     # knowledge graphs (ember.tasks.families.knowledge): K-BERT's triples, ERNIE's entity embeddings
     "knowledge": "knowledge.graph", "relations": "knowledge.relations", "max_triples": "knowledge.max_triples",
     "entities": "knowledge.entities", "fusion_layers": "knowledge.fusion_layers",
@@ -94,7 +96,8 @@ def finetune_config(task: str, model_cfg: ModelConfig, init: str = "random", see
 
 
 @keeps_caller_state
-def finetune(task: str, out: str | Path, init="random", *, model: str = "", tokenizer: str = "",
+def finetune(task: str | list = "", out: str | Path | None = None, init="random", *, tasks=None,
+             model: str = "", tokenizer: str = "",
              seeds: list[int] | None = None, train_limit: int | None = None,
              overrides: list[str] | tuple[str, ...] = (), resume: bool = False, overwrite: bool = False,
              progress: bool = True, ulmfit: bool = False, train=None, dev=None, test=None,
@@ -124,6 +127,11 @@ def finetune(task: str, out: str | Path, init="random", *, model: str = "", toke
     >>> ember.finetune("classify", "runs/tickets", init="runs/bert-mini", train="train.csv",
     ...                dev="dev.csv", column="body", label_column="queue")  # doctest: +SKIP
 
+    Multi-task (docs/multitask.md): ``tasks=["sst2", "rte", "stsb"]`` (or ``task`` as a list) trains one
+    shared encoder with a head per task, one task per batch, drawn by ``mixing`` ("proportional",
+    "temperature", "equal"; ``mixing_limit``, ``mixing_temperature``: T5 §3.5.2); each task's best
+    weights and results land in ``out/tasks/NAME``. Your own files join as ``"NAME=KIND:TRAIN:DEV"``.
+
     Knowledge (docs/knowledge.md): ``knowledge="wordnet.tsv"`` injects triples K-BERT's way
     (``max_triples``, ``relations``), ``entities="wordnet-transe"`` fuses TransE entity
     embeddings into the top ``fusion_layers`` ERNIE's way; either or both, any encoder.
@@ -136,12 +144,24 @@ def finetune(task: str, out: str | Path, init="random", *, model: str = "", toke
     from ember.train.distributed import one_process
 
     one_process("finetune")  # before a custom task's inputs are copied into out
+    if out is None:
+        raise EmberError("finetune() needs out=, the run folder to write")
     out, overrides = folder_arg(out, "out"), strings_arg(overrides, "overrides")
     seed = settings.pop("seed", None)  # one run's seed, as the CLI's --seed
     if seed is not None:
         if seeds:
             raise EmberError("pass seed= (one run) or seeds= (one run each), not both")
         seeds = [seed]
+    if tasks is not None or isinstance(task, (list, tuple)):
+        if tasks is not None and task:
+            raise EmberError("pass task= (one task) or tasks= (several sharing one encoder), not both")
+        if any(d is not None for d in (train, dev, test, column, pair_column, label_column)):
+            raise EmberError("train= / dev= / test= and the column options are for one task; in tasks= your own "
+                             "files are \"NAME=KIND:TRAIN:DEV\" or a dict with name, kind, train, dev")
+        return _finetune_tasks(task if tasks is None else tasks, out, init, model, tokenizer, seeds, train_limit,
+                               overrides, resume, overwrite, progress, ulmfit, settings)
+    if not task:
+        raise EmberError("finetune() needs a task (task=\"sst2\") or several (tasks=[\"sst2\", \"rte\"])")
     seeds = list(seeds) if seeds else [None]
     if len(set(seeds)) != len(seeds):
         raise EmberError(f"seeds {seeds} repeat a seed; give distinct seeds, e.g. 1,2,3")
@@ -189,6 +209,26 @@ def finetune(task: str, out: str | Path, init="random", *, model: str = "", toke
                   f"(median {s['median']:.4f}, {len(seeds)} seeds)")
     means = {name: s["mean"] for name, s in summary["metrics"].items()}
     return RunResult(out, means, results, summary["metrics"])
+
+
+def _finetune_tasks(tasks, out: Path, init, model: str, tokenizer: str, seeds, train_limit, overrides,
+                    resume: bool, overwrite: bool, progress: bool, ulmfit: bool, settings: dict) -> RunResult:
+    """The multi-task form of ``finetune`` (``ember.api.multitask``, ``ember.train.multitask``)."""
+    from ember.api.multitask import parse_tasks, run_tasks, task_adapters
+    from ember.runs.init import load_init
+
+    if seeds and len(seeds) > 1:
+        raise EmberError("a multi-task run trains one seed; run one --out per seed (--seed N)")
+    if ulmfit:
+        raise EmberError("--ulmfit is a single-task option; multi-task runs train the shared encoder as a whole")
+    parsed = parse_tasks(tasks)
+    start = load_init(init, model, tokenizer)
+    model_cfg = model_with_overrides(start.model, list(overrides), pretrained=start.state is not None)
+    adapters, raw = task_adapters(parsed, model_cfg)
+    init_id = init if isinstance(init, (str, Path)) else "random" if start.state is None else "given"
+    # the first task's defaults (BERT's for every GLUE task: Devlin et al. 2019, §4), then the settings
+    cfg = finetune_config(raw[0], model_cfg, str(init_id), seeds[0] if seeds else None, overrides, False, **settings)
+    return run_tasks(cfg, out, start, adapters, train_limit, resume, overwrite, progress)
 
 
 def _check_seed_layout(out: Path, n_seeds: int) -> None:

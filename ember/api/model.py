@@ -73,6 +73,10 @@ def load(path: str | Path, backend: str = "torch", max_length: int | None = None
                       stacklevel=3)
         batch_size = max_batch
     source = folder_arg(path, "path")
+    from ember.tasks.multitask import is_multitask_run
+
+    if is_multitask_run(source):  # one model per task, each loaded on its first call
+        return TaskModels(source, lambda run: load(run, backend, max_length, batch_size, threads))
     kind = layout(source)
     run_dir = run_of_hf_folder(source) if kind == "hf" else source
     # An export folder runs its own format: "torch" (the default) then means "as exported".
@@ -232,6 +236,43 @@ class Model:
         if unknown:
             raise EmberError(f"export() got unknown keyword(s) {', '.join(unknown)}; its options: {', '.join(known)}")
         return export_run(self._source_run("export"), format, path, verify=verify, overwrite=overwrite, **options)
+
+
+class TaskModels:
+    """A multi-task run (``ember.train.multitask``) loaded: ``model.classify(text, task="rte")`` runs
+    that task's best weights (RUN/tasks/rte, loaded on first use); ``model.task("rte")`` is its ``Model``."""
+
+    def __init__(self, run_dir: Path, loader) -> None:
+        from ember.tasks.multitask import task_names
+
+        self.path = self.source = Path(run_dir)
+        self.tasks = task_names(run_dir)
+        self._loader, self._models = loader, {}
+
+    def task(self, name: str) -> Model:
+        from ember.tasks.multitask import task_run
+
+        folder = task_run(self.path, name)  # the message names the tasks when name is "" or unknown
+        if folder.name not in self._models:
+            self._models[folder.name] = self._loader(folder)
+        return self._models[folder.name]
+
+    def __repr__(self) -> str:
+        return f"<ember multi-task model from {self.path}: tasks {', '.join(self.tasks)}>"
+
+    def __getattr__(self, name: str):
+        if name.startswith("_"):
+            raise AttributeError(name)
+        if name not in KNOWN_METHODS:
+            raise AttributeError(f"{self!r} has no attribute {name!r}; call a method with task=, e.g. "
+                                 f"classify(text, task={self.tasks[0]!r})")
+
+        def method(data: Any, column: str | None = None, *, task: str = "", **options):
+            return getattr(self.task(task), name)(data, column, **options)
+
+        method.__name__ = method.__qualname__ = name
+        method.__doc__ = f"{name}(data, column=None, task=NAME, **options): the named task's model ({', '.join(self.tasks)})"
+        return method
 
 
 def _as_python(results: list, single: bool):

@@ -40,6 +40,12 @@ def run_predictions(run: str | Path, input: str | Path, decoding: dict | None = 
     if out is not None and Path(out).suffix.lower() == ".json":  # would have been TSV under a .json name
         raise EmberError(f"--out {out}: predictions are written one JSON object per row; name the file .jsonl "
                          "(or .csv, .tsv)")
+    from ember.tasks.multitask import is_multitask_run, task_names
+
+    if is_multitask_run(run_dir):  # a file is one task's: predict with that task's own run folder
+        names = task_names(run_dir)
+        raise EmberError(f"{run_dir} is a multi-task run of {', '.join(names)}; predict with one task's run folder, "
+                         f"e.g. ember predict {Path(run_dir) / 'tasks' / names[0]}")
     cfg = with_decoding(load_run_config(run_dir, expect_kind="finetune"), decoding)
     adapter = load_run_adapter(run_dir, cfg)
     if not hasattr(adapter, "predict_file"):

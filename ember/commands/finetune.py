@@ -33,10 +33,19 @@ def register(sub) -> None:
         "      --out runs/rewrite        # T5: input -> target texts; exact match, token F1, BLEU, ROUGE",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--task", required=True,
+    p.add_argument("--task",
                    help="sst2, cola, mrpc, rte, stsb, qnli, snli, nsmc, rusentiment, conll2003, squad or squad2 (GPT runs: "
                    "the GLUE-style ones); or your own files: classify, pair, regression (CSV/TSV/JSONL), tag (CoNLL "
                    "columns or JSONL), qa (SQuAD JSON), text2text (input and target texts; T5 runs) with --train and --dev")
+    m = p.add_argument_group("multi-task: one shared encoder, a head per task (MT-DNN; docs/multitask.md)")
+    m.add_argument("--tasks", help="comma-separated tasks trained together, one task per batch, e.g. sst2,rte,stsb; "
+                   "your own files as NAME=KIND:TRAIN:DEV (KIND classify, pair or regression); each task's best "
+                   "weights and results in OUT/tasks/NAME, the table in OUT/summary.json")
+    m.add_argument("--mixing", choices=["proportional", "temperature", "equal"],
+                   help="how each batch's task is drawn (T5 section 3.5.2): proportional to the training sizes capped "
+                   "at --mixing-limit (default), those rates ^ 1/--mixing-temperature, or equal")
+    m.add_argument("--mixing-limit", type=int, help="K: a task counts at most K examples in the rates (default 2^21)")
+    m.add_argument("--mixing-temperature", type=float, help="T >= 1 for --mixing temperature (T5 tried 2, 4, 8)")
     c = p.add_argument_group("your own data (--task classify|pair|regression|tag|qa|text2text)")
     c.add_argument("--train", dest="train", help="training file (.csv, .tsv, .jsonl; tag: CoNLL columns or "
                    ".jsonl; qa: SQuAD .json); its labels are the task's label set")
@@ -115,7 +124,7 @@ def settings_from_args(args) -> dict:
     """The keyword settings of ``ember.finetune`` given on the command line (None = not given)."""
     names = ("lr", "batch_size", "epochs", "max_length", "warmup_ratio", "train_split", "eval_split",
              "feature_layers", "feature_combine", "layer_lr_decay", "schedule", "patience", "knowledge", "relations", "max_triples",
-             "entities", "fusion_layers")
+             "entities", "fusion_layers", "mixing", "mixing_limit", "mixing_temperature")
     settings = {name: getattr(args, name) for name in names}
     settings.update(features=args.features or None, gradual_unfreeze=args.gradual_unfreeze or None)
     return settings
@@ -128,9 +137,16 @@ def data_from_args(args) -> dict:
 
 def run(args) -> int:
     from ember.api import finetune
+    from ember.errors import EmberError
 
-    finetune(args.task, args.out, args.init, model=args.model, tokenizer=args.tokenizer, seeds=args.seeds,
+    if bool(args.task) == bool(args.tasks):
+        raise EmberError("ember finetune takes --task NAME (one task) or --tasks A,B,... (several, one encoder)")
+    if args.tasks and any(v is not None for v in data_from_args(args).values()):
+        raise EmberError("--train/--dev/--test and the column options are for one --task; in --tasks your own files "
+                         "are NAME=KIND:TRAIN:DEV")
+    finetune(args.task or "", args.out, tasks=args.tasks or None, init=args.init, model=args.model,
+             tokenizer=args.tokenizer, seeds=args.seeds,
              train_limit=args.train_limit, overrides=train_overrides(args), resume=args.resume,
              overwrite=args.overwrite, progress=not args.no_progress, ulmfit=args.ulmfit,
-             **data_from_args(args), **settings_from_args(args))
+             **({} if args.tasks else data_from_args(args)), **settings_from_args(args))
     return 0

@@ -112,7 +112,13 @@ def load_predictor(path: str | Path, backend: str = "", threads: int = 0, max_le
     from ember.serve.runners import load_runner
 
     from ember.serve.graph import describe
+    from ember.tasks.multitask import is_multitask_run
 
+    if is_multitask_run(path):  # one predictor per task, the request's "task" picks (ember.serve.multitask)
+        from ember.serve.multitask import load_multitask_predictor
+
+        return load_multitask_predictor(Path(path), lambda run: load_predictor(run, backend, threads, max_length,
+                                                                               max_batch))
     info, tokenizer = describe(path)
     if info.has_graph:
         runner, info, tokenizer = load_runner(path, backend, threads)

@@ -151,8 +151,18 @@ def evaluate_run(run_dir: Path, split: str = "", path: str | None = None, task: 
     (``progress``: a bar over the rows while the model runs; ``decoding``: a T5 run's
     ``with_decoding`` settings for this evaluation)."""
     from ember.tasks.batching import inference_progress
+    from ember.tasks.multitask import is_multitask_run, task_names, task_run
     from ember.tokenizers import load_tokenizer
 
+    if is_multitask_run(run_dir):  # every task on its own best weights (RUN/tasks/NAME), or the one named
+        if task:
+            return evaluate_run(task_run(run_dir, task), split, path, "", progress, decoding)
+        if path is not None:
+            raise EmberError(f"--file is one task's file; {run_dir} holds several tasks: name one with --task "
+                             f"({', '.join(task_names(run_dir))})")
+        results = {name: evaluate_run(task_run(run_dir, name), split, None, "", progress, decoding)
+                   for name in task_names(run_dir)}
+        return {"tasks": results, "split": split or "dev"}
     cfg = with_decoding(load_run_config(run_dir, expect_kind="finetune"), decoding)
     adapter = load_run_adapter(run_dir, cfg, task)
     split = split or cfg.task.eval_split

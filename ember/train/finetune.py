@@ -61,6 +61,24 @@ def check_options(cfg: RunConfig) -> None:
                          "below the head is multiplied by (ULMFiT's 'divide by 2.6' is 0.385)")
 
 
+def check_lengths_and_splits(cfg: RunConfig) -> None:
+    """Refuse inputs longer than the model's positions and a run scored on the split it trains on."""
+    if cfg.task.max_length > cfg.model.max_position:
+        raise EmberError(f"--max-length {cfg.task.max_length} exceeds the model's "
+                         f"{cfg.model.max_position} positions")
+    if cfg.task.train_split == cfg.task.eval_split:
+        raise EmberError(f"training and evaluating on the same split ({cfg.task.train_split}) would "
+                         "report training accuracy; choose different --train-split/--eval-split")
+
+
+def write_task_files(run_dir: Path, adapter) -> None:
+    """What rebuilds a run's task: RUN/task.json (a custom task) and RUN/labels.json (its output labels)."""
+    write_task_record(run_dir, adapter)
+    labels = adapter.label_names()
+    if labels is not None:
+        atomic_write_text(run_dir / "labels.json", json.dumps(labels))
+
+
 def run_finetuning(cfg: RunConfig, run_dir: Path, state: dict | None, tokenizer_path: Path,
                    train_limit: int | None = None, overwrite: bool = False, resume: bool = False,
                    progress: bool = True, task=None) -> dict:
@@ -77,12 +95,7 @@ def run_finetuning(cfg: RunConfig, run_dir: Path, state: dict | None, tokenizer_
     if hasattr(adapter, "run_tokenizer"):  # a family's own input layout (XLNet), kept in the run
         tokenizer = adapter.run_tokenizer(tokenizer)
     pad_id = pad_token_id(tokenizer)
-    if cfg.task.max_length > cfg.model.max_position:
-        raise EmberError(f"--max-length {cfg.task.max_length} exceeds the model's "
-                         f"{cfg.model.max_position} positions")
-    if cfg.task.train_split == cfg.task.eval_split:
-        raise EmberError(f"training and evaluating on the same split ({cfg.task.train_split}) would "
-                         "report training accuracy; choose different --train-split/--eval-split")
+    check_lengths_and_splits(cfg)
     train_examples, train_features = adapter.load(cfg.task.train_split, tokenizer, cfg.task.max_length,
                                                   limit=train_limit)
     dev_examples, dev_features = adapter.load(cfg.task.eval_split, tokenizer, cfg.task.max_length)
@@ -105,10 +118,7 @@ def run_finetuning(cfg: RunConfig, run_dir: Path, state: dict | None, tokenizer_
         atomic_write_text(run_dir / "tokenizer.json", tokenizer.to_str())
     if hasattr(adapter, "write_run_files"):  # what the adapter needs to rebuild its inputs (RUN/knowledge.tsv)
         adapter.write_run_files(run_dir)
-    write_task_record(run_dir, adapter)  # a custom task: what rebuilds it (RUN/task.json)
-    labels = adapter.label_names()
-    if labels is not None:
-        atomic_write_text(run_dir / "labels.json", json.dumps(labels))
+    write_task_files(run_dir, adapter)
     device, batch = cfg.train.device, cfg.task.eval_batch_size
 
     def evaluate(m, examples=dev_examples, features=dev_features, split=cfg.task.eval_split):

@@ -162,6 +162,8 @@ class Trainer:
         examples' lengths (fine-tuning), else a plain shuffle per epoch; ``name`` asks for one of
         the two (a resumed checkpoint's)."""
         grouped = self.cfg.group_by_length and self.loss_per_example if name is None else name == GROUPED
+        if hasattr(self.data, "data_order"):  # data with its own order (a task mixture, ember.train.mixture)
+            return self.data.data_order(self.cfg.seed, bool(grouped and self.lengths is not None), self.cfg.batch_size)
         return DataOrder(len(self.data), self.cfg.seed, self.lengths if grouped else None, self.cfg.batch_size)
 
     def save(self) -> None:
