@@ -22,7 +22,7 @@ def _articles(bench, files) -> dict[str, str]:
 
 
 @pytest.mark.slow
-def test_lead_generation_smoke_holds_out_articles_and_scores_the_lead_baseline_as_rouge_score(tmp_path):
+def test_lead_generation_smoke_holds_out_articles_scores_the_lead_baseline_as_rouge_score_and_resumes(tmp_path):
     pytest.importorskip("rouge_score")
     from rouge_score import rouge_scorer
 
@@ -72,6 +72,13 @@ def test_lead_generation_smoke_holds_out_articles_and_scores_the_lead_baseline_a
     for system in ("bart", "t5"):
         assert len(result["outputs"][system]) == len(scored)
         assert rows[system]["finetune_steps"] > 0 and rows[system]["pretrain_steps"] == bench.SMOKE["pretrain_steps"]
+    assert rows["lead"]["distinct_outputs"] == len(set(lead))
+
+    # a second call rescores the finished sides from their saved outputs: nothing is trained again
+    weights = tmp_path / "bart-pretrained" / "model.safetensors"
+    stamp = weights.stat().st_mtime_ns
+    again = bench.main(["--out", str(tmp_path), "--smoke"])
+    assert again["rows"] == result["rows"] and weights.stat().st_mtime_ns == stamp
 
 
 def test_lead_pair_ends_the_first_section_at_a_heading_and_refuses_a_one_sentence_lead():

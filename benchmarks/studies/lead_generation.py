@@ -14,8 +14,10 @@ sentence and the input the rest of its first section (the following sentences, w
          text to text with the same epochs, batch and input length (so the same steps)
 Both decode dev with beam search and BART's summarisation settings scaled to one sentence (length
 penalty, no repeated 3-grams, a minimum length): ember's seq2seq loop, ember's ROUGE
-(ember.tasks.metrics.text), checked against rouge-score on the same pairs. Pre-training reads the
-AA files, the task the AB files, so no dev article was seen in pre-training either.
+(ember.tasks.metrics.text), checked against rouge-score on the same pairs, beside the number of
+distinct outputs (a model that writes one string for every input still scores some ROUGE).
+Pre-training reads the AA files, the task the AB files, so no dev article was seen in pre-training
+either. A finished side is kept in OUT/<system>-side.json: a rerun rescores it, training nothing.
 """
 
 from __future__ import annotations
@@ -140,8 +142,11 @@ def scores(outputs: list[str], targets: list[str]) -> dict:
     for output, target in zip(outputs, targets):
         for k, s in scorer.score(target, output).items():
             theirs[k] += 100.0 * s.fmeasure / len(targets)
+    # ROUGE alone cannot tell a summariser from a constant string of frequent words ("The the a
+    # of ..." scores ROUGE-1 ~15 against Wikipedia leads): how many outputs differ, and their length
     return {**{k: ours[k] for k in ROUGE_KEYS}, "rouge_score": theirs,
-            "max_gap": max(abs(ours[k] - theirs[k]) for k in ROUGE_KEYS)}
+            "max_gap": max(abs(ours[k] - theirs[k]) for k in ROUGE_KEYS),
+            "distinct_outputs": len(set(outputs)), "mean_words": sum(len(o.split()) for o in outputs) / len(outputs)}
 
 
 def lead_outputs(inputs: list[str]) -> list[str]:
@@ -219,12 +224,14 @@ def model_side(name: str, recipe: str, kind: str, pretrain_files: list[Path], ta
 
 def table_markdown(rows: list[dict], budget: str) -> str:
     lines = [f"Wikipedia lead generation, dev; {budget}", "",
-             "| system | ROUGE-1 | ROUGE-2 | ROUGE-Lsum | rouge-score R-1/R-2/R-Lsum | pre-train steps | fine-tune steps | CPU s |",
-             "|---|---|---|---|---|---|---|---|"]
+             "| system | ROUGE-1 | ROUGE-2 | ROUGE-Lsum | rouge-score R-1/R-2/R-Lsum | distinct outputs | words | "
+             "pre-train steps | fine-tune steps | CPU s |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         rs = r["rouge_score"]
         lines.append(f"| {r['system']} | {r['rouge1']:.2f} | {r['rouge2']:.2f} | {r['rougeLsum']:.2f} | "
-                     f"{rs['rouge1']:.2f}/{rs['rouge2']:.2f}/{rs['rougeLsum']:.2f} | {r.get('pretrain_steps', '-')} | "
+                     f"{rs['rouge1']:.2f}/{rs['rouge2']:.2f}/{rs['rougeLsum']:.2f} | {r['distinct_outputs']} | "
+                     f"{r['mean_words']:.1f} | {r.get('pretrain_steps', '-')} | "
                      f"{r.get('finetune_steps', '-')} | {sum(r.get('cpu_s', {}).values()):.0f} |")
     return "\n".join(lines) + "\n"
 
@@ -268,7 +275,13 @@ def main(argv=None) -> dict:
             row = {"system": "lead"}
         else:
             recipe, kind = ("bart-mini", "bpe") if system == "bart" else ("t5-tiny", "unigram")
-            side = model_side(system, recipe, kind, pretrain_files, task, out, b)
+            cache = out / f"{system}-side.json"  # a finished side is kept: a rerun only rescores it
+            saved = json.loads(cache.read_text()) if cache.is_file() else {}
+            if saved.get("budget") != b or saved.get("targets") != targets:
+                saved = {"budget": b, "targets": targets,
+                         "side": model_side(system, recipe, kind, pretrain_files, task, out, b)}
+                cache.write_text(json.dumps(saved, ensure_ascii=False))
+            side = dict(saved["side"])
             outputs[system] = side.pop("outputs")
             row = {"system": system, **side}
         row.update(scores(outputs[system], targets))
