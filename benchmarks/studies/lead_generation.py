@@ -289,11 +289,13 @@ def main(argv=None) -> dict:
         print(f"{system}: R-1 {row['rouge1']:.2f}  R-2 {row['rouge2']:.2f}  R-Lsum {row['rougeLsum']:.2f}", flush=True)
     budget = (f"{'smoke' if args.smoke else 'real'} budget: pre-training {b['pretrain_steps']} steps x "
               f"{b['pretrain_batch']} blocks of {b['block']} tokens, fine-tuning {b['epochs']} epoch(s) of "
-              f"{min(b['train_pairs'], counts['train_pairs'])} pairs at batch {b['batch']}, beam {b['beams']}, one thread")
+              f"{min(b['train_pairs'], counts['train_pairs'])} pairs at batch {b['batch']}, beam {b['beams']}, "
+              "one thread")
     markdown = table_markdown(rows, budget)
     print(markdown)
     (out / "table.md").write_text(markdown)
-    examples = [{"title": r["id"], "target": r["target"], **{s: outputs[s][i] for s in outputs}} for i, r in enumerate(dev[:10])]
+    examples = [{"title": r["id"], "target": r["target"], **{s: outputs[s][i] for s in outputs}}
+                for i, r in enumerate(dev[:10])]
     result = {"task": counts, "scored_dev_pairs": len(dev), "budget": budget, "decoding": DECODING, "rows": rows,
               "examples": examples, "outputs": outputs}
     (out / "table.json").write_text(json.dumps(result, indent=1, ensure_ascii=False))
