@@ -144,8 +144,6 @@ def finetune(task: str | list = "", out: str | Path | None = None, init="random"
     from ember.train.distributed import one_process
 
     one_process("finetune")  # before a custom task's inputs are copied into out
-    if out is None:
-        raise EmberError("finetune() needs out=, the run folder to write")
     out, overrides = folder_arg(out, "out"), strings_arg(overrides, "overrides")
     seed = settings.pop("seed", None)  # one run's seed, as the CLI's --seed
     if seed is not None:

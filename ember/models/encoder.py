@@ -153,7 +153,7 @@ class Encoder(nn.Module):
     def __init__(self, cfg: ModelConfig, embeddings: bool = True) -> None:
         super().__init__()
         self.config = cfg
-        self.takes_rows = cfg.attention == "full"  # a band's queries are blocks, not rows
+        self.takes_rows = type(self).takes_rows and cfg.attention == "full"  # a band's queries are blocks (a subclass may say no)
         e = cfg.embedding_size or cfg.hidden_size
         self.embeddings = InputEmbeddings(
             cfg.vocab_size, e, cfg.max_position, cfg.type_vocab_size,
