@@ -95,7 +95,11 @@ def parse_texts(data: dict, limits: Limits) -> dict:
 def number_field(data: dict, name: str, default: float | None) -> float | None:
     value = data.get(name, default)
     if value is None:
-        return None
+        if default is None:  # an optional setting left unset ("temperature": null = the default rule)
+            return None
+        # a setting with a default given as null: refused as the HTTP layer refuses it (it was a
+        # TypeError further on from Python, e.g. "top_p": None)
+        raise RequestError(422, f"'{name}' must be a number, not null (leave it out for the default, {default})")
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise RequestError(422, f"'{name}' must be a number, not {type(value).__name__}")
     if not math.isfinite(value):

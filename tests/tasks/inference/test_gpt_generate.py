@@ -156,3 +156,15 @@ def test_gpt_generate_text_stop_sequence_and_cli(gpt_run, tmp_path, capsys):
 
 def test_gpt_tldr_keeps_three_sentences():
     assert first_sentences("One. Two! Three? Four. Five.") == "One. Two! Three?"
+
+
+def test_decoding_settings_given_as_none_from_python_are_one_clear_refusal():
+    """{"top_p": None} from Python (the HTTP layer refuses JSON null first) was a TypeError in the
+    range check; a setting with a default is refused as null, an optional one keeps its rule."""
+    from ember.tasks.inference.generation import parse_decoding
+    from ember.tasks.inference.requests import RequestError
+
+    with pytest.raises(RequestError, match=r"'top_p' must be a number, not null \(leave it out for the default, 1.0\)"):
+        parse_decoding({"top_p": None}, 64, 1000)
+    assert parse_decoding({"temperature": None}, 64, 1000)["temperature"] == 0.0  # unset: greedy, as left out
+    assert parse_decoding({"temperature": None, "top_p": 0.5}, 64, 1000)["temperature"] == 1.0
