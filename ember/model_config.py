@@ -110,6 +110,10 @@ class ModelConfig:
     attention_window: str = "512"
     attention_dilation: str = "1"
     attention_global: int = 0
+    # The separator's id (transformers' ``sep_token_id``; -1 = not recorded). Extractive QA on a
+    # Longformer reads it: every position before a row's first separator - the question - attends
+    # globally (Beltagy et al. 2020, §4; transformers' LongformerForQuestionAnswering).
+    sep_token_id: int = -1
     # BigBird (Zaheer et al. 2020, App. D; ITC): tokens per block and random blocks per query block
     attention_block: int = 64
     attention_random_blocks: int = 3

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from ember.config import DataConfig, RunConfig
 from ember.errors import EmberError
-from ember.interop.families import interop_for_family, interop_for_model
+from ember.interop.families import QA_PREFIX, export_state, interop_for_family, interop_for_model
 from ember.runs.checkpoint import atomic_write_text, load_weights, save_weights
 from ember.runs.folder import load_run_config, write_run_files
 
@@ -46,6 +46,21 @@ def _objective(state: dict, family: str = "bert", model_cfg=None) -> str:
     return "mlm"
 
 
+def _qa_run(cfg: RunConfig, state: dict) -> RunConfig:
+    """An imported ``…ForQuestionAnswering``: a fine-tuned SQuAD 2.0 run (answers carry a no-answer
+    score, "no answer" above threshold 0: the checkpoint comes with no tuned one) reading windows of
+    BERT's 384 tokens, or the whole input of a long model. transformers builds these without a pooler."""
+    import dataclasses
+
+    from ember.config import TaskConfig
+
+    model = cfg.model
+    if not any(k.startswith("backbone.pooler.") for k in state):
+        model = dataclasses.replace(model, pooler=False)
+    length = model.max_position if model.attention != "full" else min(384, model.max_position)
+    return dataclasses.replace(cfg, model=model, task=TaskConfig(name="squad2", max_length=length))
+
+
 def import_hf(hf_dir: str | Path, out_dir: str | Path) -> Path:
     """Everything is read and checked (``ember.interop.hf_folder``) before ``out_dir`` is touched;
     a sentence-transformers folder's pooling settings go to RUN/embedding.json."""
@@ -58,8 +73,10 @@ def import_hf(hf_dir: str | Path, out_dir: str | Path) -> Path:
     checkpoint = read_hf_checkpoint(hf_dir)
     model_cfg, state = checkpoint.model, checkpoint.state
     objective = _objective(state, model_cfg.family, model_cfg)
-    kind = "finetune" if any(k.startswith("classifier.") for k in state) else "pretrain"
+    kind = "finetune" if any(k.startswith(("classifier.", QA_PREFIX)) for k in state) else "pretrain"
     cfg = RunConfig(kind=kind, objective=objective, model=model_cfg, data=DataConfig(nsp=objective == "bert"))
+    if any(k.startswith(QA_PREFIX) for k in state):
+        cfg = _qa_run(cfg, state)
     with tempfile.TemporaryDirectory(prefix="ember-import-") as tmp:
         tmp_tok = Path(tmp) / "tokenizer.json"
         _tokenizer_from_hf(checkpoint.model_dir, tmp_tok)
@@ -88,8 +105,7 @@ def export_hf(run_dir: str | Path, out_dir: str | Path) -> Path:
                          "`ember predict`/`ember evaluate` on the run folder, or fine-tune without --features")
     interop = interop_for_model(cfg.model)
     state = load_weights(run_dir / "model.safetensors")
-    arch = interop.hf_architecture(state)
-    hf_state = interop.state_to_hf(state, cfg.model)
+    arch, hf_state = export_state(interop, state, cfg.model)
     extra = {}
     if "classifier.weight" in state:
         labels = json.loads((run_dir / "labels.json").read_text()) if (run_dir / "labels.json").is_file() else None

@@ -97,7 +97,41 @@ def import_checkpoint(hf_config: dict, hf_state: dict[str, torch.Tensor]) -> tup
     """
     interop = interop_for_hf_config(hf_config)
     cfg = interop.config_from_hf(hf_config)
-    return cfg, interop.state_from_hf(hf_state, cfg)
+    hf_state, qa_head = split_qa_head(interop, hf_state)
+    return cfg, {**interop.state_from_hf(hf_state, cfg), **qa_head}
+
+
+# Extractive QA (BERT §4.2): every encoder family's ``…ForQuestionAnswering`` is the encoder (without
+# a pooler) and ``qa_outputs`` = Linear(H, 2) on its last hidden states, named as ember's QA head
+# (ember.tasks.qa.head), so the head travels as it is. XLNet maps its own heads (hf_xlnet.HEADS);
+# BigBird's QA head has more layers, XLM's ``…ForQuestionAnswering`` is the beam-search head.
+QA_PREFIX = "qa_outputs."
+QA_MODEL_TYPES = ("bert", "roberta", "albert", "electra", "distilbert", "longformer")
+
+
+def _generic_qa(interop: ModuleType) -> bool:
+    return getattr(interop, "MODEL_TYPE", None) in QA_MODEL_TYPES
+
+
+def split_qa_head(interop: ModuleType, state: dict) -> tuple[dict, dict]:
+    """(state without the QA head, the QA head's tensors) where the family's QA head is the generic one."""
+    if not _generic_qa(interop):
+        return state, {}
+    head = {k: v for k, v in state.items() if k.startswith(QA_PREFIX)}
+    return {k: v for k, v in state.items() if k not in head}, head
+
+
+def export_state(interop: ModuleType, state: dict, cfg: ModelConfig) -> tuple[str, dict]:
+    """(transformers architecture, HF state dict) of an ember state dict; a QA run exports as the
+    family's ``…ForQuestionAnswering`` (no pooler, as transformers builds it)."""
+    state, head = split_qa_head(interop, state)
+    if not head:
+        return interop.hf_architecture(state), interop.state_to_hf(state, cfg)
+    encoder = {k: v for k, v in state.items() if k.startswith("backbone.") and not k.startswith("backbone.pooler.")}
+    base = interop.hf_architecture(encoder)
+    if not base.endswith("Model"):
+        raise EmberError(f"a QA run's encoder exported as {base}; expected a base model")
+    return base.removesuffix("Model") + "ForQuestionAnswering", {**interop.state_to_hf(encoder, cfg), **head}
 
 
 # ---- helpers shared by the family modules -------------------------------------------------

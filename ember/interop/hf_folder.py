@@ -5,8 +5,8 @@ the encoder's config and weights in ember's names, and, for a sentence-transform
 (``ember.interop.sentence_transformers``), the pooling, normalisation and max length it
 declares. Every problem is found here, before anything is written, with one message each:
 
-- an architecture ember cannot import (a token-classification, QA or multiple-choice head,
-  a BERT decoder; an unknown ``model_type``);
+- an architecture ember cannot import (a token-classification or multiple-choice head, BigBird's
+  QA head, a BERT decoder; an unknown ``model_type``);
 - missing or unreadable weights, or weights that do not fit ``config.json`` (a missing layer,
   a vocabulary size other than the embedding matrix's);
 - a tokenizer with more tokens than the embeddings have rows, or far fewer (another model's
@@ -77,10 +77,15 @@ def check_architecture(hf_config: dict, where: Path) -> None:
     if hf_config.get("is_decoder") or hf_config.get("add_cross_attention"):
         raise EmberError(f"{where}: this is a decoder (is_decoder / add_cross_attention), not a "
                          "bidirectional encoder; ember imports encoders of this family")
+    from ember.interop.families import QA_MODEL_TYPES
+
     for arch in hf_config.get("architectures") or []:
+        if arch.endswith("ForQuestionAnswering") and hf_config.get("model_type", "bert") in QA_MODEL_TYPES:
+            continue  # the start/end head, imported as a SQuAD run (ember.interop.convert)
         if not (arch.endswith(_HEADS) or (arch.endswith("Model") and not arch.endswith("LMHeadModel"))):
             raise EmberError(f"{where}: architecture {arch!r} cannot be imported; ember reads base models "
-                             f"(…Model) and the {', '.join('…' + h for h in _HEADS)} heads. To use "
+                             f"(…Model), the {', '.join('…' + h for h in _HEADS)} heads and the …ForQuestionAnswering "
+                             f"of {', '.join(QA_MODEL_TYPES)}. To use "
                              "the encoder alone, save its base model (e.g. model.base_model.save_pretrained)")
 
 

@@ -19,8 +19,10 @@ ELECTRA, the imported MiniLM) made long (``ember convert --long``) exports to th
 - Global positions travel with each call (``global_attention_mask``), not in the weights;
   LongformerForSequenceClassification puts one on <s> itself, as ember's
   ``model.attention_global=1`` does.
-- Heads: transformers' QA head (``qa_outputs``) has no place in ember's interop (a run's QA
-  head is a task's, ember.tasks), so LongformerForQuestionAnswering is refused on import.
+- Heads: LongformerForQuestionAnswering's ``qa_outputs`` is ember's QA head (ember.interop.families
+  carries it for every encoder family); its rule "the tokens before the first ``sep_token_id``
+  attend globally" is the QA head's on a Longformer (ember.tasks.qa.head), so ``sep_token_id``
+  travels with the config.
 """
 
 from __future__ import annotations
@@ -53,8 +55,13 @@ def config_from_hf(hf: dict) -> ModelConfig:
                          f"{hf['num_hidden_layers']} layers")
     cfg = hf_roberta.config_from_hf({**hf, "model_type": hf_roberta.MODEL_TYPE})
     same = len(set(windows)) == 1
-    return dataclasses.replace(cfg, attention="longformer",
+    return dataclasses.replace(cfg, attention="longformer", sep_token_id=_sep_id(hf),
                                attention_window=str(windows[0]) if same else ",".join(map(str, windows)))
+
+
+def _sep_id(hf: dict) -> int:
+    sep = hf.get("sep_token_id", 2)  # LongformerConfig's default: RoBERTa's </s>
+    return -1 if sep is None else int(sep)
 
 
 def config_to_hf(cfg: ModelConfig, architectures: list[str], extra: dict | None = None) -> dict:
@@ -64,7 +71,8 @@ def config_to_hf(cfg: ModelConfig, architectures: list[str], extra: dict | None 
         **hf_roberta.config_to_hf(cfg, architectures),
         "model_type": MODEL_TYPE,
         "attention_window": windows,
-        "sep_token_id": None,  # the tokenizer's (ember's export writes its own tokenizer files)
+        # LongformerForQuestionAnswering puts the tokens before it under global attention
+        "sep_token_id": cfg.sep_token_id if cfg.sep_token_id >= 0 else None,
         **(extra or {}),
     }
 
@@ -78,10 +86,6 @@ def state_from_hf(hf_state: dict[str, torch.Tensor], cfg: ModelConfig) -> dict[s
             own[f"backbone.layers.{match[1]}.attention.{match[2]}.{match[3]}"] = value
         else:
             rest["roberta." + key[len(_PREFIX):] if key.startswith(_PREFIX) else key] = value
-    if any(k.startswith("qa_outputs.") for k in rest):
-        raise EmberError("LongformerForQuestionAnswering's head (qa_outputs) has no place in ember's "
-                         "interop; save its base model (model.longformer.save_pretrained) and fine-tune "
-                         "a QA task on it")
     return {**hf_roberta.state_from_hf(rest, cfg), **own}
 
 

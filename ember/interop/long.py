@@ -77,9 +77,21 @@ def lengthen_run(run_dir: Path, out_dir: Path, length: int, **options) -> None:
 
     cfg: RunConfig = load_run_config(run_dir)
     model, state = lengthen(cfg.model, load_weights(run_dir / "model.safetensors"), length, **options)
+    model = dataclasses.replace(model, sep_token_id=_separator(run_dir / "tokenizer.json", model.sep_token_id))
     out_dir.mkdir(parents=True, exist_ok=True)
     write_run_files(out_dir, dataclasses.replace(cfg, model=model), run_dir / "tokenizer.json")
     save_weights(state, out_dir / "model.safetensors", {"lengthened_from": str(run_dir), "long": str(length)})
     for name in ("labels.json", "embedding.json"):
         if (run_dir / name).is_file():
             shutil.copyfile(run_dir / name, out_dir / name)
+
+
+def _separator(tokenizer_path: Path, known: int) -> int:
+    """The tokenizer's separator id ([SEP] / </s>), which a long model's QA head reads to put the
+    question under global attention (ember.tasks.qa.head); ``known`` when the tokenizer has none."""
+    from ember.tokenizers import load_tokenizer, special_token_ids
+
+    try:
+        return special_token_ids(load_tokenizer(tokenizer_path)).get("sep", known)
+    except EmberError:  # a vocabulary without the BERT/RoBERTa roles: nothing to record
+        return known

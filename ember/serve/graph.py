@@ -213,7 +213,8 @@ class InferenceGraph(nn.Module):
                 need_hidden: bool | Sequence[int] = True):
         """(logits, hidden states (L + 1, B, T, H), or only the layers ``need_hidden`` lists)."""
         m = self.module
-        out = m.backbone(input_ids, attention_mask, token_type_ids, output_hidden_states=bool(need_hidden))
+        extra = m.backbone_inputs(input_ids) if hasattr(m, "backbone_inputs") else {}  # a Longformer QA's globals
+        out = m.backbone(input_ids, attention_mask, token_type_ids, output_hidden_states=bool(need_hidden), **extra)
         logits = m.head_logits(out, attention_mask)
         if not need_hidden:
             return logits, None

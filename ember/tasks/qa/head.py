@@ -66,10 +66,21 @@ class QuestionAnswering(nn.Module):
         start, end = self.qa_outputs(out.last_hidden_state).float().unbind(-1)  # (B, T) each
         return torch.stack([start.masked_fill(pad, -1e4), end.masked_fill(pad, -1e4)], dim=1)
 
+    def backbone_inputs(self, input_ids: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Keyword inputs of the backbone beyond ids, mask and segments. On a Longformer the
+        question attends globally (Beltagy et al. 2020, §4: "global attention ... on all question
+        tokens" for QA): every position before a row's first separator, transformers'
+        LongformerForQuestionAnswering rule, with ``model.sep_token_id``. Without a recorded
+        separator the model's own ``attention_global`` positions stay global."""
+        cfg = getattr(self.backbone, "config", None)
+        if cfg is None or cfg.attention != "longformer" or cfg.sep_token_id < 0:
+            return {}
+        return {"global_attention_mask": (input_ids == cfg.sep_token_id).cumsum(1) == 0}
+
     def logits(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
         """Start and end logits, each (B, T); padding positions are set to -inf-like values."""
         out = self.backbone(batch["input_ids"], batch["attention_mask"], batch.get("token_type_ids"),
-                            **extra_inputs(batch))
+                            **extra_inputs(batch), **self.backbone_inputs(batch["input_ids"]))
         start, end = self.head_logits(out, batch["attention_mask"]).unbind(1)
         return start, end
 
