@@ -81,6 +81,10 @@ def test_long_convert_cli_from_run_writes_a_long_run_or_nothing(tmp_path, tiny_t
     long = load_run_config(out)
     assert (long.model.max_position, long.model.attention_windows, long.model.attention_global) == (64, (4, 8), 1)
     assert (out / "tokenizer.json").is_file()
+    # the separator a QA head on the long model reads to put the question under global attention
+    from ember.tokenizers import load_tokenizer
+
+    assert cfg.sep_token_id == -1 and long.model.sep_token_id == load_tokenizer(tiny_tokenizer_path).token_to_id("[SEP]")
     assert "backbone.layers.1.attention.value_global.bias" in load_weights(out / "model.safetensors")
 
 

@@ -111,6 +111,12 @@ def test_longformer_qa_puts_the_question_under_global_attention():
         start, _ = ours.logits(batch)
     assert (local_only - ref_start)[mask.bool()].abs().max() > 1e-3
     assert_close_where(start, ref_start, mask)
+    # the served model (ember serve's /answer, the ONNX export) reads the same globals
+    from ember.serve.graph import InferenceGraph
+
+    with torch.no_grad():
+        served, _ = InferenceGraph(ours)(ids, mask, torch.zeros_like(ids), need_hidden=False)
+    assert_close_where(served[:, 0], ref_start, mask)
 
 
 def test_bigbird_qa_head_is_refused_with_its_reason(tmp_path, capsys):
