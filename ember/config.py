@@ -254,6 +254,10 @@ class TaskConfig:
     # the most tokens decoded per output; 0 = the task's own budget (its longest label + 1; your
     # own targets: twice the longest one fine-tuning read; at most model.max_position)
     max_new_tokens: int = 0
+    # A BART run fine-tunes sentence (pair) classification, regression and SQuAD with the paper's heads
+    # on the decoder's final states (Lewis et al. 2020 §3.1-3.2, ember.tasks.families.bart); true: text
+    # to text on T5's adapters instead (a T5 run always is; text2text files always are)
+    text2text: bool = False
     # Multi-task training (ember.train.multitask, docs/multitask.md): the tasks sharing one encoder,
     # comma-separated ("" = one task, ``name``), and how each step's task is drawn (T5, Raffel et al.
     # 2020, §3.5.2): "proportional" to the training set sizes capped at ``mixing_limit`` (K; the

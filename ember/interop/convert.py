@@ -58,7 +58,7 @@ def import_hf(hf_dir: str | Path, out_dir: str | Path) -> Path:
     checkpoint = read_hf_checkpoint(hf_dir)
     model_cfg, state = checkpoint.model, checkpoint.state
     objective = _objective(state, model_cfg.family, model_cfg)
-    kind = "finetune" if any(k.startswith("classifier.") for k in state) else "pretrain"
+    kind = "finetune" if any(k.startswith(("classifier.", "qa_outputs.")) for k in state) else "pretrain"
     cfg = RunConfig(kind=kind, objective=objective, model=model_cfg, data=DataConfig(nsp=objective == "bert"))
     with tempfile.TemporaryDirectory(prefix="ember-import-") as tmp:
         tmp_tok = Path(tmp) / "tokenizer.json"
