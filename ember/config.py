@@ -105,6 +105,10 @@ class NoisingConfig:
     permute_ratio: float = 1.0  # share of a block's sentences that change places
     rotate_ratio: float = 1.0  # probability that a block is rotated, when "rotate" is asked for
     mass_ratio: float = 0.5  # MASS: the masked fragment's share of the sequence (k = 50% of m, §4.1)
+    # MASS: of the fragment's encoder tokens, this share becomes [M], this share a random token of
+    # the vocabulary, the rest stays unchanged (BERT's 80/10/10, which MASS keeps; Song et al. 2019)
+    mass_mask_prob: float = 0.8
+    mass_random_prob: float = 0.1
 
 
 @dataclass(frozen=True)
