@@ -164,6 +164,9 @@ class TrainConfig:
     schedule: str = "linear"
     stlr_cut_frac: float = 0.1  # STLR: fraction of steps with increasing lr (Howard & Ruder 2018, eq. 3)
     stlr_ratio: float = 32.0  # STLR: how much smaller the lowest lr is than the peak
+    # The last share of max_steps trained with every dropout off (BART, Lewis et al. 2020 §5.1:
+    # "we disable dropout for the final 10% of training steps"); 0 = never
+    dropout_off_fraction: float = 0.0
     eval_every: int = 500
     save_every: int = 500
     log_every: int = 10
