@@ -76,6 +76,11 @@ def test_bart_classification_head_fine_tunes_on_real_sst2(sst2_run):
     assert 0.0 <= result.metrics["accuracy"] <= 1.0 and "invalid" not in result.metrics
     again = ember.evaluate(run)
     assert again["metrics"]["accuracy"] == pytest.approx(result.metrics["accuracy"], abs=1e-9)
+    from ember.errors import EmberError
+    from ember.tasks.task_model import evaluate_run
+
+    with pytest.raises(EmberError, match="--num-beams: this run's predictions come from its SST-2 head"):
+        evaluate_run(run, decoding={"num_beams": 4})  # a head run decodes nothing: said, not ignored
 
 
 def test_bart_classification_run_serves_classify_as_its_module(sst2_run):
