@@ -137,3 +137,21 @@ def test_bart_task_heads_convert_both_ways_through_the_cli(arch, tmp_path):
                                       (end, again.end_logits, ref.end_logits)):
                 assert_close_where(got, want, mask)
                 assert_close_where(theirs, want, mask)
+
+
+@pytest.mark.parametrize("task", ["rte", "squad2"])
+def test_bart_head_runs_export_to_onnx_and_hf_verified_on_real_dev_inputs(task, tmp_path):
+    """`ember export --format onnx / hf` of BART head runs: the ONNX graph (one pass through the
+    decoder's states) and transformers' Bart*ForX class answer real RTE pairs / SQuAD questions
+    as the run does (the export's own verification, tolerance 1e-3, fails the command otherwise)."""
+    from bart_helpers import bart_task_run
+    from conftest import real_data
+
+    from ember.serve.export import export_run
+
+    real_data("glue", "RTE", "dev.tsv") if task == "rte" else real_data("squad2-dev-half", "dev-v2.0.json")
+    run = bart_task_run(tmp_path / task, task)
+    for fmt in ("onnx", "hf"):
+        checked = export_run(run, fmt, tmp_path / f"{task}-{fmt}", limit=8)["verification"]
+        # ONNX Runtime's kernels sum in another order than PyTorch's: float32 rounding, not 0
+        assert checked["max_abs_diff"] < 1e-4 and checked["prediction_agreement"] == 1.0, checked
