@@ -105,6 +105,10 @@ class NoisingConfig:
     permute_ratio: float = 1.0  # share of a block's sentences that change places
     rotate_ratio: float = 1.0  # probability that a block is rotated, when "rotate" is asked for
     mass_ratio: float = 0.5  # MASS: the masked fragment's share of the sequence (k = 50% of m, §4.1)
+    # MASS: of the fragment's encoder tokens, this share becomes [M], this share a random token of
+    # the vocabulary, the rest stays unchanged (BERT's 80/10/10, which MASS keeps; Song et al. 2019)
+    mass_mask_prob: float = 0.8
+    mass_random_prob: float = 0.1
 
 
 @dataclass(frozen=True)
@@ -160,6 +164,9 @@ class TrainConfig:
     schedule: str = "linear"
     stlr_cut_frac: float = 0.1  # STLR: fraction of steps with increasing lr (Howard & Ruder 2018, eq. 3)
     stlr_ratio: float = 32.0  # STLR: how much smaller the lowest lr is than the peak
+    # The last share of max_steps trained with every dropout off (BART, Lewis et al. 2020 §5.1:
+    # "we disable dropout for the final 10% of training steps"); 0 = never
+    dropout_off_fraction: float = 0.0
     eval_every: int = 500
     save_every: int = 500
     log_every: int = 10
@@ -254,6 +261,10 @@ class TaskConfig:
     # the most tokens decoded per output; 0 = the task's own budget (its longest label + 1; your
     # own targets: twice the longest one fine-tuning read; at most model.max_position)
     max_new_tokens: int = 0
+    # A BART run fine-tunes sentence (pair) classification, regression and SQuAD with the paper's heads
+    # on the decoder's final states (Lewis et al. 2020 §3.1-3.2, ember.tasks.families.bart); true: text
+    # to text on T5's adapters instead (a T5 run always is; text2text files always are)
+    text2text: bool = False
     # Multi-task training (ember.train.multitask, docs/multitask.md): the tasks sharing one encoder,
     # comma-separated ("" = one task, ``name``), and how each step's task is drawn (T5, Raffel et al.
     # 2020, §3.5.2): "proportional" to the training set sizes capped at ``mixing_limit`` (K; the

@@ -68,3 +68,37 @@ def bart_style_tokenizer(words: list[str]):
     tok.post_processor = processors.TemplateProcessing(single="<s> $A </s>", pair="<s> $A </s> </s> $B </s>",
                                                        special_tokens=[("<s>", 0), ("</s>", 2)])
     return tok
+
+
+def bart_task_run(root, task: str, seed: int = 0):
+    """A run folder holding a seeded random tiny BART with the paper's ``task`` head (§3.1-3.2:
+    ``sst2`` / ``rte`` / ``stsb`` classifier or ``squad2`` span layer), as `ember finetune
+    --init <bart run>` writes it; the tokenizer is ``bart_style_tokenizer``'s, heads widened so
+    predictions are not ties of noise."""
+    import json
+
+    from ember.config import RunConfig, TaskConfig, model_preset, save_yaml
+    from ember.runs.checkpoint import save_weights
+    from ember.tasks.base import get_adapter
+
+    import dataclasses
+
+    root.mkdir(parents=True, exist_ok=True)
+    tok = bart_style_tokenizer([f"w{i}" for i in range(90)] + ["the", "a", "film", "fine", "dull"])
+    tok.save(str(root / "tokenizer.json"))
+    model = dataclasses.replace(model_preset("bart-tiny"), vocab_size=tok.get_vocab_size(), hidden_size=32,
+                                num_heads=2, intermediate_size=64, max_position=64, pad_token_id=PAD,
+                                decoder_start_token_id=EOS)
+    cfg = RunConfig(kind="finetune", objective="bart", model=model, task=TaskConfig(name=task, max_length=48))
+    torch.manual_seed(seed)
+    adapter = get_adapter(task, model, settings=cfg.task)
+    module = adapter.build_module(build_backbone(model), PAD)
+    with torch.no_grad():
+        for name in ("classifier", "qa_outputs"):
+            if hasattr(module, name):
+                getattr(module, name).weight.mul_(50)
+    save_yaml(cfg, root / "config.yaml")
+    save_weights(module.state_dict(), root / "model.safetensors")
+    if adapter.label_names() is not None:
+        (root / "labels.json").write_text(json.dumps(adapter.label_names()))
+    return root

@@ -79,18 +79,21 @@ def finetune_config(task: str, model_cfg: ModelConfig, init: str = "random", see
         raise EmberError(f"unknown fine-tuning setting(s) {unknown}; known: {', '.join(sorted(SETTINGS))} "
                          "(or pass section.key=value overrides)")
     refuse_step_budget(overrides, None, "fine-tuning")
-    adapter = get_adapter(task, model_cfg)  # the family's form of the task (GPT-1's, T5's text-to-text)
-    hp = getattr(adapter, "hparams", BertHParams())
+    chosen = {**(ULMFIT if ulmfit else {}), **{k: v for k, v in settings.items() if v is not None}}
+    dotted = [f"{SETTINGS[k]}={v}" for k, v in chosen.items()]
+    dotted += [o for o in overrides if not o.startswith("model.")]
+    dotted += [f"train.seed={seed}"] if seed is not None else []
     values = to_dict(RunConfig(kind="finetune"))
+    # the family's form of the task (GPT-1's, T5's text-to-text), which may depend on the task
+    # settings asked for (BART: task.text2text), so its defaults are those of the run's form
+    asked = run_config_from_dict(apply_overrides(values, dotted), where="fine-tuning settings").task
+    adapter = get_adapter(task, model_cfg, settings=asked)
+    hp = getattr(adapter, "hparams", BertHParams())
     values["train"].update(lr=hp.learning_rate, batch_size=hp.batch_size, warmup_ratio=hp.warmup_ratio,
                            weight_decay=0.01, eval_every=0, save_every=0, log_every=20, adam_eps=1e-8)
     # A family's own optimisation defaults (T5: Adafactor at a constant rate, Raffel et al. 2020 §3.1.3)
     values["train"].update(getattr(adapter, "train_defaults", {}))
     values["task"].update(name=adapter.name, max_length=hp.max_length, epochs=hp.epochs, init=str(init))
-    chosen = {**(ULMFIT if ulmfit else {}), **{k: v for k, v in settings.items() if v is not None}}
-    dotted = [f"{SETTINGS[k]}={v}" for k, v in chosen.items()]
-    dotted += [o for o in overrides if not o.startswith("model.")]
-    dotted += [f"train.seed={seed}"] if seed is not None else []
     cfg = run_config_from_dict(apply_overrides(values, dotted), where="fine-tuning settings")
     return dataclasses.replace(cfg, model=model_cfg)
 

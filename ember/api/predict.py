@@ -31,7 +31,8 @@ def run_predictions(run: str | Path, input: str | Path, decoding: dict | None = 
     from ember.runs.checkpoint import atomic_write_text
     from ember.runs.folder import load_run_config
     from ember.tasks.batching import inference_progress
-    from ember.tasks.task_model import load_run_adapter, load_task_module, pad_token_id, with_decoding
+    from ember.tasks.task_model import (check_decodes, load_run_adapter, load_task_module, pad_token_id,
+                                         with_decoding)
     from ember.tokenizers import load_tokenizer
 
     run_dir = Path(run)
@@ -48,6 +49,7 @@ def run_predictions(run: str | Path, input: str | Path, decoding: dict | None = 
                          f"e.g. ember predict {Path(run_dir) / 'tasks' / names[0]}")
     cfg = with_decoding(load_run_config(run_dir, expect_kind="finetune"), decoding)
     adapter = load_run_adapter(run_dir, cfg)
+    check_decodes(adapter, decoding)
     if not hasattr(adapter, "predict_file"):
         raise EmberError(f"`ember predict` does not support {adapter.display_name} yet; "
                          "use `ember evaluate` to score a labelled file")

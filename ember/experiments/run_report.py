@@ -162,7 +162,7 @@ def _main_metric(cfg) -> str | None:
     try:
         from ember.tasks.base import get_adapter
 
-        return get_adapter(cfg.task.name, cfg.model).main_metric
+        return get_adapter(cfg.task.name, cfg.model, settings=cfg.task).main_metric
     except EmberError:
         return None
 

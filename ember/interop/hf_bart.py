@@ -14,9 +14,13 @@ stacks' ``embed_tokens`` and ``lm_head`` are tied copies, checked and dropped on
 ``final_logits_bias`` travels as it is.
 
 One size per model: ember's stacks share num_heads and the feed-forward width, so a checkpoint
-whose encoder and decoder differ there is refused. Task heads (BartForSequenceClassification's
-``classification_head``, BartForQuestionAnswering's ``qa_outputs``) are refused too: ember has
-no BART task adapters yet, and dropping a trained head silently would lose it.
+whose encoder and decoder differ there is refused.
+
+Task heads (Lewis et al. 2020 §3.1-3.2, ``ember.tasks.families.bart``): (M)BartForSequence
+Classification's ``classification_head.dense`` / ``.out_proj`` are ember's ``dense`` /
+``classifier``, (M)BartForQuestionAnswering's ``qa_outputs`` keeps its name. These classes have
+no LM layer: a fine-tuned run's ``final_logits_bias`` (which its head never reads) is not
+exported, and an imported one starts from zeros.
 """
 
 from __future__ import annotations
@@ -33,7 +37,11 @@ from ember.interop.families import module_rules, pop_tied_decoder
 MODEL_TYPE = "bart"
 MODEL_TYPES = ("bart", "mbart")
 OBJECTIVE = "bart"  # what an imported BART was pre-trained with (Lewis et al. 2020, §2.2)
-_HEADS = ("classification_head.", "qa_outputs.")
+# fine-tuning class suffix -> its head's (HF module, ember module) pairs
+HEADS = {
+    "ForSequenceClassification": [("classification_head.dense", "dense"), ("classification_head.out_proj", "classifier")],
+    "ForQuestionAnswering": [("qa_outputs", "qa_outputs")],
+}
 
 
 def _names() -> list[tuple[str, str]]:
@@ -94,6 +102,7 @@ def config_to_hf(cfg: ModelConfig, architectures: list[str], extra: dict | None 
         "init_std": cfg.initializer_range, "scale_embedding": cfg.scale_embedding,
         "pad_token_id": cfg.pad_token_id, "decoder_start_token_id": cfg.decoder_start_id,
         "forced_eos_token_id": None,  # ember's generate does not force </s> at the length limit
+        "classifier_dropout": 0.0,  # ember's BART classifier: transformers' default (ember.tasks.families.bart)
         "tie_word_embeddings": True,
         **(extra or {}),
     }
@@ -116,11 +125,7 @@ def state_from_hf(hf_state: dict[str, torch.Tensor], cfg: ModelConfig) -> dict[s
     """(M)BartForConditionalGeneration or (M)BartModel weights -> ember ``backbone.*`` names."""
     _check_config(cfg)
     hf = {k.removeprefix("model."): v for k, v in hf_state.items() if not k.endswith(".version")}
-    heads = sorted({k.split(".")[0] for k in hf if k.startswith(_HEADS)})
-    if heads:
-        raise EmberError(f"this BART checkpoint carries a task head ({', '.join(heads)}: BartForSequence"
-                         "Classification / BartForQuestionAnswering); ember has no BART task adapters yet, so "
-                         "import the BartModel or BartForConditionalGeneration checkpoint")
+    head = _take_head(hf, _head(hf, ours=False), ours=False)
     if not any(k.startswith("decoder.") for k in hf):
         raise EmberError("this BART checkpoint has no decoder; ember's BART is the whole encoder-decoder")
     copies = [k for k in ("shared.weight", "encoder.embed_tokens.weight", "decoder.embed_tokens.weight") if k in hf]
@@ -136,7 +141,7 @@ def state_from_hf(hf_state: dict[str, torch.Tensor], cfg: ModelConfig) -> dict[s
                          "(M)BartForConditionalGeneration / (M)BartModel")
     # BartModel has no logits bias: zeros, what BartForConditionalGeneration starts from
     out[_BIAS[1]] = bias if bias is not None else torch.zeros(1, cfg.vocab_size)
-    return out
+    return {**out, **head}
 
 
 def state_to_hf(state: dict[str, torch.Tensor], cfg: ModelConfig,
@@ -147,15 +152,34 @@ def state_to_hf(state: dict[str, torch.Tensor], cfg: ModelConfig,
     architecture = architecture or hf_architecture(state, cfg)
     base = architecture.endswith("Model")
     state = dict(state)
+    head = _take_head(state, _head(state, ours=True), ours=True)
     bias = state.pop(_BIAS[1], None)
     out, unmatched = rename(state, module_rules(_names(), "" if base else "model.")[1])
     if unmatched:
         raise EmberError(f"these weights have no BART counterpart in transformers: {', '.join(unmatched[:5])}")
-    if not base and bias is not None:
+    if not base and not head and bias is not None:  # the task classes have no LM layer
         out[_BIAS[0]] = bias
-    return {k: v.contiguous() for k, v in out.items()}
+    return {k: v.contiguous() for k, v in {**out, **head}.items()}
+
+
+def _head(state: dict, ours: bool) -> str | None:
+    """The task class suffix (``HEADS``) whose head ``state`` holds (ember's names when ``ours``)."""
+    side = 1 if ours else 0
+    for suffix, pairs in HEADS.items():
+        if all(any(k.startswith(pair[side] + ".") for k in state) for pair in pairs):
+            return suffix
+    return None
+
+
+def _take_head(state: dict, suffix: str | None, ours: bool) -> dict:
+    """Remove the head's tensors from ``state`` and return them with the other side's names."""
+    if suffix is None:
+        return {}
+    pairs = HEADS[suffix]
+    names = [k for k in state if any(k.startswith(pair[1 if ours else 0] + ".") for pair in pairs)]
+    return rename({k: state.pop(k) for k in names}, module_rules(pairs)[1 if ours else 0])[0]
 
 
 def hf_architecture(state: dict[str, torch.Tensor], cfg: ModelConfig | None = None) -> str:
     mbart = cfg is not None and cfg.pre_layer_norm or any(k.startswith("backbone.encoder.final_norm.") for k in state)
-    return ("MBart" if mbart else "Bart") + "ForConditionalGeneration"
+    return ("MBart" if mbart else "Bart") + (_head(state, ours=True) or "ForConditionalGeneration")

@@ -63,6 +63,18 @@ class Dropout(nn.Module):
         return f"p={self.p}"
 
 
+def switch_off_dropout(module: nn.Module) -> int:
+    """Every dropout of ``module`` set to 0 in place - ``Dropout`` / ``nn.Dropout`` modules and the
+    attention modules' ``dropout_p`` - for the rest of training (BART §5.1); returns how many."""
+    n = 0
+    for m in module.modules():
+        if isinstance(m, (Dropout, nn.Dropout)) and m.p:
+            m.p, n = 0.0, n + 1
+        if isinstance(getattr(m, "dropout_p", None), float) and m.dropout_p:
+            m.dropout_p, n = 0.0, n + 1
+    return n
+
+
 def forms_probabilities(device: torch.device, dropout_p: float) -> bool:
     """Whether ``attend`` forms the attention probabilities itself (dropout on CPU) rather than
     calling SDPA: callers can then hand it inputs laid out for its batched products."""

@@ -213,8 +213,10 @@ class InferenceGraph(nn.Module):
                 need_hidden: bool | Sequence[int] = True):
         """(logits, hidden states (L + 1, B, T, H), or only the layers ``need_hidden`` lists)."""
         m = self.module
-        extra = m.backbone_inputs(input_ids) if hasattr(m, "backbone_inputs") else {}  # a Longformer QA's globals
-        out = m.backbone(input_ids, attention_mask, token_type_ids, output_hidden_states=bool(need_hidden), **extra)
+        # a head that reads another pass than the backbone's own says which (BART: the decoder's
+        # states; a Longformer's QA head: the question under global attention)
+        run = getattr(m, "backbone_pass", m.backbone)
+        out = run(input_ids, attention_mask, token_type_ids, output_hidden_states=bool(need_hidden))
         logits = m.head_logits(out, attention_mask)
         if not need_hidden:
             return logits, None

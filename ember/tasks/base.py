@@ -89,9 +89,9 @@ FAMILY_ADAPTERS = {
     "gpt2": "ember.tasks.families.gpt:adapt",
     "xlnet": "ember.tasks.families.xlnet:adapt",  # A <sep> B <sep> <cls>, left padding, last-token summary
     "t5": "ember.tasks.text2text.task:adapt",  # every task as text to text, Raffel et al. 2020 §2.4
-    # BART fine-tunes text to text on the same adapters (its decoder starts from </s>; the paper's
-    # classification head on the final </s> state, §3.1, is not built yet)
-    "bart": "ember.tasks.text2text.task:adapt",
+    # BART's heads on the decoder's final states (Lewis et al. 2020 §3.1-3.2) for classification and
+    # SQuAD; text to text on T5's adapters for the rest, or for every task with task.text2text=true
+    "bart": "ember.tasks.families.bart:adapt",
     "lstm": "ember.tasks.families.lstm:adapt",  # Dai & Le 2015: classifier on the LSTM's last state
 }
 # Any model with language embeddings (XLM's, ``model.num_languages`` > 0) reads a language id
@@ -128,7 +128,10 @@ def get_adapter(task: str | TaskAdapter, model=None, language: str = "", setting
                          f"encoder-decoder: this is a {family or 'bert'} model. Start from a T5 run (ember pretrain "
                          "--recipe t5-mini, or a T5 checkpoint imported with ember convert --from-hf)")
     if family in FAMILY_ADAPTERS:
-        adapter = _load(FAMILY_ADAPTERS[family], f"fine-tuning a {family} model")(adapter, model)
+        adapt = _load(FAMILY_ADAPTERS[family], f"fine-tuning a {family} model")
+        # a family whose form of a task depends on the run's task settings takes them (BART: task.text2text)
+        adapter = adapt(adapter, model, settings) if "settings" in inspect.signature(adapt).parameters \
+            else adapt(adapter, model)
     if getattr(model, "num_languages", 0):
         adapter = _load(LANGUAGE_ADAPTER, "a model with language embeddings")(adapter, model)
     if settings is not None and hasattr(adapter, "set_decoding"):

@@ -96,6 +96,16 @@ def with_decoding(cfg: RunConfig, decoding: dict | None) -> RunConfig:
     return dataclasses.replace(cfg, task=dataclasses.replace(cfg.task, **given))
 
 
+def check_decodes(adapter: TaskAdapter, decoding: dict | None) -> None:
+    """Decoding settings for a seq2seq run whose predictions come from a head (BART's classifier
+    or span layer, ember.tasks.families.bart) are one clear line, not silently ignored."""
+    given = [k for k, v in (decoding or {}).items() if v is not None]
+    if given and not hasattr(adapter, "set_decoding"):
+        flags = ", ".join("--" + k.replace("_", "-") for k in given)
+        raise EmberError(f"{flags}: this run's predictions come from its {adapter.display_name} head, not from "
+                         "decoding; only a text-to-text run decodes (T5, or BART fine-tuned with task.text2text=true)")
+
+
 def load_run_adapter(run_dir: Path, cfg: RunConfig, task: str = "") -> TaskAdapter:
     """The run's task adapter (a custom task's from RUN/task.json) with the settings tuned during
     fine-tuning (RUN/tuned.json).
@@ -165,6 +175,7 @@ def evaluate_run(run_dir: Path, split: str = "", path: str | None = None, task: 
         return {"tasks": results, "split": split or "dev"}
     cfg = with_decoding(load_run_config(run_dir, expect_kind="finetune"), decoding)
     adapter = load_run_adapter(run_dir, cfg, task)
+    check_decodes(adapter, decoding)
     split = split or cfg.task.eval_split
     tokenizer = load_tokenizer(Path(run_dir) / "tokenizer.json")
     module = load_task_module(run_dir, cfg, adapter, pad_token_id(tokenizer))

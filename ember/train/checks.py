@@ -59,6 +59,9 @@ def check_train_settings(cfg: TrainConfig, one_process_verb: str = "") -> None:
         # unknown schedule passed this check and failed when warm-up ended, mid-run
         raise EmberError(f"train.schedule={cfg.schedule!r}; choose one of {', '.join(SCHEDULES)}")
     lr_factor(0, cfg, 0.0)  # "time" without max_time
+    if not 0.0 <= cfg.dropout_off_fraction < 1.0:
+        raise EmberError(f"train.dropout_off_fraction={cfg.dropout_off_fraction}: the share of the last steps "
+                         "trained without dropout, from 0 (never) to below 1 (BART: 0.1)")
     step_clock(cfg.clock)
     from ember.train.tracking import check_trackers
 

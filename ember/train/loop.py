@@ -26,6 +26,7 @@ from torch import nn
 
 from ember.config import TrainConfig
 from ember.errors import EmberError
+from ember.nn.dropout import switch_off_dropout
 from ember.runs import checkpoint as ckpt
 from ember.train.checks import check_train_settings
 from ember.train.clock import step_clock
@@ -258,6 +259,8 @@ class Trainer:
         micro = self._micro_batches(step)
         if self.before_step is not None:
             self.before_step(step)
+        if cfg.dropout_off_fraction and step >= dropout_off_step(cfg):  # a function of the step: resumes exactly
+            switch_off_dropout(self.module)
         for k, examples in enumerate(micro):
             # Keyed by the micro-batch's global index, so W ranks x A accumulation steps draw
             # the same corruption as 1 rank x (W*A) steps: the layout does not change results.
@@ -404,6 +407,12 @@ class Trainer:
             self.stopped_early = all_reduce_sums([float(self.stopped_early)], self.dist)[0] > 0
         barrier(self.dist)
         return metrics
+
+
+def dropout_off_step(cfg) -> int:
+    """The first step trained without dropout: the last ``train.dropout_off_fraction`` of
+    ``max_steps`` (BART §5.1: the final 10%). A run stopped earlier by ``max_time`` never gets there."""
+    return math.ceil(cfg.max_steps * (1.0 - cfg.dropout_off_fraction))
 
 
 def epoch_schedule(cfg: TrainConfig, n_examples: int, epochs: float) -> tuple[TrainConfig, int]:

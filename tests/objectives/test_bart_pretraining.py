@@ -117,6 +117,64 @@ def test_mass_limits_k1_is_bert_mlm_and_k_m_is_a_language_model():
     assert decoder.tolist() == [4, *x[:-1]] and labels.tolist() == x.tolist()
 
 
+def test_mass_fragment_is_80_percent_mask_10_random_10_unchanged_in_the_encoder():
+    """BERT's replacement, which MASS keeps: of 10,000 fragment tokens, [M] 80%, a random token of
+    the vocabulary 10%, unchanged 10% (binomial sd <= 0.4 points: 2 points of tolerance); the
+    decoder's inputs and the targets are the original fragment whatever the encoder sees."""
+    from ember.objectives.mass import MassObjective
+
+    x = np.arange(10, 1010)  # m = 1000, k = 500
+    vocab, seen = 5000, {"mask": 0, "random": 0, "kept": 0}
+    randoms = []
+    for seed in range(20):
+        source, decoder, labels = mass_example(x, 0.5, 4, 2, np.random.default_rng(seed), 0.8, 0.1, vocab)
+        (frag,) = np.nonzero(labels != -100)
+        u, v = int(frag[0]), int(frag[-1]) + 1
+        assert (source[:u] == x[:u]).all() and (source[v:-1] == x[v:]).all() and source[-1] == 2
+        assert labels[u:v].tolist() == x[u:v].tolist()
+        expected = np.full(1000, 4)
+        expected[u + 1:v] = x[u:v - 1]
+        assert decoder.tolist() == expected.tolist()
+        got = source[u:v]
+        # a random draw equal to the token itself or to [M] (2 in 5,000) counts as kept / masked
+        seen["mask"] += int((got == 4).sum())
+        seen["kept"] += int((got == x[u:v]).sum())
+        swapped = (got != 4) & (got != x[u:v])
+        seen["random"] += int(swapped.sum())
+        randoms += got[swapped].tolist()
+    total = sum(seen.values())
+    assert total == 20 * 500
+    assert abs(seen["mask"] / total - 0.8) < 0.02, seen
+    assert abs(seen["random"] / total - 0.1) < 0.02 and abs(seen["kept"] / total - 0.1) < 0.02, seen
+    assert min(randoms) >= 0 and max(randoms) < vocab and len(set(randoms)) > 500  # spread over the vocabulary
+    with pytest.raises(EmberError, match="mass_mask_prob"):
+        MassObjective(torch.nn.Identity(), 0.5, 4, 2, 1, 39, mask_prob=0.8, random_prob=0.3)
+
+
+def test_mass_recipe_batches_of_real_blocks_replace_the_fragment_80_10_10(wiki_bpe):
+    """mass-mini on real Wikipedia blocks: the recipe's objective keeps 80/10/10 in the encoder
+    (over the fragment tokens of 200 blocks: shares within 3 points), the decoder reads and the
+    labels hold the original fragment."""
+    from ember.data.shards import TokenCorpus
+
+    module = objective("mass-mini", wiki_bpe)
+    assert (module.mask_prob, module.random_prob) == (0.8, 0.1)
+    data = module.build_dataset(TokenCorpus(wiki_bpe, "train"), None, 0)
+    blocks = [data.example(i) for i in range(200)]
+    batch = module.make_batch(blocks, np.random.default_rng(0))
+    masked = kept = total = 0
+    for r, block in enumerate(blocks):
+        x = torch.as_tensor(block.tokens)
+        frag = (batch["labels"][r] != -100).nonzero().squeeze(1)
+        u, v = int(frag[0]), int(frag[-1]) + 1
+        assert torch.equal(batch["labels"][r, u:v], x[u:v]) and torch.equal(batch["decoder_input_ids"][r, u + 1:v],
+                                                                             x[u:v - 1])
+        got = batch["input_ids"][r, u:v]
+        masked, kept, total = masked + int((got == 4).sum()), kept + int((got == x[u:v]).sum()), total + v - u
+    assert total > 4000  # binomial sd of the shares <= 0.7 points: 3 points is > 4 sd
+    assert abs(masked / total - 0.8) < 0.03 and abs(kept / total - 0.1) < 0.03, (masked, kept, total)
+
+
 @pytest.mark.slow
 def test_bart_clear_errors_nothing_written(wiki_t5_prepared, tmp_path, capsys):
     """A tokenizer without a mask token, a corpus without sentence boundaries asked to permute,

@@ -58,6 +58,10 @@ def build_run(kind: str, root, wordpiece, t5_tokenizer):
         from gpt_helpers import make_gpt_run
 
         return make_gpt_run(root)
+    if family == "bart":  # the paper's heads on the decoder's final states (ember.tasks.families.bart)
+        from bart_helpers import bart_task_run
+
+        return bart_task_run(root / "run", task)
     return t5_run_folder(root / "run", t5_tokenizer, kind="pretrain" if task == "pretrain" else "finetune",
                          task=task)
 
@@ -125,6 +129,8 @@ KINDS = {
     "t5:sst2": {"/classify", "/generate", "/score"},
     "t5:rte": {"/classify", "/generate", "/score"},  # sentence pairs, required
     "t5:squad2": {"/answer", "/generate", "/score"},
+    "bart:rte": {"/classify", "/embed"},  # BART's classifier on the final </s> state, pairs
+    "bart:squad2": {"/answer", "/embed"},  # BART's span layer on the decoder's states
 }
 
 

@@ -77,6 +77,10 @@ class QuestionAnswering(nn.Module):
             return {}
         return {"global_attention_mask": (input_ids == cfg.sep_token_id).cumsum(1) == 0}
 
+    def backbone_pass(self, input_ids, attention_mask, token_type_ids, **kwargs):
+        """The backbone's output as the served graph reads it (ember.serve.graph), the globals included."""
+        return self.backbone(input_ids, attention_mask, token_type_ids, **kwargs, **self.backbone_inputs(input_ids))
+
     def logits(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
         """Start and end logits, each (B, T); padding positions are set to -inf-like values."""
         out = self.backbone(batch["input_ids"], batch["attention_mask"], batch.get("token_type_ids"),

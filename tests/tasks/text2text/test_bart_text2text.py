@@ -37,7 +37,8 @@ def test_bart_text2text_fine_tunes_on_real_sst2_and_answers_from_its_folder(bart
     # the majority class, so accuracy is checked for its form, not its size
     result = ember.finetune("sst2", tmp_path / "sst2", init=str(bart_pretrained), train_limit=1600, epochs=1,
                             lr=1e-2, max_length=48, progress=False,
-                            overrides=["train.batch_size=16", "train.num_threads=1", "train.log_every=1"])
+                            overrides=["train.batch_size=16", "train.num_threads=1", "train.log_every=1",
+                                       "task.text2text=true"])
     torch.set_num_threads(before)
     records = [json.loads(line) for line in (tmp_path / "sst2" / "metrics.jsonl").read_text().splitlines()]
     train = [r["loss"] for r in records if r["split"] == "train"]
