@@ -22,13 +22,14 @@ score and the top n-best spans.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Sequence
 
 from ember.errors import EmberError
 from ember.paths import data_path
 from ember.tasks.readers.glue import BertHParams
 from ember.tasks.qa.head import QuestionAnswering, decode_answers
-from ember.tasks.qa.squad import SquadExample, featurize_squad, read_squad, split_by_article
+from ember.tasks.qa.squad import SPLITS, SquadExample, featurize_squad, read_squad, split_by_article
 from ember.tasks.metrics.squad import squad_evaluate
 from ember.tasks.inference.requests import body_schema
 
@@ -75,6 +76,8 @@ class SquadAdapter:
         return None
 
     def read(self, split: str, path: str | None = None, limit: int | None = None) -> list[SquadExample]:
+        if path is None and split not in SPLITS and Path(split).suffix == ".json":
+            path = split  # `--train-split FILE` / `--dev FILE`: the user's own SQuAD JSON, as GLUE tasks take TSVs
         if path is not None:
             examples = read_squad(path)
         else:

@@ -160,6 +160,23 @@ def test_squad1_adapter_drops_unanswerable_questions():
     assert set(metrics) == {"exact", "f1", "total", "HasAns_exact", "HasAns_f1", "HasAns_total"}
 
 
+def test_squad_adapter_reads_a_users_json_given_as_the_split(tmp_path):
+    """`ember finetune --task squad2 --train MY.json --dev MY_DEV.json` (the split settings hold the
+    files, as GLUE tasks take TSVs): the file's questions, not the built-in article split."""
+    data = json.loads(real_data("squad2-dev-half", "dev-v2.0.json").read_text())
+    mine = tmp_path / "mine.json"
+    mine.write_text(json.dumps({"version": "v2.0", "data": data["data"][5:6]}))
+    examples = SquadAdapter("squad2").read(str(mine))
+    assert [ex.qid for ex in examples] == [ex.qid for ex in read_squad(mine)]
+    assert {ex.title for ex in examples} == {data["data"][5]["title"]}
+    answerable = SquadAdapter("squad").read(str(mine))
+    assert 0 < len(answerable) < len(examples) and not any(ex.is_impossible for ex in answerable)
+    from ember.errors import EmberError
+
+    with pytest.raises(EmberError, match="unknown SQuAD split 'test'"):
+        SquadAdapter("squad2").read("test")
+
+
 def test_squad2_finetune_cli_from_a_pretraining_run_end_to_end(wiki_prepared, tmp_path):
     pytest.importorskip("ember.tasks.base")  # the task-adapter registry `ember finetune` uses
     from conftest import TINY_MODEL
