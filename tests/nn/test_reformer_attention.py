@@ -228,3 +228,33 @@ def test_reformer_layer_and_encoder_refuse_bad_inputs_with_one_line():
     reversible = build_backbone(tiny(reversible=True, pre_layer_norm=True))
     with pytest.raises(EmberError, match="model.reversible=true does not keep attention probabilities"):
         reversible(ids, output_attentions=True)
+
+
+def test_reformer_pretrains_and_finetunes_from_the_cli_on_real_text(wiki_prepared, tmp_path):
+    """--set model.attention=reformer (+ reversible layers) through `ember pretrain` on real
+    Wikipedia shards (the MLM loss falls), then `ember finetune --init` on real RTE pairs."""
+    import json
+
+    import numpy as np
+
+    from conftest import TINY_MODEL, real_data
+    from ember.cli import main
+
+    run = tmp_path / "run"
+    sets = [*TINY_MODEL, "model.attention=reformer", "model.attention_chunk=16", "model.attention_hashes=2",
+            "model.reversible=true", "model.pre_layer_norm=true", "model.ffn_chunk=32", "train.log_every=1",
+            "train.eval_every=30", "train.save_every=30", "train.warmup_ratio=0.1"]
+    code = main(["pretrain", "--recipe", "bert-mini", "--data", str(wiki_prepared), "--out", str(run),
+                 "--max-steps", "30", "--batch-size", "16", "--grad-accum", "1", "--lr", "3e-3", "--no-progress",
+                 *[a for s in sets for a in ("--set", s)]])
+    assert code == 0
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    losses = [r["mlm_loss"] for r in records if r["split"] == "train"]
+    assert np.mean(losses[-5:]) < np.mean(losses[:5]) - 0.5
+    real_data("glue", "RTE")
+    out = tmp_path / "rte"
+    assert main(["finetune", "--task", "rte", "--init", str(run), "--out", str(out), "--train-limit", "64",
+                 "--epochs", "1", "--max-length", "64", "--no-progress"]) == 0
+    result = json.loads((out / "results.json").read_text())
+    assert 0.0 <= result["metrics"]["accuracy"] <= 1.0
+    assert "attention: reformer" in (out / "config.yaml").read_text()
