@@ -64,9 +64,11 @@ def chunk_attend(q, k, v, q_pos, k_pos, key_ok, dropout: float) -> tuple[torch.T
     dots = q @ k.transpose(-1, -2)
     dots = dots.masked_fill(~key_ok[..., None, :], pad_value)
     dots = dots.masked_fill(q_pos[..., :, None] == k_pos[..., None, :], self_value)
-    lse = dots.logsumexp(-1, keepdim=True)
-    probs = drop(torch.exp(dots - lse), dropout, dropout > 0)
-    return probs @ v, lse.squeeze(-1)
+    probs = dots.softmax(-1)  # one fused pass
+    # log-sum-exp from the softmax: at the row's largest logit m, p = exp(m - lse), so lse = m - log p
+    # (exact, and its gradient is the softmax, as logsumexp's; ~3x cheaper on CPU than logsumexp)
+    lse = dots.amax(-1) - probs.amax(-1).log()
+    return drop(probs, dropout, dropout > 0) @ v, lse
 
 
 def lsh_attention(
@@ -100,8 +102,16 @@ def lsh_attention(
     flat = (order + torch.arange(rounds, device=device)[:, None] * n).reshape(b, h, rounds * n)
     undo = torch.empty_like(flat).scatter_(-1, flat, torch.arange(rounds * n, device=device).expand_as(flat))
 
+    rows = torch.arange(b * h, device=device).view(b, h, 1)
+
+    def take(y: torch.Tensor, index: torch.Tensor, length: int) -> torch.Tensor:
+        """y (B, h, length, d) at positions index (B, h, L) -> (B, h, L, d): whole rows through
+        index_select (much faster than gather with an expanded index on CPU)."""
+        picked = y.reshape(b * h * length, d).index_select(0, (index + rows * length).flatten())
+        return picked.view(b, h, -1, d)
+
     def sort(y: torch.Tensor) -> torch.Tensor:  # (B, h, n, d) -> (B, h, chunks, chunk, d), sorted
-        return y.gather(2, sorted_pos[..., None].expand(-1, -1, -1, d)).view(b, h, -1, chunk, d)
+        return take(y, sorted_pos, n).view(b, h, -1, chunk, d)
 
     def with_previous(y: torch.Tensor) -> torch.Tensor:  # (B, h, C, c, ...) -> (B, h, C, 2c, ...)
         return torch.cat([y.roll(1, dims=2), y], dim=3)
@@ -111,7 +121,7 @@ def lsh_attention(
     ok = ok[:, None].expand(b, h, n).gather(2, sorted_pos).view(b, h, -1, chunk)
     context, lse = chunk_attend(sort(q), with_previous(sort(k)), with_previous(sort(v)), pos, with_previous(pos),
                                 with_previous(ok), dropout)  # (B, h, C, c, d), (B, h, C, c)
-    context = context.reshape(b, h, rounds * n, d).gather(2, undo[..., None].expand(-1, -1, -1, d))
+    context = take(context.reshape(b, h, rounds * n, d), undo, rounds * n)
     lse = lse.reshape(b, h, rounds * n).gather(2, undo)
     weights = torch.softmax(lse.view(b, h, rounds, n), dim=2)  # §2: each round by its share of the mass
     context = (context.view(b, h, rounds, n, d) * weights[..., None]).sum(2)
