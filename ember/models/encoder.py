@@ -190,7 +190,8 @@ class Encoder(nn.Module):
         """The blocks a sharded data-parallel wrapper (FSDP, ember.train.fsdp) may gather one at
         a time: modules whose parameters only their own forward uses. With ALBERT's sharing a
         layer borrows layer 0's sub-layer at call time, so the encoder is then one unit."""
-        return list(self.layers) if self.config.share_layers == "none" else []
+        # reversible layers call their sub-layers inside one autograd function: one unit too
+        return list(self.layers) if self.config.share_layers == "none" and not self.config.reversible else []
 
     def forward(
         self,

@@ -7,7 +7,8 @@
 A layer's inputs follow from its outputs (X2 = Y2 - G(Y1), X1 = Y1 - F(X2)), so the stack keeps
 only its last outputs: the backward walks the layers in reverse, recomputing each layer's F and
 G with autograd on (the same dropout masks and LSH rotations: the random generator's state
-before each call is kept and restored), taking their gradients, and reconstructing the inputs.
+before each call is kept and restored, and the forward's autocast re-entered, as
+torch.utils.checkpoint does), taking their gradients, and reconstructing the inputs.
 Activation memory is then one layer's, whatever the depth (tested with saved-tensor hooks).
 G is position-wise, so its backward also runs chunk by chunk: only ``chunk`` positions of the
 feed-forward's 4H-wide activations exist at a time.
@@ -66,6 +67,8 @@ class _Reversible(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x: torch.Tensor, blocks: list[Block], params: list[nn.Parameter], *flat):
         ctx.blocks, ctx.params, ctx.states = blocks, params, []
+        kind = x.device.type  # the backward recomputes under the forward's autocast (as checkpointing does)
+        ctx.autocast = (kind, torch.get_autocast_dtype(kind), torch.is_autocast_enabled(kind))
         with torch.no_grad():
             x1 = x2 = x
             for block in blocks:
@@ -90,7 +93,9 @@ class _Reversible(torch.autograd.Function):
                     grads[i] = g if grads[i] is None else grads[i] + g
 
         device = y1.device
-        with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+        kind, dtype, enabled = ctx.autocast
+        with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []), \
+                torch.autocast(kind, dtype=dtype, enabled=enabled):
             for block, (f_state, g_state) in zip(reversed(ctx.blocks), reversed(ctx.states)):
                 # G: X2 = Y2 - G(Y1); dY1 += G'(Y1)^T dY2, one chunk of positions at a time
                 _set_rng_state(g_state, device)
