@@ -28,8 +28,9 @@ LSTM_POOLINGS = ("last", "linear_gain")  # the LSTM classifier's read-out (Dai &
 # The encoder's attention (docs/long.md): "full" (every pair), "longformer" (sliding window +
 # global positions, Beltagy et al. 2020; ember.nn.longformer), "bigbird" (block-sparse: window,
 # global and random blocks, Zaheer et al. 2020; ember.nn.bigbird), "performer" (FAVOR+ random
-# features, Choromanski et al. 2021; ember.nn.performer).
-ATTENTION_KINDS = ("full", "longformer", "bigbird", "performer")
+# features, Choromanski et al. 2021; ember.nn.performer), "reformer" (LSH buckets, Kitaev et al.
+# 2020; ember.nn.lsh).
+ATTENTION_KINDS = ("full", "longformer", "bigbird", "performer", "reformer")
 
 
 @dataclass(frozen=True)
@@ -119,6 +120,18 @@ class ModelConfig:
     attention_random_blocks: int = 3
     # Performer (Choromanski et al. 2021, FAVOR+): random features per head (m; the paper's 256)
     attention_features: int = 256
+    # Reformer (Kitaev et al. 2020, §2): LSH buckets (even; 0 = about 2 T / chunk, a power of two,
+    # as the paper and transformers), hash rounds, and the chunk of sorted tokens each query reads
+    # (with the chunk before it); transformers' num_buckets, num_hashes, lsh_attn_chunk_length
+    attention_buckets: int = 0
+    attention_hashes: int = 2
+    attention_chunk: int = 64
+    # Reversible residual layers (RevNet, Kitaev et al. 2020 §3; ember.nn.reversible) for any
+    # encoder attention: activations recomputed in the backward, so memory does not grow with
+    # depth; pre-LN blocks only. ``ffn_chunk``: positions the feed-forward runs at a time there
+    # (0 = all)
+    reversible: bool = False
+    ffn_chunk: int = 0
 
     def __post_init__(self) -> None:
         if self.share_layers not in SHARE_MODES:
@@ -160,6 +173,8 @@ class ModelConfig:
     def _check_attention(self) -> None:
         if self.attention not in ATTENTION_KINDS:
             raise EmberError(f"model.attention={self.attention!r}; choose one of {', '.join(ATTENTION_KINDS)}")
+        if self.reversible:
+            self._check_reversible()
         if self.attention == "full":
             return
         if self.family not in ENCODER_FAMILIES or (self.causal and self.attention != "performer"):
@@ -171,6 +186,18 @@ class ModelConfig:
         if self.attention == "performer":
             if self.attention_features < 1:
                 raise EmberError(f"model.attention_features={self.attention_features} must be >= 1")
+            return
+        if self.attention == "reformer":
+            if self.attention_buckets < 0 or self.attention_buckets % 2:
+                raise EmberError(f"model.attention_buckets={self.attention_buckets}: Reformer's LSH needs an even "
+                                 "number of buckets (argmax over [xR; -xR]: two per rotation column), or 0 for "
+                                 "about 2 T / chunk")
+            if self.attention_hashes < 1 or self.attention_chunk < 1:
+                raise EmberError(f"model.attention_hashes={self.attention_hashes} and model.attention_chunk="
+                                 f"{self.attention_chunk} must be >= 1")
+            if self.attention_global:
+                raise EmberError("model.attention_global is Longformer's; Reformer's tokens find each other by "
+                                 "hashing")
             return
         if self.attention == "bigbird":
             if self.attention_block < 1 or self.attention_random_blocks < 0:
@@ -191,6 +218,17 @@ class ModelConfig:
             raise EmberError(f"model.attention_dilation={self.attention_dilation!r} must be >= 1 per layer")
         if self.attention_global < 0:
             raise EmberError(f"model.attention_global={self.attention_global} must be >= 0")
+
+    def _check_reversible(self) -> None:
+        if self.family not in ENCODER_FAMILIES or self.causal:
+            what = "a causal encoder" if self.causal else f"family {self.family!r}"
+            raise EmberError(f"model.reversible=true serves the bidirectional encoder families "
+                             f"({', '.join(ENCODER_FAMILIES)}), not {what}; set model.reversible=false")
+        if not self.pre_layer_norm:
+            raise EmberError("model.reversible=true runs pre-LN blocks (Y1 = X1 + Attn(LN(X2)); a norm after "
+                             "the residual cannot be inverted); set model.pre_layer_norm=true")
+        if self.ffn_chunk < 0:
+            raise EmberError(f"model.ffn_chunk={self.ffn_chunk} must be >= 0 (0 = every position at once)")
 
     def _per_layer(self, name: str) -> tuple[int, ...]:
         raw = str(getattr(self, name))

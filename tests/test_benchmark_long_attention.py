@@ -31,3 +31,14 @@ def test_long_attention_benchmark_smoke_measures_every_implementation_and_pass(t
     assert all(r["seconds"] > 0 for r in result["rows"])
     assert (tmp_path / "long_attention.png").stat().st_size > 10_000
     assert "| 256 | train |" in (tmp_path / "table.md").read_text()
+
+
+def test_long_attention_benchmark_smoke_measures_reformer(tmp_path):
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    done = subprocess.run([sys.executable, str(SCRIPT), "--smoke", "--impls", "full,ember-reformer", "--passes",
+                           "fwd,train", "--out", str(tmp_path)], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows = json.loads((tmp_path / "RESULTS.json").read_text())["rows"]
+    assert {(r["impl"], r["length"], r["pass"]) for r in rows} == {(i, n, p) for i in ("full", "ember-reformer")
+                                                                  for n in (64, 256) for p in ("fwd", "train")}
+    assert all(r["seconds"] > 0 for r in rows)

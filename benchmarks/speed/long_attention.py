@@ -14,7 +14,9 @@ the median of ``--reps`` calls after the measured one, in CPU seconds of one thr
 the scheduler. Full attention is SDPA (what ember runs in eval mode and without dropout); it is
 skipped where its (T, T) scores in fp32 would pass ``--full-limit-gb`` (training with dropout on
 CPU forms them). Longformer: window ``--window`` (w/2 tokens each side, Beltagy et al. 2020),
-the first token global ([CLS], as for classification).
+the first token global ([CLS], as for classification). Reformer (``--impls ember-reformer``):
+shared-QK LSH attention, ``--hashes`` rounds over chunks of ``--chunk`` tokens (Kitaev et al.
+2020), about 2 T / chunk buckets; one ordinary (not reversible) layer, like the others.
 
 Writes RESULTS.json, a markdown table (table.md) and long_attention.png (time and memory vs
 length, log-log) into --out, and prints the table with the CPU model and load.
@@ -33,23 +35,28 @@ import time
 from pathlib import Path
 
 IMPLS = ("full", "ember-longformer", "hf-longformer")
-EXTRA = ("ember-bigbird", "ember-performer")  # --impls: BigBird (blocks of 64, 3 random), Performer (256 features)
+# --impls: BigBird (blocks of 64, 3 random), Performer (256 features), Reformer (LSH: --chunk, --hashes,
+# about 2 T / chunk buckets)
+EXTRA = ("ember-bigbird", "ember-performer", "ember-reformer")
 PASSES = ("fwd", "fwd+bwd", "train")
 
 
-def build(impl: str, hidden: int, heads: int, window: int, seed: int = 0, dropout: float = 0.0):
+def build(impl: str, hidden: int, heads: int, window: int, seed: int = 0, dropout: float = 0.0, chunk: int = 64,
+          hashes: int = 2):
     """(layer, call(x) -> (B, T, H)) for one implementation, all with the same weights; ``dropout``
     on the attention probabilities and the sub-layer outputs (BERT's 0.1 when training)."""
     import torch
 
     from ember.nn.bigbird import BigBirdAttention
     from ember.nn.longformer import LongformerAttention, LongMask
+    from ember.nn.lsh import LSHAttention
     from ember.nn.performer import PerformerAttention
     from ember.nn.transformer import TransformerLayer
 
     torch.manual_seed(seed)
     attention = {"full": lambda: None, "ember-bigbird": lambda: BigBirdAttention(hidden, heads, dropout, 64, 3),
-                 "ember-performer": lambda: PerformerAttention(hidden, heads, dropout, 256)}.get(
+                 "ember-performer": lambda: PerformerAttention(hidden, heads, dropout, 256),
+                 "ember-reformer": lambda: LSHAttention(hidden, heads, dropout, 0, hashes, chunk)}.get(
         impl, lambda: LongformerAttention(hidden, heads, dropout, window))()
     layer = TransformerLayer(hidden, heads, 4 * hidden, "gelu", dropout, dropout, 1e-12, attention=attention)
     with torch.no_grad():
@@ -117,7 +124,8 @@ def measure(impl: str, length: int, kind: str, args) -> dict:
 
     torch.set_num_threads(1)
     backward = kind != "fwd"
-    layer, run = build(impl, args.hidden, args.heads, args.window, dropout=0.1 if kind == "train" else 0.0)
+    layer, run = build(impl, args.hidden, args.heads, args.window, dropout=0.1 if kind == "train" else 0.0,
+                       chunk=args.chunk, hashes=args.hashes)
     x = torch.randn(1, length, args.hidden, requires_grad=backward)
 
     def call():
@@ -239,6 +247,8 @@ def main() -> None:
     p.add_argument("--heads", type=int, default=12)
     p.add_argument("--window", type=int, default=512)
     p.add_argument("--reps", type=int, default=3)
+    p.add_argument("--chunk", type=int, default=64, help="ember-reformer: tokens per LSH chunk")
+    p.add_argument("--hashes", type=int, default=2, help="ember-reformer: hash rounds")
     p.add_argument("--impls", default=",".join(IMPLS), help=f"which layers; also {', '.join(EXTRA)} (in "
                    "RESULTS.json, not in the table)")
     p.add_argument("--passes", default=",".join(PASSES), help="fwd, fwd+bwd (no dropout), train (fwd+bwd, dropout 0.1)")
@@ -250,7 +260,7 @@ def main() -> None:
     p.add_argument("--one", help=argparse.SUPPRESS)  # impl,length,pass: the subprocess's work
     args = p.parse_args()
     if args.smoke:
-        args.lengths, args.hidden, args.heads, args.window, args.reps = "64,256", 32, 4, 16, 1
+        args.lengths, args.hidden, args.heads, args.window, args.reps, args.chunk = "64,256", 32, 4, 16, 1, 16
     if args.one:
         impl, length, kind = args.one.split(",")
         print(json.dumps(measure(impl, int(length), kind, args)))
@@ -272,7 +282,8 @@ def main() -> None:
                     rows.append(measure(impl, length, kind, args))
                     continue
                 cmd = [sys.executable, __file__, "--one", f"{impl},{length},{kind}", "--hidden", str(args.hidden),
-                       "--heads", str(args.heads), "--window", str(args.window), "--reps", str(args.reps)]
+                       "--heads", str(args.heads), "--window", str(args.window), "--reps", str(args.reps),
+                       "--chunk", str(args.chunk), "--hashes", str(args.hashes)]
                 done = subprocess.run(cmd, env=env, capture_output=True, text=True)
                 if done.returncode:
                     print(f"{impl} {length} {kind}: failed\n{done.stderr[-2000:]}", flush=True)

@@ -31,11 +31,16 @@ def register(sub) -> None:
                    "w/2 tokens each side), one value or one per layer (\"256,256,512,...\"); default 512")
     p.add_argument("--global-tokens", type=int, metavar="G", help="with --long: the first G positions attend "
                    "globally unless a caller names its own (1 = [CLS], for classification); default: the model's (0)")
-    p.add_argument("--attention", default="longformer", choices=("longformer", "bigbird"),
-                   help="with --long: Longformer's window (default) or BigBird's block-sparse attention")
+    p.add_argument("--attention", default="longformer", choices=("longformer", "bigbird", "reformer"),
+                   help="with --long: Longformer's window (default), BigBird's block-sparse attention or "
+                   "Reformer's LSH attention (shared QK from the trained queries: needs continued training)")
     p.add_argument("--block", type=int, default=64, help="with --long --attention bigbird: tokens per block (64)")
     p.add_argument("--random-blocks", type=int, default=3,
                    help="with --long --attention bigbird: random blocks per query block (3)")
+    p.add_argument("--chunk", type=int, default=64, help="with --long --attention reformer: tokens per LSH chunk (64)")
+    p.add_argument("--hashes", type=int, default=2, help="with --long --attention reformer: hash rounds (2)")
+    p.add_argument("--buckets", type=int, default=0,
+                   help="with --long --attention reformer: LSH buckets, even (0: about 2 T / chunk)")
     p.set_defaults(run=run)
 
 
@@ -53,10 +58,14 @@ def run(args) -> int:
         raise EmberError("--long makes a model long on import (--from-hf) or from a run (--from-run); export "
                          "the long run with --to-hf afterwards")
     if long is None and (args.window != "512" or args.global_tokens is not None or args.attention != "longformer"
-                         or args.block != 64 or args.random_blocks != 3):
-        raise EmberError("--window, --global-tokens, --attention, --block and --random-blocks apply with --long N")
-    options = ({"window": args.window, "global_first": args.global_tokens} if args.attention == "longformer"
-               else {"attention": "bigbird", "block": args.block, "random_blocks": args.random_blocks})
+                         or args.block != 64 or args.random_blocks != 3 or args.chunk != 64 or args.hashes != 2
+                         or args.buckets):
+        raise EmberError("--window, --global-tokens, --attention, --block, --random-blocks, --chunk, --hashes and "
+                         "--buckets apply with --long N")
+    options = {"longformer": {"window": args.window, "global_first": args.global_tokens},
+               "bigbird": {"attention": "bigbird", "block": args.block, "random_blocks": args.random_blocks},
+               "reformer": {"attention": "reformer", "chunk": args.chunk, "hashes": args.hashes,
+                            "buckets": args.buckets}}[args.attention]
     if long is not None and long < 1:
         raise EmberError(f"--long {long}: give the number of positions of the long model (e.g. 4096)")
     source, out = Path(args.from_hf or args.to_hf or args.from_run), Path(args.out)
@@ -88,8 +97,9 @@ def run(args) -> int:
             with weights_view(args.to_hf) as run_dir:  # a checkpoint (sharded or not) is read directly
                 export_hf(run_dir, tmp)
     if long is not None:
-        how = (f"Longformer window {args.window}" if args.attention == "longformer"
-               else f"BigBird blocks of {args.block}, {args.random_blocks} random")
+        how = {"longformer": f"Longformer window {args.window}",
+               "bigbird": f"BigBird blocks of {args.block}, {args.random_blocks} random",
+               "reformer": f"Reformer LSH, chunks of {args.chunk}, {args.hashes} hash rounds"}[args.attention]
         print(f"made {source} long ({long} positions, {how}) -> ember run folder {out}")
     elif args.from_hf:
         print(f"imported {args.from_hf} -> ember run folder {out}")

@@ -69,6 +69,10 @@ def interop_for_family(family: str) -> ModuleType:
 def interop_for_model(cfg: ModelConfig) -> ModuleType:
     """The interop module that exports a model: its attention variant's layout (a BERT made long
     is a transformers Longformer), else its family's."""
+    if cfg.attention == "reformer" or cfg.reversible:  # no layout of the family holds them
+        raise EmberError("a model with model.attention=reformer or model.reversible=true has no transformers "
+                         "layout to export to (transformers' ReformerModel differs in its embeddings: axial "
+                         "positions, no LayerNorm); keep it as an ember run")
     return interop_for_family(ATTENTION_LAYOUTS.get(cfg.attention, cfg.family))
 
 

@@ -12,6 +12,13 @@ names do not change, only the position table grows and three projections per lay
 With a window as wide as the input (w/2 >= length - 1) and no global positions the long model
 computes what the original did; narrower windows are the point (and need some training to
 recover the original's accuracy, §5 Table 5).
+
+Reformer (``attention="reformer"``, Kitaev et al. 2020) shares one projection between queries and
+keys: it starts as the trained query projection (the value and output projections are kept, the
+key projection is dropped). Keys become the normalised queries, so unlike a wide Longformer
+window this changes the function at every length: the long model needs continued training
+(the paper trains shared-QK models from scratch, §2 "Shared-QK Transformer", finding them as good).
+Reversible layers are not made from a trained post-LN encoder (their residuals differ).
 """
 
 from __future__ import annotations
@@ -30,20 +37,23 @@ _QKV = re.compile(r"(.*\.attention)\.qkv\.(weight|bias)")
 
 def lengthen(cfg: ModelConfig, state: dict[str, torch.Tensor], length: int, window: int | str = 512,
              global_first: int | None = None, attention: str = "longformer", block: int = 64,
-             random_blocks: int = 3) -> tuple[ModelConfig, dict[str, torch.Tensor]]:
+             random_blocks: int = 3, chunk: int = 64, hashes: int = 2,
+             buckets: int = 0) -> tuple[ModelConfig, dict[str, torch.Tensor]]:
     """(config, state) of the long model; ``state`` in ember's names (``backbone.*`` and heads).
     ``attention="bigbird"`` (Zaheer et al. 2020) instead: ``block`` tokens per block and
     ``random_blocks`` random blocks per query block; BigBird adds no weights, so only the
     position table grows (BigBird's own checkpoints were warm-started from RoBERTa's the same way,
-    §4 "we warm start from RoBERTa's checkpoint")."""
+    §4 "we warm start from RoBERTa's checkpoint"). ``attention="reformer"``: LSH attention with
+    ``chunk``, ``hashes`` rounds and ``buckets`` (0: about 2 T / chunk), see the module docstring."""
     old = cfg.max_position
     if length < old:
         raise EmberError(f"--long {length} is shorter than the model's {old} positions; give at least {old}")
-    if attention not in ("longformer", "bigbird"):
-        raise EmberError(f"--attention {attention}: choose longformer or bigbird")
-    options = ({"attention_window": str(window),
-                "attention_global": cfg.attention_global if global_first is None else global_first}
-               if attention == "longformer" else {"attention_block": block, "attention_random_blocks": random_blocks})
+    if attention not in ("longformer", "bigbird", "reformer"):
+        raise EmberError(f"--attention {attention}: choose longformer, bigbird or reformer")
+    options = {"longformer": {"attention_window": str(window),
+                              "attention_global": cfg.attention_global if global_first is None else global_first},
+               "bigbird": {"attention_block": block, "attention_random_blocks": random_blocks},
+               "reformer": {"attention_chunk": chunk, "attention_hashes": hashes, "attention_buckets": buckets}}[attention]
     try:
         long_cfg = dataclasses.replace(cfg, attention=attention, max_position=length, **options)
     except EmberError as exc:  # the attention's own checks (family, window), named as the command's
@@ -58,6 +68,10 @@ def lengthen(cfg: ModelConfig, state: dict[str, torch.Tensor], length: int, wind
             else:  # Longformer §5: row i is the trained row i mod old
                 out[key] = table[torch.arange(length) % old].clone()
         match = _QKV.fullmatch(key)
+        if attention == "reformer" and match:  # shared QK from the trained queries; the keys' projection goes
+            query, _, value = table.chunk(3, dim=0)
+            del out[key]
+            out[f"{match[1]}.query_key.{match[2]}"], out[f"{match[1]}.value.{match[2]}"] = query.clone(), value.clone()
         if attention == "longformer" and match and f"{match[1]}.query_global.{match[2]}" not in state:  # §5: copies of the local ones
             for name, part in zip(("query_global", "key_global", "value_global"), table.chunk(3, dim=0)):
                 out[f"{match[1]}.{name}.{match[2]}"] = part.clone()

@@ -20,7 +20,11 @@ Options used by the variants, all from ModelConfig:
   per layer + global positions, ember.nn.longformer; ``forward(global_attention_mask=)`` names
   the global positions, 1 = global, as transformers' LongformerModel) or "bigbird" (Zaheer et
   al. 2020: window, global and random blocks, ember.nn.bigbird) or "performer" (Choromanski et
-  al. 2021: FAVOR+ random features, ember.nn.performer; causal too).
+  al. 2021: FAVOR+ random features, ember.nn.performer; causal too) or "reformer" (Kitaev et al.
+  2020: shared-QK LSH attention, ember.nn.lsh).
+- ``reversible``: RevNet layers (Kitaev et al. 2020 §3, ember.nn.reversible), the same pre-LN
+  layers' weights run as Y1 = X1 + F(X2), Y2 = X2 + G(Y1) from (X, X), output (Y1 + Y2) / 2;
+  activations are recomputed in the backward.
 """
 
 from __future__ import annotations
@@ -36,8 +40,10 @@ from ember.nn.embeddings import InputEmbeddings
 from ember.nn.bigbird import BigBirdAttention
 from ember.nn.heads import Pooler
 from ember.nn.longformer import LongformerAttention, LongMask
+from ember.nn.lsh import LSHAttention
 from ember.nn.performer import PerformerAttention
 from ember.nn.query_rows import QueryRows
+from ember.nn.reversible import layer_blocks, reversible_stack
 from ember.nn.transformer import TransformerLayer
 
 
@@ -111,6 +117,9 @@ def build_attention(cfg: ModelConfig, index: int) -> nn.Module | None:
     if cfg.attention == "performer":  # causal (XLM's CLM) through prefix sums; seed: the layer's own eval draw
         return PerformerAttention(cfg.hidden_size, cfg.num_heads, cfg.attention_dropout, cfg.attention_features,
                                   cfg.causal, seed=index)
+    if cfg.attention == "reformer":  # seed: the layer's own eval-mode rotations
+        return LSHAttention(cfg.hidden_size, cfg.num_heads, cfg.attention_dropout, cfg.attention_buckets,
+                            cfg.attention_hashes, cfg.attention_chunk, seed=index)
     return None
 
 
@@ -153,7 +162,7 @@ class Encoder(nn.Module):
     def __init__(self, cfg: ModelConfig, embeddings: bool = True) -> None:
         super().__init__()
         self.config = cfg
-        self.takes_rows = type(self).takes_rows and cfg.attention == "full"  # a band's queries are blocks (a subclass may say no)
+        self.takes_rows = type(self).takes_rows and cfg.attention == "full" and not cfg.reversible  # a band's queries are blocks (a subclass may say no)
         e = cfg.embedding_size or cfg.hidden_size
         self.embeddings = InputEmbeddings(
             cfg.vocab_size, e, cfg.max_position, cfg.type_vocab_size,
@@ -181,7 +190,8 @@ class Encoder(nn.Module):
         """The blocks a sharded data-parallel wrapper (FSDP, ember.train.fsdp) may gather one at
         a time: modules whose parameters only their own forward uses. With ALBERT's sharing a
         layer borrows layer 0's sub-layer at call time, so the encoder is then one unit."""
-        return list(self.layers) if self.config.share_layers == "none" else []
+        # reversible layers call their sub-layers inside one autograd function: one unit too
+        return list(self.layers) if self.config.share_layers == "none" and not self.config.reversible else []
 
     def forward(
         self,
@@ -203,6 +213,8 @@ class Encoder(nn.Module):
                                         inputs_embeds, language_ids, global_attention_mask)
         hidden_states = [x] if output_hidden_states else None
         attentions = [] if output_attentions else None
+        if self.config.reversible:
+            return self.reversible(x, mask, hidden_states, attentions, rows)
         sequence = self.layer_sequence()
         at_rows = rows is not None and self.takes_rows and not (is_causal or output_hidden_states or output_attentions)
         for layer, donor in sequence[:-1] if at_rows else sequence:
@@ -221,6 +233,20 @@ class Encoder(nn.Module):
         x, _ = layer(x, mask, donor=donor, rows=query_rows)  # (B, Q, H)
         out = self.finish(x, None, None)
         out.last_hidden_state = out.last_hidden_state[query_rows.valid & rows.gather(1, query_rows.index)]
+        return out
+
+    def reversible(self, x: torch.Tensor, mask, hidden_states: list | None, attentions: list | None,
+                   rows: torch.Tensor | None) -> EncoderOutput:
+        """model.reversible: the layers as RevNet blocks (ember.nn.reversible); with hidden states
+        asked for, the same computation through ordinary autograd (each layer's is its streams' mean)."""
+        if attentions is not None:
+            raise EmberError("model.reversible=true does not keep attention probabilities (it recomputes "
+                             "each layer in the backward); ask for hidden states instead")
+        blocks = layer_blocks(self.layer_sequence(), mask, self.config.ffn_chunk)
+        y1, y2 = reversible_stack(x, blocks, plain=hidden_states is not None, states=hidden_states)
+        out = self.finish((y1 + y2) / 2, hidden_states, None)
+        if rows is not None:
+            out.last_hidden_state = out.last_hidden_state[rows]
         return out
 
     def embed(self, input_ids, attention_mask=None, token_type_ids=None, position_ids=None, inputs_embeds=None,

@@ -183,3 +183,38 @@ def test_long_convert_minilm_to_bigbird_on_real_wiki_text_and_transformers_big_b
         ref = hf(input_ids=ids[:, :1000]).last_hidden_state
         ours = bird(ids[:, :1000]).last_hidden_state
     torch.testing.assert_close(ours, ref, atol=1e-5, rtol=0)
+
+
+def test_long_convert_reformer_shares_the_trained_query_projection_and_refuses_export(tmp_path):
+    cfg = tiny(family="roberta")
+    state = state_of(cfg)
+    long_cfg, long_state = lengthen(cfg, state, 64, attention="reformer", chunk=8, hashes=3)
+    assert (long_cfg.attention, long_cfg.attention_chunk, long_cfg.attention_hashes) == ("reformer", 8, 3)
+    qkv = state["backbone.layers.1.attention.qkv.weight"]
+    torch.testing.assert_close(long_state["backbone.layers.1.attention.query_key.weight"], qkv[:32], rtol=0, atol=0)
+    torch.testing.assert_close(long_state["backbone.layers.1.attention.value.bias"],
+                               state["backbone.layers.1.attention.qkv.bias"][64:], rtol=0, atol=0)
+    assert not any(".qkv." in k for k in long_state)
+    model = build_backbone(long_cfg).eval()
+    model.load_state_dict({k.removeprefix("backbone."): v for k, v in long_state.items()})  # every key fits
+    with torch.no_grad():
+        assert torch.isfinite(model(torch.randint(5, 96, (2, 61))).last_hidden_state).all()
+    with pytest.raises(EmberError, match="cannot make this roberta model long: model.attention_buckets=3"):
+        lengthen(cfg, state, 64, attention="reformer", buckets=3)
+    from ember.interop.families import interop_for_model
+
+    with pytest.raises(EmberError, match="model.attention=reformer or model.reversible=true has no transformers"):
+        interop_for_model(long_cfg)
+
+
+def test_long_convert_minilm_to_reformer_runs_4096_real_tokens(minilm_runs, tmp_path):
+    minilm, _ = minilm_runs
+    run = tmp_path / "reformer"
+    assert main(["convert", "--from-run", str(minilm), "--out", str(run), "--long", "4096", "--attention",
+                 "reformer", "--chunk", "64", "--hashes", "2"]) == 0
+    model = backbone(run)
+    assert (model.config.attention, model.config.max_position, model.config.attention_chunk) == ("reformer", 4096, 64)
+    ids = real_ids(run, 4096)
+    with torch.no_grad():
+        out = model(ids).last_hidden_state
+    assert out.shape == (1, 4096, 384) and torch.isfinite(out).all()
