@@ -26,6 +26,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.autograd.function import once_differentiable
 
+from ember.errors import EmberError
 from ember.nn.dropout import attend, attention_scores, dropout_at_rows, forms_probabilities
 from ember.nn.onednn import dense, is_recording, linear
 
@@ -41,6 +42,18 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Ten
         mask = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool, device=q.device).tril()
     probs = attention_scores(q, k, mask, scale).softmax(-1)
     return F.dropout(probs, dropout, dropout > 0) @ v, probs
+
+
+def refuse_unformed(variant: str, need_weights: bool, mask=None, why_no_globals: str = "") -> None:
+    """The efficient-attention variants' refusals, one line each: attention probabilities (none of
+    them forms the (T, T) matrix) and, where ``why_no_globals`` says why, Longformer's global
+    positions (``mask``: the encoder's LongMask)."""
+    if need_weights:
+        raise EmberError(f"attention probabilities are not available with model.attention={variant} "
+                         "(it never forms the (T, T) matrix); ask for hidden states instead")
+    if why_no_globals and mask is not None and mask.num_global:
+        raise EmberError(f"global_attention_mask or model.attention_global is Longformer's "
+                         f"(model.attention=longformer); {why_no_globals}")
 
 
 class _PackedHeads(torch.autograd.Function):

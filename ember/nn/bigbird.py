@@ -35,7 +35,7 @@ import torch
 import torch.nn.functional as F
 
 from ember.errors import EmberError
-from ember.nn.attention import SelfAttention
+from ember.nn.attention import SelfAttention, refuse_unformed
 from ember.nn.dropout import attend
 from ember.nn.onednn import dense
 
@@ -81,12 +81,7 @@ class BigBirdAttention(SelfAttention):
         self.block, self.random = block, random
 
     def forward(self, x: torch.Tensor, mask=None, need_weights: bool = False, **_) -> tuple[torch.Tensor, None]:
-        if need_weights:
-            raise EmberError("attention probabilities are not available with model.attention=bigbird "
-                             "(it never forms the (T, T) matrix); ask for hidden states instead")
-        if mask is not None and mask.num_global:
-            raise EmberError("BigBird's global tokens are its first and last blocks (ITC); a global_attention_mask "
-                             "or model.attention_global is Longformer's (model.attention=longformer)")
+        refuse_unformed("bigbird", need_weights, mask, "BigBird's global tokens are its first and last blocks (ITC)")
         b, t, hs = x.shape
         heads, d, bs = self.num_heads, self.head_dim, self.block
         real = mask.real if mask is not None else torch.ones(b, t, dtype=torch.bool, device=x.device)

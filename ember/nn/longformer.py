@@ -23,7 +23,7 @@ import torch
 from torch import nn
 
 from ember.errors import EmberError
-from ember.nn.attention import SelfAttention, attention
+from ember.nn.attention import SelfAttention, attention, refuse_unformed
 from ember.nn.banded import band_attention, window_bias
 from ember.nn.onednn import dense
 
@@ -97,9 +97,7 @@ class LongformerAttention(SelfAttention):
 
     def forward(self, x: torch.Tensor, mask: LongMask | None = None, need_weights: bool = False,
                 **_) -> tuple[torch.Tensor, None]:
-        if need_weights:
-            raise EmberError("attention probabilities are not available with model.attention=longformer "
-                             "(it never forms the (T, T) matrix); ask for hidden states instead")
+        refuse_unformed("longformer", need_weights)
         b, t, hs = x.shape
         if mask is None:
             mask = LongMask.of(None, None, b, t, x.device)

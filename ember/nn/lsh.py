@@ -35,6 +35,7 @@ import torch
 from torch import nn
 
 from ember.errors import EmberError
+from ember.nn.attention import refuse_unformed
 from ember.nn.dropout import dropout as drop
 from ember.nn.onednn import dense
 
@@ -167,12 +168,7 @@ class LSHAttention(nn.Module):
         return torch.randn(shape, generator=torch.Generator().manual_seed(self.seed), dtype=dtype).to(device)
 
     def forward(self, x: torch.Tensor, mask=None, need_weights: bool = False, **_) -> tuple[torch.Tensor, None]:
-        if need_weights:
-            raise EmberError("attention probabilities are not available with model.attention=reformer "
-                             "(it never forms the (T, T) matrix); ask for hidden states instead")
-        if mask is not None and mask.num_global:
-            raise EmberError("global_attention_mask or model.attention_global is Longformer's "
-                             "(model.attention=longformer); Reformer's tokens find each other by hashing")
+        refuse_unformed("reformer", need_weights, mask, "Reformer's tokens find each other by hashing")
         b, t, hs = x.shape
 
         def heads(y: torch.Tensor) -> torch.Tensor:

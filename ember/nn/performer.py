@@ -26,7 +26,7 @@ import math
 import torch
 
 from ember.errors import EmberError
-from ember.nn.attention import SelfAttention
+from ember.nn.attention import SelfAttention, refuse_unformed
 from ember.nn.onednn import dense
 
 
@@ -93,12 +93,7 @@ class PerformerAttention(SelfAttention):
         return orthogonal_features(self.features, self.head_dim, generator, device=device, dtype=dtype)
 
     def forward(self, x: torch.Tensor, mask=None, need_weights: bool = False, **_) -> tuple[torch.Tensor, None]:
-        if need_weights:
-            raise EmberError("attention probabilities are not available with model.attention=performer "
-                             "(it never forms the (T, T) matrix); ask for hidden states instead")
-        if mask is not None and mask.num_global:
-            raise EmberError("global_attention_mask or model.attention_global is Longformer's "
-                             "(model.attention=longformer); Performer attends to every token")
+        refuse_unformed("performer", need_weights, mask, "Performer attends to every token")
         b, t, hs = x.shape
         q, k, v = dense(self.qkv, x).view(b, t, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
         key_ok = None if mask is None or mask.padding is None else mask.real
