@@ -146,8 +146,9 @@ class TrainConfig:
     grad_accum: int = 1
     # Fine-tuning classification/regression/QA and task distillation (KD, PKD): batches of
     # examples of similar length (ember.train.length_groups; transformers' group_by_length), so
-    # little of each batch is padding. Other data (pre-training blocks, all of one length;
-    # per-token losses: tagging, text-to-text, TinyBERT's layers) is shuffled as before.
+    # little of each batch is padding, with examples of one text (a SQuAD paragraph's windows)
+    # at most one per batch where the pool allows (issue 46). Other data (pre-training blocks,
+    # all of one length; per-token losses: tagging, text-to-text, TinyBERT's layers) is shuffled.
     group_by_length: bool = True
     max_grad_norm: float = 1.0
     max_steps: int = 10000

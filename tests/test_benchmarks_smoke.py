@@ -481,3 +481,17 @@ def test_word_senses_minilm_layers_tell_bank_senses_apart_on_real_wikipedia(tmp_
     assert chance["std"] == 0.0 and chance["mean"] == pytest.approx(39 / 79)  # one vector: at chance
     best = s[result["best_layer"]]["nn_accuracy"]
     assert result["best_layer"] != "layer 0" and best["mean"] - 2 * best["std"] > chance["mean"]
+
+
+def test_qa_batch_order_smoke_counts_paragraphs_per_batch_of_real_squad_windows(tmp_path):
+    real_data("squad2-dev-half")
+    real_data("checkpoints", "all-MiniLM-L6-v2", "tokenizer.json")
+    bench = load_benchmark("qa_batch_order")
+    out = tmp_path / "rows.json"
+    rows = bench.main(["--smoke", "--batch-size", "8", "--seeds", "1", "--json", str(out)])
+    by = {r["order"]: r for r in rows}
+    assert set(by) == {"shuffled", "length-grouped", "length-grouped-spread"}
+    # the default keeps paragraphs apart as random batches do, and pads about as little as the plain sort
+    assert by["length-grouped-spread"]["paragraphs_per_batch"] > by["length-grouped"]["paragraphs_per_batch"]
+    assert by["length-grouped-spread"]["padded_over_real_tokens"] < by["shuffled"]["padded_over_real_tokens"]
+    assert json.loads(out.read_text()) == rows

@@ -29,7 +29,7 @@ from ember.errors import EmberError
 from ember.runs.checkpoint import atomic_write_text, load_weights, save_weights
 from ember.data.in_memory import InMemoryData
 from ember.train.checks import check_train_settings
-from ember.train.length_groups import feature_lengths
+from ember.train.length_groups import feature_groups, feature_lengths
 
 # Per-method defaults (temperature, alpha); see each method's module for the sources.
 METHOD_DEFAULTS = {"kd": (2.0, 1.0), "pkd": (5.0, 0.5), "tinybert": (1.0, 1.0)}
@@ -202,7 +202,7 @@ def run_task_distillation(opts: TaskDistillOptions) -> dict:
     print(f"distilling ({opts.method}) {adapter.display_name}: teacher {params['teacher'] / 1e6:.2f}M -> student "
           f"{params['student'] / 1e6:.2f}M parameters, {len(features):,} transfer examples, "
           f"{train_cfg.max_steps} steps, run folder {out}")
-    trainer = Trainer(distiller, InMemoryData(features, feature_lengths(features)), train_cfg, out, evaluate=evaluate,
+    trainer = Trainer(distiller, InMemoryData(features, feature_lengths(features), feature_groups(features)), train_cfg, out, evaluate=evaluate,
                       best_metric=adapter.main_metric, on_best=save_best, progress=opts.progress)
     trainer.train(resume=opts.resume)
 

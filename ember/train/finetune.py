@@ -36,7 +36,7 @@ from ember.tasks.families.knowledge import with_knowledge
 from ember.tasks.task_model import build_task_module, pad_token_id
 from ember.runs.checkpoint import atomic_write_text, load_weights, save_weights
 from ember.train.layerwise import gradual_unfreezing, lr_scale_fn
-from ember.train.length_groups import feature_lengths
+from ember.train.length_groups import feature_groups, feature_lengths
 from ember.train.loop import Trainer, epoch_schedule
 from ember.runs.folder import check_resume_settings, load_run_config, prepare_run_dir, write_run_files
 
@@ -135,7 +135,7 @@ def run_finetuning(cfg: RunConfig, run_dir: Path, state: dict | None, tokenizer_
     # The trainer groups batches by length where the head's loss is one term per example
     # (classification, regression, QA's windows), not for a per-token loss (tagging, text-to-text:
     # a CoNLL tagger grouped stayed at all-O on one seed of three).
-    train_data = InMemoryData(train_features, feature_lengths(train_features))
+    train_data = InMemoryData(train_features, feature_lengths(train_features), feature_groups(train_features))
     trainer = Trainer(module, train_data, train_cfg, run_dir, evaluate=evaluate,
                       best_metric=adapter.main_metric, on_best=save_best, progress=progress,
                       lr_scale=lr_scale, before_step=unfreeze, patience=cfg.task.patience)

@@ -33,7 +33,7 @@ from ember.train.clock import step_clock
 from ember.train.distributed import DistInfo, agree, all_reduce_sums, barrier, gradient_sync
 from ember.train.fsdp import full_model_state, shard
 from ember.train.host_memory import keep_freed_host_memory
-from ember.train.length_groups import GROUPED, SHUFFLED, group_by_length
+from ember.train.length_groups import GROUPED, SHUFFLED, SPREAD, group_by_length, spread_by_length
 from ember.train.scaling import chose_no_layout, cpu_micro_batches, effective_config
 from ember.train.sharded_checkpoint import resume_checkpoint, save_sharded_checkpoint
 from ember.train.logging import MetricsLogger, tell_evaluation
@@ -44,21 +44,29 @@ from ember.train.precision import autocast_context, check_speed
 
 class DataOrder:
     """Maps a global example position to a dataset index: one seeded permutation per epoch, its
-    batches grouped by length when the examples' ``lengths`` are given (``ember.train.length_groups``)."""
+    batches grouped by length when the examples' ``lengths`` are given, with examples of one of
+    ``groups`` kept apart (``ember.train.length_groups``: ``name`` SPREAD, or GROUPED, the earlier
+    grouping that ignores groups, which checkpoints written with it resume in)."""
 
-    def __init__(self, size: int, seed: int, lengths=None, batch_size: int = 0) -> None:
+    def __init__(self, size: int, seed: int, lengths=None, batch_size: int = 0, groups=None,
+                 name: str = SPREAD) -> None:
         if size == 0:
             raise EmberError("the training data has no examples")
         self.size, self.seed, self._epoch, self._perm = size, seed, -1, None
         self.lengths = None if lengths is None else np.asarray(lengths, dtype=np.int64)
+        self.groups = None if groups is None else np.asarray(groups, dtype=np.int64)
         self.batch_size = batch_size
-        self.name = SHUFFLED if lengths is None else GROUPED
+        self.name = SHUFFLED if lengths is None else name
 
     def epoch_order(self, epoch: int) -> np.ndarray:
         """The dataset indices of one epoch, in training order."""
         rng = np.random.default_rng([self.seed, epoch, 104729])
         perm = rng.permutation(self.size)
-        return perm if self.lengths is None else group_by_length(perm, self.lengths, self.batch_size, rng)
+        if self.lengths is None:
+            return perm
+        if self.name == GROUPED:
+            return group_by_length(perm, self.lengths, self.batch_size, rng)
+        return spread_by_length(perm, self.lengths, self.batch_size, rng, self.groups)
 
     def __call__(self, position: int) -> tuple[int, int]:
         epoch, offset = divmod(position, self.size)
@@ -80,6 +88,11 @@ def use_threads(num_threads: int) -> None:
 def example_lengths(data):
     """The tokens of each training example where the data knows them (fine-tuning), else None."""
     return data.lengths() if callable(getattr(data, "lengths", None)) else None
+
+
+def example_groups(data):
+    """Which training examples share a text (one paragraph's questions) where the data says, else None."""
+    return data.groups() if callable(getattr(data, "groups", None)) else None
 
 
 class TrainingInterrupted(EmberError):
@@ -161,11 +174,14 @@ class Trainer:
         is on, the module's loss is one term per example (``loss_per_example``: a per-token loss
         averages over a batch's tokens, so grouping would reweight them) and the data knows its
         examples' lengths (fine-tuning), else a plain shuffle per epoch; ``name`` asks for one of
-        the two (a resumed checkpoint's)."""
-        grouped = self.cfg.group_by_length and self.loss_per_example if name is None else name == GROUPED
+        the orders (a resumed checkpoint's: SHUFFLED, GROUPED or SPREAD)."""
+        grouped = self.cfg.group_by_length and self.loss_per_example if name is None else name != SHUFFLED
+        kind = SPREAD if name is None or name == SHUFFLED else name
         if hasattr(self.data, "data_order"):  # data with its own order (a task mixture, ember.train.mixture)
-            return self.data.data_order(self.cfg.seed, bool(grouped and self.lengths is not None), self.cfg.batch_size)
-        return DataOrder(len(self.data), self.cfg.seed, self.lengths if grouped else None, self.cfg.batch_size)
+            return self.data.data_order(self.cfg.seed, bool(grouped and self.lengths is not None), self.cfg.batch_size,
+                                        kind)
+        return DataOrder(len(self.data), self.cfg.seed, self.lengths if grouped else None, self.cfg.batch_size,
+                         example_groups(self.data), kind)
 
     def save(self) -> None:
         try:
@@ -203,6 +219,9 @@ class Trainer:
         """A run resumes in the order it started with (checkpoints written before batches could be
         length-grouped have no "data_order": they were shuffled), so its steps replay exactly."""
         was = state.get("data_order", SHUFFLED)
+        if was not in (SHUFFLED, GROUPED, SPREAD):
+            raise EmberError(f"the checkpoint's batches were {was!r}, an order this version of ember does not "
+                             "know; resume it with the ember version that wrote it")
         if was != self.order.name:
             self.order = self.data_order(was)
             if self.order.name != was:  # grouped, but this data cannot say its examples' lengths

@@ -26,6 +26,7 @@ import math
 import numpy as np
 
 from ember.errors import EmberError
+from ember.train.length_groups import SPREAD
 
 MIXINGS = ("proportional", "temperature", "equal")
 BLOCK = 4096  # steps drawn per generator: the schedule of step s needs blocks 0 .. s // BLOCK
@@ -93,14 +94,14 @@ class MixtureSchedule:
 class MixtureOrder:
     """The Trainer's data order over a ``TaskMixture``: global position -> (index, the task's epoch)."""
 
-    def __init__(self, mixture: "TaskMixture", seed: int, grouped: bool, batch_size: int) -> None:
+    def __init__(self, mixture: "TaskMixture", seed: int, grouped: bool, batch_size: int, kind: str = SPREAD) -> None:
         from ember.train.loop import DataOrder
 
         self.batch_size, self.offsets = batch_size, mixture.offsets
         self.schedule = MixtureSchedule(mixture.rates, seed)
         # each task its own stream, seeded apart so two tasks of one size do not share an order
-        self.orders = [DataOrder(len(feats), seed * 1009 + t, mixture.task_lengths[t] if grouped else None, batch_size)
-                       for t, feats in enumerate(mixture.features)]
+        self.orders = [DataOrder(len(feats), seed * 1009 + t, mixture.task_lengths[t] if grouped else None, batch_size,
+                                 mixture.task_groups[t], kind) for t, feats in enumerate(mixture.features)]
         self.name = self.orders[0].name
 
     def __call__(self, position: int) -> tuple[int, int]:
@@ -114,8 +115,11 @@ class TaskMixture:
     """Several tasks' features as one dataset (``len``, ``example``, ``lengths``) whose order (the
     Trainer asks ``data_order``) gives every step one task's examples, as ``(task index, feature)``."""
 
-    def __init__(self, features: list[list[dict]], rates: list[float], lengths: list[list[int]]) -> None:
+    def __init__(self, features: list[list[dict]], rates: list[float], lengths: list[list[int]],
+                 groups: list[list[int] | None] | None = None) -> None:
+        """``groups``: per task, which examples share a text (``ember.train.length_groups``), or None."""
         self.features, self.rates, self.task_lengths = features, rates, lengths
+        self.task_groups = groups or [None] * len(features)
         self.offsets = [0]
         for feats in features[:-1]:
             self.offsets.append(self.offsets[-1] + len(feats))
@@ -131,5 +135,5 @@ class TaskMixture:
         task = int(self._where[index])
         return task, self.features[task][index - self.offsets[task]]
 
-    def data_order(self, seed: int, grouped: bool, batch_size: int) -> MixtureOrder:
-        return MixtureOrder(self, seed, grouped, batch_size)
+    def data_order(self, seed: int, grouped: bool, batch_size: int, kind: str = SPREAD) -> MixtureOrder:
+        return MixtureOrder(self, seed, grouped, batch_size, kind)

@@ -39,7 +39,7 @@ from ember.runs.folder import check_resume_settings, load_run_config, prepare_ru
 from ember.tasks.multitask import MULTITASK_RECORD, TASKS_DIR
 from ember.tasks.task_model import build_task_module, pad_token_id
 from ember.train.finetune import check_lengths_and_splits, check_options, write_task_files
-from ember.train.length_groups import feature_lengths
+from ember.train.length_groups import feature_groups, feature_lengths
 from ember.train.loop import Trainer, epoch_schedule
 from ember.train.mixture import TaskMixture, mixing_rates
 
@@ -186,7 +186,7 @@ def run_multitask(cfg: RunConfig, run_dir: Path, state: dict | None, tokenizer_p
         return metrics
 
     train_data = TaskMixture([data[n][0][1] for n in names], [rates[n] for n in names],
-                             [feature_lengths(data[n][0][1]) for n in names])
+                             [feature_lengths(data[n][0][1]) for n in names], [feature_groups(data[n][0][1]) for n in names])
     trainer = Trainer(module, train_data, train_cfg, run_dir, evaluate=evaluate, best_metric="average",
                       progress=progress, patience=cfg.task.patience)
     trainer.train(resume=resume)

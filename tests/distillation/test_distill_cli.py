@@ -127,7 +127,7 @@ def test_pkd_and_tinybert_task_stage_cli_on_sst2(sst2_teacher, tmp_path):
     results = json.loads((tmp_path / "pkd" / "results.json").read_text())
     assert results["method"] == "pkd" and "hard_loss" in (tmp_path / "pkd" / "metrics.jsonl").read_text()
     assert "pt_loss" in (tmp_path / "pkd" / "metrics.jsonl").read_text()
-    assert data_orders(tmp_path / "pkd") == {"length-grouped"}  # PKD compares each example's [CLS]
+    assert data_orders(tmp_path / "pkd") == {"length-grouped-spread"}  # PKD compares each example's [CLS]
     out = tmp_path / "tiny"
     distill("--method", "tinybert", "--teacher", str(sst2_teacher), "--student", "bert-tiny", "--student-layers",
             "2", "--unlabeled", "task", "--train-limit", "64", "--epochs", "1", "--out", str(out))
@@ -136,7 +136,7 @@ def test_pkd_and_tinybert_task_stage_cli_on_sst2(sst2_teacher, tmp_path):
     # TinyBERT's intermediate losses average over tokens, so that step keeps shuffled batches;
     # its prediction-layer step (logits only) groups them
     assert data_orders(out / "intermediate") == {"shuffled"}
-    assert data_orders(out, "checkpoints/*/trainer_state.json") == {"length-grouped"}
+    assert data_orders(out, "checkpoints/*/trainer_state.json") == {"length-grouped-spread"}
     assert json.loads((out / "results.json").read_text())["parameters"]["student"] > 0
     assert evaluate_run(out)["metrics"]["accuracy"] == pytest.approx(
         json.loads((out / "results.json").read_text())["metrics"]["accuracy"])
@@ -240,4 +240,4 @@ def test_kd_resume_after_kill_reproduces_the_uninterrupted_run(sst2_teacher, tmp
     b = json.loads((killed / "results.json").read_text())
     assert a["metrics"] == b["metrics"]
     # KD's loss is one term per example: its batches were length-grouped, and the checkpoints say so
-    assert data_orders(killed) == {"length-grouped"}
+    assert data_orders(killed) == {"length-grouped-spread"}

@@ -50,7 +50,7 @@ def test_finetune_resume_after_kill_reproduces_losses_and_results(options, wiki_
     assert b.get("scalar_mix") == a.get("scalar_mix")
     # SST-2 is classification: its batches were length-grouped, and the checkpoints say so
     states = [json.loads(p.read_text()) for p in run.glob("**/trainer_state.json")]
-    assert states and {s["data_order"] for s in states} == {"length-grouped"}
+    assert states and {s["data_order"] for s in states} == {"length-grouped-spread"}
     # a resume that changes a setting is refused and the saved config.yaml is left as it was
     saved = (run / "config.yaml").read_text()
     changed = subprocess.run(finetune_cmd(tokenizer, run, options, "--resume", "--lr", "5e-3"), env=env(),

@@ -1,5 +1,6 @@
 """Length-grouped fine-tuning batches (ember.train.length_groups): every example once per epoch,
-batches of similar lengths in a shuffled order, and resume keeps a checkpoint's order."""
+batches of similar lengths in a shuffled order, one paragraph's SQuAD windows kept apart (issue
+46), and resume keeps a checkpoint's order."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from conftest import real_data
 from ember.config import TrainConfig
 from ember.data.in_memory import InMemoryData
 from ember.errors import EmberError
-from ember.train.length_groups import POOL_BATCHES, feature_lengths
+from ember.train.length_groups import GROUPED, POOL_BATCHES, SPREAD, feature_groups, feature_lengths, group_by_length
 from ember.train.loop import DataOrder, Trainer
 
 
@@ -108,7 +109,7 @@ def test_trainer_groups_batches_when_asked_and_a_resume_keeps_the_checkpoints_or
     cfg = TrainConfig(batch_size=8, max_steps=6, warmup_steps=1, save_every=3, log_every=1, eval_every=0,
                       group_by_length=group)
     trainer = Trainer(_Toy(), data, cfg, tmp_path / "run", progress=False)
-    assert trainer.order.name == ("length-grouped" if group else "shuffled")
+    assert trainer.order.name == (SPREAD if group else "shuffled")
     trainer.train()
     spread = np.mean([max(b) - min(b) for b in trainer.module.seen])
     assert (spread < 5) if group else (spread > 30)  # lengths 1-59: random batches span most of it
@@ -118,11 +119,19 @@ def test_trainer_groups_batches_when_asked_and_a_resume_keeps_the_checkpoints_or
     resumed = Trainer(_Toy(), data, cfg, tmp_path / "other", progress=False)
     resumed.keep_data_order({k: v for k, v in state.items() if k != "data_order"})
     assert resumed.order.name == "shuffled"
-    resumed.keep_data_order({**state, "data_order": "length-grouped"})
-    assert resumed.order.name == "length-grouped"
+    # one written with the first grouping (before issue 46) resumes in that order, step for step
+    resumed.keep_data_order({**state, "data_order": GROUPED})
+    assert resumed.order.name == GROUPED
+    perm = np.random.default_rng([cfg.seed, 0, 104729]).permutation(len(examples))
+    rng = np.random.default_rng([cfg.seed, 0, 104729])
+    rng.permutation(len(examples))  # the same draws DataOrder makes before grouping
+    lengths = np.array([len(x) for x in examples])
+    assert np.array_equal(resumed.order.epoch_order(0), group_by_length(perm, lengths, 8, rng))
     unsized = Trainer(_Toy(), InMemoryData(examples), cfg, tmp_path / "third", progress=False)
     with pytest.raises(EmberError, match="cannot reproduce"):
-        unsized.keep_data_order({**state, "data_order": "length-grouped"})
+        unsized.keep_data_order({**state, "data_order": SPREAD})
+    with pytest.raises(EmberError, match="does not know"):
+        unsized.keep_data_order({**state, "data_order": "length-sorted-someday"})
 
 
 def test_fine_tuning_groups_only_heads_whose_loss_is_one_term_per_example():

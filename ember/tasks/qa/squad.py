@@ -215,7 +215,9 @@ def featurize_squad(
     of the first answer, or ``cls_index`` when the window lacks it or there is none),
     ``offsets`` (L entries: (char_start, char_end) in the context for context tokens, None for
     question and special tokens) and ``max_context`` (L booleans: this window gives the token
-    its most central view; decoding only starts answers there, as in BERT's run_squad).
+    its most central view; decoding only starts answers there, as in BERT's run_squad) and
+    ``group`` (the number of its context: training keeps one paragraph's questions and windows
+    apart in length-grouped batches, ``ember.train.length_groups``).
     """
     if doc_stride <= 0 or max_query_length <= 0:
         raise EmberError(f"doc_stride ({doc_stride}) and max_query_length ({max_query_length}) "
@@ -226,6 +228,7 @@ def featurize_squad(
     encodings = tok.encode_batch([(ex.question, ex.context) for ex in examples])
     features: list[dict] = []
     layout = None
+    contexts: dict[str, int] = {}
     for index, (ex, enc) in enumerate(zip(examples, encodings)):
         # Each Encoding attribute access copies the whole list out of Rust: read them once.
         seq, enc_ids, enc_offsets = enc.sequence_ids, enc.ids, enc.offsets
@@ -263,6 +266,7 @@ def featurize_squad(
                 start_pos, end_pos = ctx0 + answer[0] - w_start, ctx0 + answer[1] - w_start
             features.append({
                 "input_ids": ids, "token_type_ids": types, "example_index": index,
+                "group": contexts.setdefault(ex.context, len(contexts)),
                 "cls_index": cls_index, "start_position": start_pos, "end_position": end_pos,
                 "offsets": offsets, "max_context": max_context,
             })
