@@ -254,6 +254,10 @@ class TaskConfig:
     # the most tokens decoded per output; 0 = the task's own budget (its longest label + 1; your
     # own targets: twice the longest one fine-tuning read; at most model.max_position)
     max_new_tokens: int = 0
+    # How a text-to-text run writes each task as text (ember.tasks.text2text.templates): "t5", T5's
+    # task prefixes (Raffel et al. 2020, Appendix D), or "decanlp", every task as a question over a
+    # context (McCann et al. 2018; ember.tasks.text2text.decanlp). Encoder runs take only "t5".
+    templates: str = "t5"
     # Multi-task training (ember.train.multitask, docs/multitask.md): the tasks sharing one encoder,
     # comma-separated ("" = one task, ``name``), and how each step's task is drawn (T5, Raffel et al.
     # 2020, §3.5.2): "proportional" to the training set sizes capped at ``mixing_limit`` (K; the

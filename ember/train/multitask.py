@@ -36,6 +36,7 @@ from ember.config import RunConfig
 from ember.errors import EmberError
 from ember.runs.checkpoint import atomic_write_text, load_weights, save_weights
 from ember.runs.folder import check_resume_settings, load_run_config, prepare_run_dir, write_run_files
+from ember.tasks.base import apply_task_settings
 from ember.tasks.multitask import MULTITASK_RECORD, TASKS_DIR
 from ember.tasks.task_model import build_task_module, pad_token_id
 from ember.train.finetune import check_lengths_and_splits, check_options, write_task_files
@@ -118,6 +119,26 @@ def check_multitask_options(cfg: RunConfig, names: list[str]) -> None:
         raise EmberError("multi-task runs train in one process (train.parallel=ddp, no torchrun)")
 
 
+def check_inputs_apart(tasks: list[tuple[str, object]]) -> None:
+    """One text-to-text model answers every task of its mixture (T5, Raffel et al. 2020 §3.5): only the
+    input's fixed text (the task prefix, a decaNLP question) tells it which task's label words to write.
+    Two tasks whose inputs share it (two of your own classify tasks: both "classify sentence:") would
+    have their label sets collide in the one output, so they are refused. Encoder tasks each have a head."""
+    from ember.tasks.text2text.templates import input_format
+
+    seen = {}
+    for name, adapter in tasks:
+        template = getattr(adapter, "template", None)
+        if template is None:
+            continue
+        fmt = input_format(template)
+        if fmt in seen:
+            raise EmberError(f"tasks {seen[fmt]} and {name} would give the text-to-text model inputs of one form "
+                             f"({' ... '.join(fmt) or 'no prefix'}), so it could not tell which task's labels to "
+                             "write; keep one of them, or train the other in its own run")
+        seen[fmt] = name
+
+
 def run_multitask(cfg: RunConfig, run_dir: Path, state: dict | None, tokenizer_path: Path,
                   tasks: list[tuple[str, object]], train_limit: int | None = None, overwrite: bool = False,
                   resume: bool = False, progress: bool = True) -> dict:
@@ -127,6 +148,9 @@ def run_multitask(cfg: RunConfig, run_dir: Path, state: dict | None, tokenizer_p
     run_dir = Path(run_dir)
     names = [name for name, _ in tasks]
     check_multitask_options(cfg, names)
+    for _, adapter in tasks:  # the run's decoding and template set (a text-to-text mixture)
+        apply_task_settings(adapter, cfg.task)
+    check_inputs_apart(tasks)
     check_lengths_and_splits(cfg)
     tokenizer = load_tokenizer(tokenizer_path)
     pad_id = pad_token_id(tokenizer)

@@ -213,8 +213,19 @@ def custom_format(kind: str, is_pair: bool):
     return kind, (("sentence", "text_a"),)
 
 
-def template_for(adapter):
-    """The text-to-text template of a task's encoder adapter, or an EmberError naming the task."""
+TEMPLATE_SETS = ("t5", "decanlp")  # task.templates: T5's prefixes, decaNLP's questions (.decanlp)
+
+
+def template_for(adapter, templates: str = "t5"):
+    """The text-to-text template of a task's encoder adapter in the set ``templates`` (task.templates),
+    or an EmberError naming the task."""
+    if templates not in TEMPLATE_SETS:
+        raise EmberError(f"task.templates={templates!r}: choose {' or '.join(TEMPLATE_SETS)} (T5's task prefixes, "
+                         "or decaNLP's questions over a context)")
+    if templates == "decanlp":
+        from ember.tasks.text2text.decanlp import decanlp_template
+
+        return decanlp_template(adapter)
     name = adapter.name
     if name in GLUE_FORMATS:
         return GlueTemplate(name, adapter.spec)
@@ -235,3 +246,13 @@ def template_for(adapter):
                      "decoder) model cannot be fine-tuned on it. T5 casts classification, regression and "
                      f"question answering as text (Raffel et al. 2020, §2.4); tasks with a template: {known}. "
                      "Fine-tune this task with an encoder run (bert, roberta, electra, ...) instead")
+
+
+def input_format(template) -> tuple[str, ...]:
+    """The fixed text of a template's inputs (prefixes, field names, a decaNLP question): two tasks
+    of one text-to-text model whose inputs share it could not be told apart."""
+    from types import SimpleNamespace
+
+    blank = SimpleNamespace(text_a="", text_b="", question="", context="", source="")
+    return tuple(text for text, cut in template.pieces(blank) if not cut)
+
