@@ -198,7 +198,7 @@ def run_multitask(cfg: RunConfig, run_dir: Path, state: dict | None, tokenizer_p
             scores = adapter.score(m.tasks[name], dev_examples, dev_features, batch, device)
             metrics.update({f"{name}.{k}": v for k, v in scores.items()})
             main = _finite(scores[adapter.main_metric])
-            mains.append(main)
+            mains.append(on_unit_scale(adapter, main))
             if best[name] is None or main > _finite(best[name]["metrics"][adapter.main_metric]):
                 # each task's own best checkpoint on its own dev set (MT-DNN selects per task)
                 best[name] = {"step": trainer.step, "metrics": scores}
@@ -206,7 +206,7 @@ def run_multitask(cfg: RunConfig, run_dir: Path, state: dict | None, tokenizer_p
                 atomic_write_text(folders[name] / "best.json", json.dumps(best[name], indent=2))
         counts = trainer.order.schedule.counts(trainer.step)
         metrics.update({f"{name}.share": counts[t] / max(trainer.step, 1) for t, name in enumerate(names)})
-        metrics["average"] = float(np.mean(mains))  # the GLUE-style score: mean of the main metrics
+        metrics["average"] = float(np.mean(mains))  # the GLUE-style score: mean of the main metrics, on [0, 1]
         return metrics
 
     train_data = TaskMixture([data[n][0][1] for n in names], [rates[n] for n in names],
@@ -221,6 +221,12 @@ def run_multitask(cfg: RunConfig, run_dir: Path, state: dict | None, tokenizer_p
         results[name] = task_results(cfg, adapter, module.tasks[name], folders[name], best[name], data[name],
                                      trainer, rates[name], int(counts[t]))
     return write_summary(run_dir, cfg, results, trainer)
+
+
+def on_unit_scale(adapter, value: float) -> float:
+    """A main metric on [0, 1] for the average: SQuAD's official script reports EM and F1 in percent
+    (Rajpurkar et al. 2016), the other tasks' metrics are fractions; the average would be SQuAD's alone."""
+    return value / 100.0 if getattr(adapter, "kind", "") == "answer" else value
 
 
 def _finite(value: float) -> float:
@@ -241,8 +247,14 @@ def _read_best(folder: Path) -> dict | None:
 
 def task_results(cfg, adapter, module, folder: Path, best: dict, data, trainer, rate: float, steps: int) -> dict:
     """RUN/tasks/NAME/results.json, in a single-task run's layout plus the mixture's rate and share."""
-    (train_examples, _), (dev_examples, dev_features) = data
-    if cfg.train.dtype in ("float32", "fp32"):
+    (train_examples, train_features), (dev_examples, dev_features) = data
+    tuned = None
+    if hasattr(adapter, "tune"):  # SQuAD 2.0's no-answer threshold, tuned with the kept weights (ember.train.finetune)
+        module.load_state_dict(load_weights(folder / "model.safetensors"))
+        with torch.no_grad():
+            tuned, metrics, untuned = adapter.tune(module.eval(), dev_examples, dev_features,
+                                                   cfg.task.eval_batch_size, cfg.train.device)
+    elif cfg.train.dtype in ("float32", "fp32"):
         metrics = best["metrics"]  # the trainer scored exactly these weights (ember.train.finetune)
     else:  # scored under autocast during training: score the kept weights now
         module.load_state_dict(load_weights(folder / "model.safetensors"))
@@ -253,7 +265,14 @@ def task_results(cfg, adapter, module, folder: Path, best: dict, data, trainer, 
                "main_metric": adapter.main_metric, "best_step": best["step"], "steps": trainer.step,
                "task_steps": steps, "rate": rate, "share": steps / max(trainer.step, 1),
                "max_steps": trainer.cfg.max_steps, "seed": cfg.train.seed, "train_examples": len(train_examples),
-               "init": cfg.task.init or "random", "multitask_run": str(folder.parent.parent)}
+               "init": cfg.task.init or "random", "multitask_run": str(folder.parent.parent),
+               "unit_scale": on_unit_scale(adapter, 1.0)}  # what the average multiplies the main metric by
+    if len(train_features) != len(train_examples):  # QA: a long context is several windows, each drawn alone
+        results["train_windows"] = len(train_features)
+    if tuned:  # used by `ember evaluate` / `predict` on the task's folder (load_run_adapter)
+        adapter.apply_tuned(tuned)
+        atomic_write_text(folder / "tuned.json", json.dumps({**tuned, "tuned_on": cfg.task.eval_split}, indent=2))
+        results["tuned"], results["metrics_untuned"] = tuned, untuned
     atomic_write_text(folder / "results.json", json.dumps(results, indent=2))
     return results
 
@@ -263,7 +282,8 @@ def write_summary(run_dir: Path, cfg: RunConfig, results: dict, trainer) -> dict
     rows = {name: {"task": r["task"], "main_metric": r["main_metric"], "value": r["metrics"][r["main_metric"]],
                    "best_step": r["best_step"], "rate": r["rate"], "share": r["share"]}
             for name, r in results.items()}
-    summary = {"tasks": rows, "average": float(np.mean([r["value"] for r in rows.values()])),
+    average = float(np.mean([r["value"] * results[name]["unit_scale"] for name, r in rows.items()]))
+    summary = {"tasks": rows, "average": average,
                "steps": trainer.step, "mixing": {"mixing": cfg.task.mixing, "limit": cfg.task.mixing_limit,
                                                  "temperature": cfg.task.mixing_temperature}}
     atomic_write_text(run_dir / "summary.json", json.dumps(summary, indent=2))
