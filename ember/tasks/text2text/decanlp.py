@@ -23,7 +23,10 @@ T5 set's templates, which already are a question over a context or plain input -
 
 from __future__ import annotations
 
+from ember.errors import EmberError
 from ember.tasks.text2text.templates import GlueTemplate, clean, stsb_target, template_for
+
+TEMPLATE_SETS = ("t5", "decanlp")  # task.templates: T5's prefixes (.templates), decaNLP's questions (here)
 
 # single-sentence tasks: the noun the question asks about (decaNLP's SST: "review")
 SINGLE = {"sst2": "review", "nsmc": "review", "cola": "sentence", "rusentiment": "text", "classify": "text"}
@@ -79,4 +82,12 @@ def decanlp_template(adapter):
     name = adapter.name
     if name in SINGLE or name in PAIRS:
         return QuestionTemplate(name, adapter.spec)
-    return template_for(adapter, "t5")
+    return template_for(adapter)
+
+
+def template_in_set(adapter, templates: str):
+    """The template of a task's encoder adapter in the set ``templates`` (``task.templates``)."""
+    if templates not in TEMPLATE_SETS:
+        raise EmberError(f"task.templates={templates!r}: choose {' or '.join(TEMPLATE_SETS)} (T5's task prefixes, "
+                         "or decaNLP's questions over a context)")
+    return decanlp_template(adapter) if templates == "decanlp" else template_for(adapter)

@@ -49,6 +49,7 @@ from ember.tasks.text2text.encoding import (
     batched_decode,
     same_text,
 )
+from ember.tasks.text2text.decanlp import template_in_set
 from ember.tasks.text2text.templates import template_for
 
 # TrainConfig defaults of every text-to-text fine-tuning (see the module docstring).
@@ -165,7 +166,7 @@ class Text2TextAdapter:
         """Write the task as the run's ``task.templates`` says: "t5" (Appendix D's prefixes) or
         "decanlp" (a question over a context; ember.tasks.text2text.decanlp)."""
         if templates != self.templates:
-            self.template, self.templates, self._encoder = template_for(self.inner, templates), templates, None
+            self.template, self.templates, self._encoder = template_in_set(self.inner, templates), templates, None
 
     def decode_budget(self, encoder: Text2TextEncoder) -> int:
         """Tokens to decode per output: ``task.max_new_tokens``, else the task's own budget."""

@@ -213,19 +213,8 @@ def custom_format(kind: str, is_pair: bool):
     return kind, (("sentence", "text_a"),)
 
 
-TEMPLATE_SETS = ("t5", "decanlp")  # task.templates: T5's prefixes, decaNLP's questions (.decanlp)
-
-
-def template_for(adapter, templates: str = "t5"):
-    """The text-to-text template of a task's encoder adapter in the set ``templates`` (task.templates),
-    or an EmberError naming the task."""
-    if templates not in TEMPLATE_SETS:
-        raise EmberError(f"task.templates={templates!r}: choose {' or '.join(TEMPLATE_SETS)} (T5's task prefixes, "
-                         "or decaNLP's questions over a context)")
-    if templates == "decanlp":
-        from ember.tasks.text2text.decanlp import decanlp_template
-
-        return decanlp_template(adapter)
+def template_for(adapter):
+    """The text-to-text template of a task's encoder adapter, or an EmberError naming the task."""
     name = adapter.name
     if name in GLUE_FORMATS:
         return GlueTemplate(name, adapter.spec)
