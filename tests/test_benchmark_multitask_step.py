@@ -24,6 +24,8 @@ def test_multitask_step_smoke_times_both_sides_on_the_same_real_glue_batches(tmp
     for rep in results["reps"]:
         assert rep["multitask"] > 0 and rep["single"] > 0
         assert rep["ratio"] == pytest.approx(rep["single"] / rep["multitask"])
+    # every batch of every repetition is timed on both sides and paired
+    assert results["paired_steps"] == 2 * 12 and results["median_step_ratio"] > 0
     assert json.loads(out.read_text())["median_ratio"] == pytest.approx(results["median_ratio"])
 
 
