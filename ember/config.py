@@ -266,6 +266,10 @@ class TaskConfig:
     # on the decoder's final states (Lewis et al. 2020 §3.1-3.2, ember.tasks.families.bart); true: text
     # to text on T5's adapters instead (a T5 run always is; text2text files always are)
     text2text: bool = False
+    # How a text-to-text run writes each task as text (ember.tasks.text2text.templates): "t5", T5's
+    # task prefixes (Raffel et al. 2020, Appendix D), or "decanlp", every task as a question over a
+    # context (McCann et al. 2018; ember.tasks.text2text.decanlp). Encoder runs take only "t5".
+    templates: str = "t5"
     # Multi-task training (ember.train.multitask, docs/multitask.md): the tasks sharing one encoder,
     # comma-separated ("" = one task, ``name``), and how each step's task is drawn (T5, Raffel et al.
     # 2020, §3.5.2): "proportional" to the training set sizes capped at ``mixing_limit`` (K; the

@@ -1,7 +1,7 @@
 """``ember.finetune(tasks=[...])``: several tasks on one shared encoder (``ember.train.multitask``).
 
 A task is a built-in name (``"rte"``) or your own files: ``"NAME=KIND:TRAIN:DEV"`` (the CLI's
-spelling; KIND is classify, pair or regression) or a dict ``{"name", "kind", "train", "dev",
+spelling; KIND is classify, pair, regression, tag or qa) or a dict ``{"name", "kind", "train", "dev",
 "column", "pair_column", "label_column"}``. Every task is read and checked, and every option
 refused, before the run folder is touched (docs/multitask.md).
 """
@@ -14,7 +14,7 @@ from pathlib import Path
 from ember.api.results import RunResult
 from ember.errors import EmberError
 
-CUSTOM_KINDS = ("classify", "pair", "regression")  # the heads a custom task of a mixture may have
+CUSTOM_KINDS = ("classify", "pair", "regression", "tag", "qa")  # the heads a custom task of a mixture may have
 NAME = re.compile(r"^[a-z0-9][a-z0-9_-]*$")  # a folder name and a state-dict key part (no dots)
 
 

@@ -39,8 +39,8 @@ def register(sub) -> None:
                    "columns or JSONL), qa (SQuAD JSON), text2text (input and target texts; T5 runs) with --train and --dev")
     m = p.add_argument_group("multi-task: one shared encoder, a head per task (MT-DNN; docs/multitask.md)")
     m.add_argument("--tasks", help="comma-separated tasks trained together, one task per batch, e.g. sst2,rte,stsb; "
-                   "your own files as NAME=KIND:TRAIN:DEV (KIND classify, pair or regression); each task's best "
-                   "weights and results in OUT/tasks/NAME, the table in OUT/summary.json")
+                   "your own files as NAME=KIND:TRAIN:DEV (KIND classify, pair, regression, tag or qa); each "
+                   "task's best weights and results in OUT/tasks/NAME, the table in OUT/summary.json")
     m.add_argument("--mixing", choices=["proportional", "temperature", "equal"],
                    help="how each batch's task is drawn (T5 section 3.5.2): proportional to the training sizes capped "
                    "at --mixing-limit (default), those rates ^ 1/--mixing-temperature, or equal")

@@ -6,7 +6,8 @@ group of runs (the pre-training runs together, the fine-tuning runs of each task
 chart per metric, training as lines, held-out evaluations as dashed lines with dots, the
 learning rate), throughput (tokens/s over training time), fine-tuning results per seed with
 their spread (table: each seed, mean, sample std, min, max; chart: the main metric's seeds,
-mean and ± 1 std per group), then per run its settings (config.yaml, the recipe), data, tokens
+mean and ± 1 std per group), every task's dev curve of a multi-task run
+(``ember.experiments.multitask_report``), then per run its settings (config.yaml, the recipe), data, tokens
 seen and checkpoints.
 """
 
@@ -16,6 +17,7 @@ import datetime
 import math
 from html import escape
 
+from ember.experiments.multitask_report import is_task_key, multitask_sections
 from ember.experiments.report_common import format_count as _count
 from ember.experiments.svg_chart import Series, color, line_chart, spread_chart
 
@@ -109,7 +111,7 @@ def curves(runs: list[dict]) -> str:
     for r in runs:
         for rec in r["train"] + r["evals"]:
             keys += [k for k, v in rec.items() if k not in ("step", "split", "elapsed", *SKIP_CURVES)
-                     and isinstance(v, (int, float)) and k not in keys]
+                     and isinstance(v, (int, float)) and k not in keys and not is_task_key(k, r)]
     keys = sorted(keys, key=lambda k: (k != "loss", not k.endswith("loss"), k))[:8]
     charts = [line_chart(k, _series(runs, k, "train") + _series(runs, k, "eval"), "step", k) for k in keys]
     lr = _series(runs, "lr", "train")
@@ -126,7 +128,8 @@ def curves(runs: list[dict]) -> str:
 
 def seed_results(runs: list[dict]) -> str:
     """Fine-tuning results per seed with their spread, per task and starting point."""
-    tuned = [r for r in runs if r["kind"] == "finetune" and r["results"]]
+    # a multi-task run's results are per task (its own section, ember.experiments.multitask_report)
+    tuned = [r for r in runs if r["kind"] == "finetune" and r["results"] and "metrics" in r["results"]]
     if not tuned:
         return ""
     by: dict[str, list[dict]] = {}
@@ -187,6 +190,7 @@ def render_report(runs: list[dict], title: str) -> str:
             "<h2>Overview</h2>", overview(runs)]
     for group, members in groups_of(runs).items():
         body += [f"<h2>Training: {escape(group)}</h2>", curves(members)]
+    body.append(multitask_sections(runs, _num))
     body.append(seed_results(runs))
     body += ["<h2>Runs</h2>"] + [run_section(r) for r in runs]
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"

@@ -136,10 +136,14 @@ def summarize(run_dir: str | Path, name: str) -> dict:
     train = [r for r in records if r.get("split") == "train"]
     evals = [r for r in records if r.get("split") == "eval"]
     rates = [r["tokens_per_s"] for r in train if "tokens_per_s" in r]
+    from ember.experiments.multitask_report import task_info
+
+    tasks = task_info(run_dir, results)  # a multi-task run's tasks ({} for any other run)
     return {
         "name": name, "id": slug(name), "path": str(run_dir.resolve()), "kind": cfg.kind,
         "objective": cfg.objective if cfg.kind == "pretrain" else None, "family": cfg.model.family,
-        "task": results.get("task") if results else (cfg.task.name or None),
+        "task": ("tasks " + ", ".join(tasks)) if tasks else results.get("task") if results else (cfg.task.name or None),
+        "tasks": tasks,
         "recipe": (pretrain or {}).get("recipe") or asked.get("recipe"), "overrides": asked.get("overrides"),
         "config_yaml": (run_dir / "config.yaml").read_text(encoding="utf-8"),
         "shape": f"{cfg.model.num_layers} layers, hidden {cfg.model.hidden_size}, {cfg.model.num_heads} heads",

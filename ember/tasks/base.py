@@ -134,9 +134,22 @@ def get_adapter(task: str | TaskAdapter, model=None, language: str = "", setting
             else adapt(adapter, model)
     if getattr(model, "num_languages", 0):
         adapter = _load(LANGUAGE_ADAPTER, "a model with language embeddings")(adapter, model)
-    if settings is not None and hasattr(adapter, "set_decoding"):
-        adapter.set_decoding(settings)
+    if settings is not None:
+        apply_task_settings(adapter, settings)
     return adapter
+
+
+def apply_task_settings(adapter, settings) -> None:
+    """The run's task options an adapter takes (``settings``, a TaskConfig): a text-to-text run's
+    decoding and template set; a template set other than T5's is refused elsewhere."""
+    templates = getattr(settings, "templates", "t5")
+    if hasattr(adapter, "set_templates"):
+        adapter.set_templates(templates)
+    elif templates != "t5":
+        raise EmberError(f"task.templates={templates} writes tasks as text for a text-to-text run (T5, BART); "
+                         f"this {adapter.display_name} run has a head per task: drop task.templates")
+    if hasattr(adapter, "set_decoding"):
+        adapter.set_decoding(settings)
 
 
 def _get_adapter(task: str | dict | TaskAdapter) -> TaskAdapter:

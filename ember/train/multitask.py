@@ -36,6 +36,7 @@ from ember.config import RunConfig
 from ember.errors import EmberError
 from ember.runs.checkpoint import atomic_write_text, load_weights, save_weights
 from ember.runs.folder import check_resume_settings, load_run_config, prepare_run_dir, write_run_files
+from ember.tasks.base import apply_task_settings
 from ember.tasks.multitask import MULTITASK_RECORD, TASKS_DIR
 from ember.tasks.task_model import build_task_module, pad_token_id
 from ember.train.finetune import check_lengths_and_splits, check_options, write_task_files
@@ -118,6 +119,26 @@ def check_multitask_options(cfg: RunConfig, names: list[str]) -> None:
         raise EmberError("multi-task runs train in one process (train.parallel=ddp, no torchrun)")
 
 
+def check_inputs_apart(tasks: list[tuple[str, object]]) -> None:
+    """One text-to-text model answers every task of its mixture (T5, Raffel et al. 2020 §3.5): only the
+    input's fixed text (the task prefix, a decaNLP question) tells it which task's label words to write.
+    Two tasks whose inputs share it (two of your own classify tasks: both "classify sentence:") would
+    have their label sets collide in the one output, so they are refused. Encoder tasks each have a head."""
+    from ember.tasks.text2text.templates import input_format
+
+    seen = {}
+    for name, adapter in tasks:
+        template = getattr(adapter, "template", None)
+        if template is None:
+            continue
+        fmt = input_format(template)
+        if fmt in seen:
+            raise EmberError(f"tasks {seen[fmt]} and {name} would give the text-to-text model inputs of one form "
+                             f"({' ... '.join(fmt) or 'no prefix'}), so it could not tell which task's labels to "
+                             "write; keep one of them, or train the other in its own run")
+        seen[fmt] = name
+
+
 def run_multitask(cfg: RunConfig, run_dir: Path, state: dict | None, tokenizer_path: Path,
                   tasks: list[tuple[str, object]], train_limit: int | None = None, overwrite: bool = False,
                   resume: bool = False, progress: bool = True) -> dict:
@@ -127,6 +148,9 @@ def run_multitask(cfg: RunConfig, run_dir: Path, state: dict | None, tokenizer_p
     run_dir = Path(run_dir)
     names = [name for name, _ in tasks]
     check_multitask_options(cfg, names)
+    for _, adapter in tasks:  # the run's decoding and template set (a text-to-text mixture)
+        apply_task_settings(adapter, cfg.task)
+    check_inputs_apart(tasks)
     check_lengths_and_splits(cfg)
     tokenizer = load_tokenizer(tokenizer_path)
     pad_id = pad_token_id(tokenizer)
@@ -174,7 +198,7 @@ def run_multitask(cfg: RunConfig, run_dir: Path, state: dict | None, tokenizer_p
             scores = adapter.score(m.tasks[name], dev_examples, dev_features, batch, device)
             metrics.update({f"{name}.{k}": v for k, v in scores.items()})
             main = _finite(scores[adapter.main_metric])
-            mains.append(main)
+            mains.append(on_unit_scale(adapter, main))
             if best[name] is None or main > _finite(best[name]["metrics"][adapter.main_metric]):
                 # each task's own best checkpoint on its own dev set (MT-DNN selects per task)
                 best[name] = {"step": trainer.step, "metrics": scores}
@@ -182,7 +206,7 @@ def run_multitask(cfg: RunConfig, run_dir: Path, state: dict | None, tokenizer_p
                 atomic_write_text(folders[name] / "best.json", json.dumps(best[name], indent=2))
         counts = trainer.order.schedule.counts(trainer.step)
         metrics.update({f"{name}.share": counts[t] / max(trainer.step, 1) for t, name in enumerate(names)})
-        metrics["average"] = float(np.mean(mains))  # the GLUE-style score: mean of the main metrics
+        metrics["average"] = float(np.mean(mains))  # the GLUE-style score: mean of the main metrics, on [0, 1]
         return metrics
 
     train_data = TaskMixture([data[n][0][1] for n in names], [rates[n] for n in names],
@@ -197,6 +221,12 @@ def run_multitask(cfg: RunConfig, run_dir: Path, state: dict | None, tokenizer_p
         results[name] = task_results(cfg, adapter, module.tasks[name], folders[name], best[name], data[name],
                                      trainer, rates[name], int(counts[t]))
     return write_summary(run_dir, cfg, results, trainer)
+
+
+def on_unit_scale(adapter, value: float) -> float:
+    """A main metric on [0, 1] for the average: SQuAD's official script reports EM and F1 in percent
+    (Rajpurkar et al. 2016), the other tasks' metrics are fractions; the average would be SQuAD's alone."""
+    return value / 100.0 if getattr(adapter, "kind", "") == "answer" else value
 
 
 def _finite(value: float) -> float:
@@ -217,8 +247,14 @@ def _read_best(folder: Path) -> dict | None:
 
 def task_results(cfg, adapter, module, folder: Path, best: dict, data, trainer, rate: float, steps: int) -> dict:
     """RUN/tasks/NAME/results.json, in a single-task run's layout plus the mixture's rate and share."""
-    (train_examples, _), (dev_examples, dev_features) = data
-    if cfg.train.dtype in ("float32", "fp32"):
+    (train_examples, train_features), (dev_examples, dev_features) = data
+    tuned = None
+    if hasattr(adapter, "tune"):  # SQuAD 2.0's no-answer threshold, tuned with the kept weights (ember.train.finetune)
+        module.load_state_dict(load_weights(folder / "model.safetensors"))
+        with torch.no_grad():
+            tuned, metrics, untuned = adapter.tune(module.eval(), dev_examples, dev_features,
+                                                   cfg.task.eval_batch_size, cfg.train.device)
+    elif cfg.train.dtype in ("float32", "fp32"):
         metrics = best["metrics"]  # the trainer scored exactly these weights (ember.train.finetune)
     else:  # scored under autocast during training: score the kept weights now
         module.load_state_dict(load_weights(folder / "model.safetensors"))
@@ -229,7 +265,14 @@ def task_results(cfg, adapter, module, folder: Path, best: dict, data, trainer, 
                "main_metric": adapter.main_metric, "best_step": best["step"], "steps": trainer.step,
                "task_steps": steps, "rate": rate, "share": steps / max(trainer.step, 1),
                "max_steps": trainer.cfg.max_steps, "seed": cfg.train.seed, "train_examples": len(train_examples),
-               "init": cfg.task.init or "random", "multitask_run": str(folder.parent.parent)}
+               "init": cfg.task.init or "random", "multitask_run": str(folder.parent.parent),
+               "unit_scale": on_unit_scale(adapter, 1.0)}  # what the average multiplies the main metric by
+    if len(train_features) != len(train_examples):  # QA: a long context is several windows, each drawn alone
+        results["train_windows"] = len(train_features)
+    if tuned:  # used by `ember evaluate` / `predict` on the task's folder (load_run_adapter)
+        adapter.apply_tuned(tuned)
+        atomic_write_text(folder / "tuned.json", json.dumps({**tuned, "tuned_on": cfg.task.eval_split}, indent=2))
+        results["tuned"], results["metrics_untuned"] = tuned, untuned
     atomic_write_text(folder / "results.json", json.dumps(results, indent=2))
     return results
 
@@ -239,7 +282,8 @@ def write_summary(run_dir: Path, cfg: RunConfig, results: dict, trainer) -> dict
     rows = {name: {"task": r["task"], "main_metric": r["main_metric"], "value": r["metrics"][r["main_metric"]],
                    "best_step": r["best_step"], "rate": r["rate"], "share": r["share"]}
             for name, r in results.items()}
-    summary = {"tasks": rows, "average": float(np.mean([r["value"] for r in rows.values()])),
+    average = float(np.mean([r["value"] * results[name]["unit_scale"] for name, r in rows.items()]))
+    summary = {"tasks": rows, "average": average,
                "steps": trainer.step, "mixing": {"mixing": cfg.task.mixing, "limit": cfg.task.mixing_limit,
                                                  "temperature": cfg.task.mixing_temperature}}
     atomic_write_text(run_dir / "summary.json", json.dumps(summary, indent=2))

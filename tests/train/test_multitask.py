@@ -169,3 +169,23 @@ def test_multitask_model_state_has_no_shared_tensors_and_round_trips(multitask_r
     assert all(torch.equal(module.state_dict()[k], v) for k, v in partial.items())
     with pytest.raises(RuntimeError, match="does not fit"):
         module.load_state_dict(state)  # a head this model does not have
+
+
+def test_multitask_report_draws_every_tasks_dev_curve(multitask_run, tmp_path):
+    run, result, _ = multitask_run
+    from ember.experiments.run_report import write_report
+
+    html = write_report(run, tmp_path / "report.html").read_text(encoding="utf-8")
+    evals = [r for r in MetricsLogger.read(run / "metrics.jsonl") if r["split"] == "eval"]
+    assert "<h2>Tasks: run</h2>" in html
+    for name in ("rte", "stsb", "mine"):
+        main = result.result["tasks"][name]["main_metric"]
+        title = f"{name}: dev {main}"
+        assert f">{title}<" in html  # one chart per task, titled by its main metric
+        chart = html[html.index(f">{title}<"):].split("</svg>")[0]
+        # every dev evaluation of the task is a point, its tooltip naming its step
+        assert chart.count("<circle") == len(evals) == 2
+        assert all(f" at {r['step']}</title>" in chart for r in evals)
+    assert ">training loss per task<" in html
+    # the run's own charts keep the shared curves; the per-task keys live in the tasks' charts
+    assert ">average<" in html and ">rte.accuracy<" not in html

@@ -141,6 +141,7 @@ class Text2TextClassifyMethod(_Text2TextTaskMethod):
     """``classify``: texts (or pairs) -> label (or score), valid, raw output (module docstring)."""
 
     name = "classify"
+    inputs = {"text": "texts", "text_pair": "text_pairs"}  # ember.load(run).classify(text, text_pair=...)
 
     def parse(self, data: dict, limits: Limits) -> dict:
         request = parse_texts(data, limits)

@@ -49,6 +49,7 @@ from ember.tasks.text2text.encoding import (
     batched_decode,
     same_text,
 )
+from ember.tasks.text2text.decanlp import template_in_set
 from ember.tasks.text2text.templates import template_for
 
 # TrainConfig defaults of every text-to-text fine-tuning (see the module docstring).
@@ -123,7 +124,7 @@ class Text2TextAdapter:
     no_graph_reason = NO_GRAPH_REASON
 
     def __init__(self, inner, model_cfg) -> None:
-        self.inner, self.template = inner, template_for(inner)
+        self.inner, self.template, self.templates = inner, template_for(inner), "t5"
         self.decoder_limit = model_cfg.max_position  # the most tokens ember decodes
         self.name, self.display_name, self.kind = inner.name, inner.display_name, self.template.kind
         self.report_splits = getattr(inner, "report_splits", ())
@@ -160,6 +161,12 @@ class Text2TextAdapter:
                              "or 0 for the task's own budget")
         self.decoding = {"num_beams": task_cfg.num_beams, "length_penalty": task_cfg.length_penalty}
         self.max_new_tokens = task_cfg.max_new_tokens
+
+    def set_templates(self, templates: str) -> None:
+        """Write the task as the run's ``task.templates`` says: "t5" (Appendix D's prefixes) or
+        "decanlp" (a question over a context; ember.tasks.text2text.decanlp)."""
+        if templates != self.templates:
+            self.template, self.templates, self._encoder = template_in_set(self.inner, templates), templates, None
 
     def decode_budget(self, encoder: Text2TextEncoder) -> int:
         """Tokens to decode per output: ``task.max_new_tokens``, else the task's own budget."""

@@ -235,3 +235,13 @@ def template_for(adapter):
                      "decoder) model cannot be fine-tuned on it. T5 casts classification, regression and "
                      f"question answering as text (Raffel et al. 2020, §2.4); tasks with a template: {known}. "
                      "Fine-tune this task with an encoder run (bert, roberta, electra, ...) instead")
+
+
+def input_format(template) -> tuple[str, ...]:
+    """The fixed text of a template's inputs (prefixes, field names, a decaNLP question): two tasks
+    of one text-to-text model whose inputs share it could not be told apart."""
+    from types import SimpleNamespace
+
+    blank = SimpleNamespace(text_a="", text_b="", question="", context="", source="")
+    return tuple(text for text, cut in template.pieces(blank) if not cut)
+
