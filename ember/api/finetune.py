@@ -217,6 +217,7 @@ def _finetune_tasks(tasks, out: Path, init, model: str, tokenizer: str, seeds, t
     """The multi-task form of ``finetune`` (``ember.api.multitask``, ``ember.train.multitask``)."""
     from ember.api.multitask import parse_tasks, run_tasks, task_adapters
     from ember.runs.init import load_init
+    from ember.tasks.base import get_adapter
 
     if seeds and len(seeds) > 1:
         raise EmberError("a multi-task run trains one seed; run one --out per seed (--seed N)")
@@ -229,6 +230,8 @@ def _finetune_tasks(tasks, out: Path, init, model: str, tokenizer: str, seeds, t
     init_id = init if isinstance(init, (str, Path)) else "random" if start.state is None else "given"
     # the first task's defaults (BERT's for every GLUE task: Devlin et al. 2019, §4), then the settings
     cfg = finetune_config(raw[0], model_cfg, str(init_id), seeds[0] if seeds else None, overrides, False, **settings)
+    # each task in the form the run's task settings ask for (BART: task.text2text picks text to text over heads)
+    adapters = [(name, get_adapter(task, model_cfg, settings=cfg.task)) for (name, _), task in zip(adapters, raw)]
     return run_tasks(cfg, out, start, adapters, train_limit, resume, overwrite, progress)
 
 
