@@ -188,8 +188,8 @@ def beam_search(model, encoder_hidden: torch.Tensor, encoder_mask: torch.Tensor 
     """The best finished hypothesis of each input (see the module docstring), without </s>."""
     b, k, n = encoder_hidden.shape[0], cfg.num_beams, cfg.max_new_tokens
     device = encoder_hidden.device
-    mask = encoder_mask.repeat_interleave(k, 0) if encoder_mask is not None else None
-    steps = DecoderSteps(model, encoder_hidden.repeat_interleave(k, 0), mask, use_cache, n + 1)  # rows b*k + beam
+    # rows b*k + beam; the K beams of input b share its encoder row (ember.nn.attention's groups)
+    steps = DecoderSteps(model, encoder_hidden, encoder_mask, use_cache, n + 1)
     seqs = torch.full((b * k, 1), model.config.decoder_start_id, dtype=torch.long, device=device)
     scores = torch.zeros(b, k, device=device)  # summed log-probabilities of the running beams
     scores[:, 1:] = _NEG  # all beams start equal: expand the first only, or the K would be copies
