@@ -481,3 +481,18 @@ def test_word_senses_minilm_layers_tell_bank_senses_apart_on_real_wikipedia(tmp_
     assert chance["std"] == 0.0 and chance["mean"] == pytest.approx(39 / 79)  # one vector: at chance
     best = s[result["best_layer"]]["nn_accuracy"]
     assert result["best_layer"] != "layer 0" and best["mean"] - 2 * best["std"] > chance["mean"]
+
+
+def test_generate_speed_smoke_races_every_family_and_mode_at_equal_tokens_and_times_serve(tmp_path):
+    bench = load_benchmark("generate_speed")
+    out = tmp_path / "g.json"
+    results = bench.main(["--tiny", "--repeats", "1", "--serve", "--json", str(out)])
+    races = [r for r in results if "serve" not in r]
+    assert {(r["family"], r["batch"], r["mode"]) for r in races} == {
+        (f, b, m) for f in ("gpt2", "t5", "bart") for b in (1, 8) for m in ("greedy", "sample", "beam4")
+        if not (f == "gpt2" and m == "beam4")}  # ember has no GPT beam search
+    assert all(r["tokens_equal"] for r in races)  # same weights, same procedure: same tokens
+    assert all(r["ember_tok_s"] > 0 and r["speedup"] > 0 for r in races)
+    (serve,) = [r["serve"] for r in results if "serve" in r]
+    assert 0 < serve["ttft_ms_p50"] <= serve["ttft_ms_p99"] and serve["per_token_ms_p50"] <= serve["per_token_ms_p99"]
+    assert json.loads(out.read_text())[0]["family"] == "gpt2"
