@@ -12,8 +12,10 @@ after ``max_new_tokens``.
 
 Batched prompts are left-padded so that every prompt's next token sits in the last column;
 positions count real tokens only and padding is masked, so a prompt's continuation does not
-depend on the batch it is in. A key/value cache (ember.nn.kv_cache) makes each new token
-cost one position: the prompt is run once, then one token per step.
+depend on the batch it is in. A key/value cache (ember.nn.kv_cache), allocated once for prompt
++ new tokens and written in place, makes each new token cost one position: the prompt is run
+once, then one token per step. At batch 1 a step is bound by reading the weights; one-row
+products go through column copies of them (ember.nn.onednn.row_product; docs/performance.md).
 
 TL;DR mode (Radford et al. 2019, §3.6): the article followed by "\\nTL;DR:", top-k sampling
 with k = 2, 100 new tokens, of which the first three sentences are the summary.
