@@ -12,8 +12,10 @@ after ``max_new_tokens``.
 
 Batched prompts are left-padded so that every prompt's next token sits in the last column;
 positions count real tokens only and padding is masked, so a prompt's continuation does not
-depend on the batch it is in. A key/value cache (ember.nn.kv_cache) makes each new token
-cost one position: the prompt is run once, then one token per step.
+depend on the batch it is in. A key/value cache (ember.nn.kv_cache), allocated once for prompt
++ new tokens and written in place, makes each new token cost one position: the prompt is run
+once, then one token per step. At batch 1 a step is bound by reading the weights; one-row
+products go through column copies of them (ember.nn.onednn.row_product; docs/performance.md).
 
 TL;DR mode (Radford et al. 2019, §3.6): the article followed by "\\nTL;DR:", top-k sampling
 with k = 2, 100 new tokens, of which the first three sentences are the summary.
@@ -163,39 +165,53 @@ def generate_ids(model, prompts: list[list[int]], cfg: GenerationConfig, eot_id:
         raise EmberError(f"a prompt of {longest} tokens plus {cfg.max_new_tokens} new tokens exceeds "
                          f"the model's {max_position} positions; shorten the prompt or --max-new-tokens")
     ids, mask = left_pad(prompts, eot_id)
-    ids, mask = ids.to(device), mask.to(device)
-    cache = model.backbone.new_cache()
+    ids = ids.to(device)
+    b, width = ids.shape
+    cache = model.backbone.new_cache(width + cfg.max_new_tokens)
+    if bool(mask.all()):  # no padding: plain causal attention, positions from the cache's length
+        full_mask = positions = None
+    else:  # the mask of every position there will be, written once (no growth per step), and
+        # each row's next position (its real tokens count from 0, as Hugging Face's generate)
+        full_mask = torch.cat([mask, mask.new_ones(b, cfg.max_new_tokens)], dim=1).to(device)
+        positions = mask.sum(1, keepdim=True).to(device)  # (B, 1)
 
     def step(token: torch.Tensor | None) -> torch.Tensor:
-        nonlocal mask
-        if token is None:
-            return model.logits(ids, mask, cache)[:, -1]  # (B, V): the prompt once
-        mask = torch.cat([mask, mask.new_ones(len(prompts), 1)], dim=1)
-        return model.logits(token[:, None], mask, cache)[:, -1]
+        nonlocal positions
+        if token is None:  # the prompt, once
+            return model.logits(ids, None if full_mask is None else full_mask[:, :width], cache)[:, -1]  # (B, V)
+        if full_mask is None:
+            return model.logits(token[:, None], None, cache)[:, -1]
+        end = cache.length + 1
+        out = model.logits(token[:, None], full_mask[:, :end], cache, positions)[:, -1]
+        positions = positions + 1
+        return out
 
-    return token_loop(step, len(prompts), cfg, eot_id, device, stop_check)
+    return token_loop(step, b, cfg, eot_id, device, stop_check)
 
 
 def token_loop(step, batch: int, cfg: GenerationConfig, eot_id: int, device, stop_check=None) -> list[list[int]]:
     """Greedy or sampled decoding of ``batch`` rows. ``step(None)`` gives the first next-token
     logits (B, V), ``step(tokens)`` those after feeding the chosen (B,) tokens. A row ends at
     end-of-text (not kept) or when ``stop_check(i, ids)`` says so; finished rows keep decoding
-    (their tokens are ignored), so every step is one batched call."""
+    (their tokens are ignored), so every step is one batched call. The chosen tokens come to
+    the host once per step as one list (the end-of-text and stop checks are Python's)."""
     generator = torch.Generator(device=device).manual_seed(cfg.seed)
     out: list[list[int]] = [[] for _ in range(batch)]
-    done = torch.zeros(batch, dtype=torch.bool, device=device)
+    running = list(range(batch))
     logits = step(None)
     for _ in range(cfg.max_new_tokens):
         token = next_tokens(logits, cfg, generator)  # (B,)
-        for i in torch.nonzero(~done).flatten().tolist():
-            t = int(token[i])
+        chosen = token.tolist()
+        still = []
+        for i in running:
+            t = chosen[i]
             if cfg.stop_at_eot and t == eot_id:
-                done[i] = True
                 continue
             out[i].append(t)
-            if stop_check is not None and stop_check(i, out[i]):
-                done[i] = True
-        if bool(done.all()):
+            if stop_check is None or not stop_check(i, out[i]):
+                still.append(i)
+        running = still
+        if not running:
             break
         logits = step(token)
     return out

@@ -102,9 +102,9 @@ class DecoderSteps:
     reference the cache is tested against)."""
 
     def __init__(self, model, encoder_hidden: torch.Tensor, encoder_mask: torch.Tensor | None,
-                 use_cache: bool = True) -> None:
+                 use_cache: bool = True, capacity: int = 0) -> None:
         self.model, self.encoder_hidden, self.encoder_mask = model, encoder_hidden, encoder_mask
-        self.cache = model.new_cache() if use_cache else None
+        self.cache = model.new_cache(capacity) if use_cache else None  # capacity: start + new tokens
 
     def __call__(self, tokens: torch.Tensor) -> torch.Tensor:
         """tokens (N, t) -> logits (N, V) of token t + 1."""
@@ -168,14 +168,17 @@ def seq2seq_generate(model, input_ids: torch.Tensor, attention_mask: torch.Tenso
     enc = model.encode(input_ids, attention_mask).last_hidden_state  # (B, S, H)
     if cfg.num_beams > 1:
         return beam_search(model, enc, attention_mask, cfg, eos_id, use_cache)
-    steps = DecoderSteps(model, enc, attention_mask, use_cache)
-    tokens = input_ids.new_full((input_ids.shape[0], 1), model.config.decoder_start_id)  # T5: pad; BART: </s>
+    steps = DecoderSteps(model, enc, attention_mask, use_cache, cfg.max_new_tokens + 1)
+    # the decoder's sequences, written in place: the start token (T5: pad; BART: </s>), then one per step
+    tokens = input_ids.new_full((input_ids.shape[0], cfg.max_new_tokens + 1), model.config.decoder_start_id)
+    length = 1
 
     def step(token: torch.Tensor | None) -> torch.Tensor:
-        nonlocal tokens
+        nonlocal length
         if token is not None:
-            tokens = torch.cat([tokens, token[:, None]], dim=1)  # (B, t + 1)
-        return constrain(steps(tokens), tokens, cfg, eos_id)
+            tokens[:, length] = token
+            length += 1
+        return constrain(steps(tokens[:, :length]), tokens[:, :length], cfg, eos_id)
 
     return token_loop(step, input_ids.shape[0], cfg, eos_id, input_ids.device, stop_check)
 
@@ -185,8 +188,8 @@ def beam_search(model, encoder_hidden: torch.Tensor, encoder_mask: torch.Tensor 
     """The best finished hypothesis of each input (see the module docstring), without </s>."""
     b, k, n = encoder_hidden.shape[0], cfg.num_beams, cfg.max_new_tokens
     device = encoder_hidden.device
-    mask = encoder_mask.repeat_interleave(k, 0) if encoder_mask is not None else None
-    steps = DecoderSteps(model, encoder_hidden.repeat_interleave(k, 0), mask, use_cache)  # rows b*k + beam
+    # rows b*k + beam; the K beams of input b share its encoder row (ember.nn.attention's groups)
+    steps = DecoderSteps(model, encoder_hidden, encoder_mask, use_cache, n + 1)
     seqs = torch.full((b * k, 1), model.config.decoder_start_id, dtype=torch.long, device=device)
     scores = torch.zeros(b, k, device=device)  # summed log-probabilities of the running beams
     scores[:, 1:] = _NEG  # all beams start equal: expand the first only, or the K would be copies

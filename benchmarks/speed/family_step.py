@@ -93,7 +93,8 @@ def to_transformers(backbone: nn.Module) -> nn.Module:
     config = transformers.AutoConfig.for_model(hf_config.pop("model_type"), **hf_config, **options)
     model = getattr(transformers, architecture)(config)
     missing, unexpected = model.load_state_dict(interop.state_to_hf(state, cfg), strict=False)
-    tied = {"lm_head.weight", "lm_loss.weight", "encoder.embed_tokens.weight", "decoder.embed_tokens.weight"}
+    tied = {"lm_head.weight", "lm_loss.weight", "encoder.embed_tokens.weight", "decoder.embed_tokens.weight",
+            "model.encoder.embed_tokens.weight", "model.decoder.embed_tokens.weight"}  # the last two: BART's
     if unexpected or set(missing) - tied:
         raise RuntimeError(f"weights not carried over: missing {missing}, unexpected {unexpected}")
     return model

@@ -25,7 +25,6 @@ import math
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from ember.config import ModelConfig
@@ -33,6 +32,7 @@ from ember.errors import EmberError
 from ember.models.encoder import EncoderOutput, build_layers, init_weights
 from ember.nn.embeddings import InputEmbeddings
 from ember.nn.kv_cache import KVCache
+from ember.nn.onednn import linear
 
 
 @dataclass
@@ -89,14 +89,15 @@ class Decoder(nn.Module):
 
     def lm_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """(..., H) -> (..., V) next-token logits through the tied embedding matrix."""
-        return F.linear(*self.lm_projection(hidden))
+        return linear(*self.lm_projection(hidden))  # a decoding step's one row: ember.nn.onednn.row_product
 
     def shard_units(self) -> list[nn.Module]:
         """Blocks FSDP may gather one at a time (see ``Encoder.shard_units``): every layer."""
         return list(self.layers)
 
-    def new_cache(self) -> KVCache:
-        return KVCache(len(self.layers))
+    def new_cache(self, capacity: int = 0) -> KVCache:
+        """An empty cache; ``capacity``: positions to allocate up front (prompt + new tokens)."""
+        return KVCache(len(self.layers), capacity)
 
     def positions(self, attention_mask: torch.Tensor | None, t: int, past: int,
                   device: torch.device) -> torch.Tensor:

@@ -41,7 +41,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from ember.config import ModelConfig
@@ -51,6 +50,7 @@ from ember.models.encoder import EncoderOutput
 from ember.nn.attention import MultiHeadAttention
 from ember.nn.dropout import Dropout
 from ember.nn.kv_cache import EncoderDecoderCache
+from ember.nn.onednn import dense, linear
 from ember.nn.embeddings import OffsetPositions
 from ember.nn.relative_bias import RelativePositionBias
 from ember.nn.rms_norm import RMSNorm, make_norm
@@ -127,6 +127,19 @@ class Stack(nn.Module):
             return bias
         return bias.masked_fill(~allowed, torch.finfo(bias.dtype).min)
 
+    def cached_step_mask(self, cache: EncoderDecoderCache, t: int, past: int,
+                         device: torch.device) -> torch.Tensor | None:
+        """``self_attention_mask`` of a decoding step without padding, from what the cache keeps:
+        T5's causal bias rows past .. past + T - 1, computed once for the cache's capacity; with
+        learned positions one new query may attend every cached key, so no mask at all."""
+        if self.position_bias is None:
+            return None if t == 1 else self.self_attention_mask(None, t, past, device)
+        end = past + t
+        if cache.self_bias is None or cache.self_bias.shape[-1] < end:
+            size = max(end, cache.self_attention.capacity)
+            cache.self_bias = self.self_attention_mask(None, size, 0, device)  # (1, heads, C, C)
+        return cache.self_bias[:, :, past:end, :end]
+
     def embed(self, x: torch.Tensor, past: int) -> torch.Tensor:
         """Token embeddings (B, T, H) -> the first layer's input: + learned positions past .. past
         + T - 1 and the embedding norm where the model has them, then dropout."""
@@ -151,10 +164,18 @@ class Stack(nn.Module):
         if attention_mask is not None and attention_mask.shape[-1] != past + t:
             raise EmberError(f"attention_mask covers {attention_mask.shape[-1]} positions but the cache holds "
                              f"{past} and {t} tokens are new; pass the mask of all {past + t} positions")
-        mask = self.self_attention_mask(attention_mask, t, past, x.device)
+        if cache is not None and attention_mask is None:
+            mask = self.cached_step_mask(cache, t, past, x.device)
+        else:
+            mask = self.self_attention_mask(attention_mask, t, past, x.device)
         if mask is not None and mask.is_floating_point():
             mask = mask.to(x.dtype)
-        memory_mask = _key_mask(memory_mask)
+        if cache is None:
+            memory_mask = _key_mask(memory_mask)
+        elif cache.cross_attention.length == 0:  # the first step: the encoder's mask, once
+            memory_mask = cache.memory_mask = _key_mask(memory_mask)
+        else:
+            memory_mask = cache.memory_mask
         x = self.embed(x, past)
         hidden_states = [x] if output_hidden_states else None
         attentions = [] if output_attentions else None
@@ -238,8 +259,9 @@ class EncoderDecoder(nn.Module):
     def word_embeddings(self) -> torch.Tensor:  # (V, H), shared by both stacks (and the v1.0 head)
         return self.shared.weight
 
-    def new_cache(self) -> EncoderDecoderCache:
-        return EncoderDecoderCache(len(self.decoder.layers))
+    def new_cache(self, capacity: int = 0) -> EncoderDecoderCache:
+        """An empty cache; ``capacity``: decoder positions to allocate up front (start + new tokens)."""
+        return EncoderDecoderCache(len(self.decoder.layers), capacity)
 
     def lm_projection(self, decoder_hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
         """The LM head as F.linear's (input, weight, bias), for ``ember.nn.linear_cross_entropy``:
@@ -255,8 +277,8 @@ class EncoderDecoder(nn.Module):
     def lm_logits(self, decoder_hidden: torch.Tensor) -> torch.Tensor:
         """(..., H) decoder states -> (..., V) next-token logits."""
         if self.lm_head is not None and self.final_logits_bias is None:  # as a module: int8 heads stay usable
-            return self.lm_head(decoder_hidden)
-        return F.linear(*self.lm_projection(decoder_hidden))
+            return dense(self.lm_head, decoder_hidden)
+        return linear(*self.lm_projection(decoder_hidden))  # one row: ember.nn.onednn.row_product
 
     def embed_tokens(self, ids: torch.Tensor) -> torch.Tensor:
         """(B, T) ids -> (B, T, H) token embeddings of either stack (times sqrt(d) with scale_embedding)."""

@@ -9,8 +9,16 @@ TF32 inside), so the results agree to float rounding (~1e-6 relative).
 
 ``dense(layer, x)`` is ``layer(x)`` for an ``nn.Linear``; ``linear(x, weight, bias)`` is
 ``F.linear``. Both take the oneDNN path when it is on and applies (CPU, fp32, at least
-``MIN_ROWS`` rows: a single row is faster through MKL's GEMV), with an autograd function whose
-backward runs its two products (grad x = grad y W, grad W = grad y^T x) through oneDNN as well.
+``MIN_ROWS`` rows), with an autograd function whose backward runs its two products (grad x =
+grad y W, grad W = grad y^T x) through oneDNN as well.
+
+A single row without gradient (a decoding step at batch 1) is a matrix-vector product, bound by
+reading the weight from memory. There MKL reads an (N, K) weight as the transposed operand ~1.7x
+slower than a (K, N) one (768 x 3072 weights that do not fit the caches, one EPYC core: 765 vs
+445 us; oneDNN 585 us), which is why transformers' GPT-2 (Conv1D, weights stored (K, N)) led
+ember at batch 1. ``row_product`` keeps a (K, N) copy of each weight it multiplies (built on first
+use, rebuilt when the weight changes, dropped with it) and multiplies the row by that: decoding
+holds the layer weights twice while a model decodes one row at a time.
 Anything else - a quantized Linear (int8 serving), CUDA, bf16, autocast, ONNX export, tracing,
 ``torch.compile`` - goes the ordinary way, so modules keep plain ``nn.Linear`` children
 (state dicts, quantization and export are unchanged).
@@ -26,16 +34,22 @@ timed both kernels at start-up and, on a loaded machine, two processes chose dif
 from __future__ import annotations
 
 import os
+import weakref
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.autograd.function import once_differentiable
 
-MIN_ROWS = 8  # below this many rows MKL's GEMV-like path wins (measured: 1 row 34 vs 25 GFLOP/s)
+# From 2 rows on oneDNN beats MKL (768 -> 3072, weights from memory: 2 rows 40 vs 67 us, 4 rows 54
+# vs 52, 8 rows 1030 vs 1250 us); one row goes through ``row_product``
+MIN_ROWS = 2
 # CPUs on which MKL's sgemm takes its generic code path (it dispatches on the vendor string)
 SLOW_MKL_VENDORS = ("AuthenticAMD", "HygonGenuine")
 _STATE: dict[str, bool | None] = {"enabled": None}
+# id(weight) -> (its version and storage when copied, its (K, N) copy); an entry goes with its
+# weight (a finalizer; a WeakKeyDictionary would compare two tensors with == on a lookup)
+_COLUMNS: dict[int, tuple] = {}
 
 
 def _op():
@@ -137,9 +151,44 @@ class _OneDnnLinear(torch.autograd.Function):
         return gx, gw, gb
 
 
+def one_row(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> bool:
+    """Whether ``row_product`` takes ``x @ weight.T``: one fp32 CPU row, nothing to differentiate,
+    the path on (the same machine rule as oneDNN's, so two processes round alike)."""
+    if not enabled() or needs_ordinary_ops("cpu") or x.numel() != x.shape[-1]:
+        return False
+    if x.device.type != "cpu" or x.dtype != torch.float32 or weight.dtype != torch.float32 or weight.dim() != 2:
+        return False
+    return not (torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad
+                                             or (bias is not None and bias.requires_grad)))
+
+
+def columns(weight: torch.Tensor) -> torch.Tensor:
+    """``weight`` (N, K) as a contiguous (K, N) tensor, cached until the weight changes in place
+    (its version counter) or gets new storage (``load_state_dict``, ``.data =``)."""
+    key = (weight._version, weight.data_ptr())
+    hit = _COLUMNS.get(id(weight))
+    if hit is None or hit[0] != key:
+        if hit is None:
+            weakref.finalize(weight, _COLUMNS.pop, id(weight), None)
+        with torch.no_grad():
+            hit = (key, weight.detach().t().contiguous())
+        _COLUMNS[id(weight)] = hit
+    return hit[1]
+
+
+def row_product(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """(..., K) one row x (N, K) -> (..., N) through the (K, N) copy (see the module docstring)."""
+    row = x.reshape(1, x.shape[-1])
+    out = row @ columns(weight) if bias is None else torch.addmm(bias, row, columns(weight))
+    return out.view(*x.shape[:-1], weight.shape[0])
+
+
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """``F.linear(x, weight, bias)``: (..., K) x (N, K) -> (..., N), through oneDNN where it applies."""
+    """``F.linear(x, weight, bias)``: (..., K) x (N, K) -> (..., N), through oneDNN where it applies
+    (one row without gradient: ``row_product``)."""
     if not applies(x, weight):
+        if one_row(x, weight, bias):
+            return row_product(x, weight, bias)
         return F.linear(x, weight, bias)
     if torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad
                                     or (bias is not None and bias.requires_grad)):

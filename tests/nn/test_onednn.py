@@ -180,3 +180,30 @@ def test_onednn_switch_follows_ember_onednn_then_the_cpu_vendor_never_a_timing(m
         assert onednn.enabled() is False
     finally:
         onednn._STATE["enabled"] = saved
+
+
+def test_onednn_one_row_without_gradient_uses_a_cached_column_copy_that_follows_the_weight(forced_on):
+    """A decoding step's one row goes through the (K, N) copy of the weight: equal to F.linear
+    within float rounding, rebuilt after an in-place change or new weights, and only without
+    gradient (training keeps the ordinary kernels)."""
+    torch.manual_seed(0)
+    layer = nn.Linear(24, 40)
+    x = torch.randn(1, 1, 24)
+    with torch.no_grad():
+        y = onednn.dense(layer, x)
+        assert id(layer.weight) in onednn._COLUMNS  # the copy was made
+        torch.testing.assert_close(y, F.linear(x, layer.weight, layer.bias), rtol=1e-5, atol=1e-6)
+        layer.weight.mul_(-2.0)  # an optimizer step would change it in place
+        torch.testing.assert_close(onednn.dense(layer, x), F.linear(x, layer.weight, layer.bias),
+                                   rtol=1e-5, atol=1e-6)
+        layer.load_state_dict({"weight": torch.randn(40, 24), "bias": torch.randn(40)})
+        torch.testing.assert_close(onednn.dense(layer, x), F.linear(x, layer.weight, layer.bias),
+                                   rtol=1e-5, atol=1e-6)
+        assert onednn.linear(torch.randn(24), layer.weight, None).shape == (40,)  # a bare vector
+    assert not onednn.one_row(x, layer.weight, layer.bias)  # with gradient: the ordinary path
+    key = id(layer.weight)
+    del layer
+    import gc
+
+    gc.collect()
+    assert key not in onednn._COLUMNS  # the copy went with its weight

@@ -176,3 +176,20 @@ def test_t5_generation_refuses_a_run_that_is_not_seq2seq(tmp_path):
 
     with pytest.raises(EmberError, match="'gpt2' model; this command supports t5"):
         load_seq2seq_lm(make_gpt_run(tmp_path))
+
+
+def test_t5_beam_search_with_a_cache_that_outgrows_its_allocation_matches_transformers(monkeypatch):
+    """Beam search reorders the pre-allocated self-attention cache every step (index_select into
+    the spare buffer); with every cache started at one position it must also grow while the beams
+    are reordered. Both give transformers' tokens."""
+    from ember.models.encoder_decoder import EncoderDecoder
+
+    hf = tiny("v1_0", 17)
+    ours, rows = ember_from_hf(hf), inputs(seed=4)
+    eos = common_eos(hf, rows)
+    cfg = Seq2SeqGenerationConfig(max_new_tokens=14, num_beams=4)
+    want = hf_generate(hf, rows, eos, max_new_tokens=14, do_sample=False, num_beams=4)
+    assert seq2seq_generate_ids(ours, rows, cfg, eos) == want
+    new_cache = EncoderDecoder.new_cache
+    monkeypatch.setattr(EncoderDecoder, "new_cache", lambda self, capacity=0: new_cache(self, 1))
+    assert seq2seq_generate_ids(ours, rows, cfg, eos) == want
