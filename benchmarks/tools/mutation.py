@@ -122,14 +122,18 @@ def _run_tests(copy: Path, tests: list[str], timeout: float, select: str = "") -
     """'passed' / 'failed' / 'timeout' of the test files in a forked child."""
     pid = os.fork()
     if pid == 0:  # child: quiet pytest in the scratch copy, stop at the first failure
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, 1), os.dup2(devnull, 2)
-        os.chdir(copy)
-        sys.path.insert(0, str(copy))
-        os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"  # halves pytest's start-up; no test needs one
-        import pytest
-        code = pytest.main(["-x", "-q", "-p", "no:cacheprovider", *(["-k", select] if select else []), *tests])
-        os._exit(int(code))
+        code = 1
+        try:  # whatever happens, the child never returns into the parent's loop
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, 1), os.dup2(devnull, 2)
+            os.chdir(copy)
+            sys.path.insert(0, str(copy))
+            os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"  # halves pytest's start-up; no test needs one
+            import pytest
+            code = int(pytest.main(["-x", "-q", "-p", "no:cacheprovider", *(["-k", select] if select else []),
+                                    *tests]))
+        finally:
+            os._exit(code)
     deadline = time.monotonic() + timeout
     while True:
         done, status = os.waitpid(pid, os.WNOHANG)
