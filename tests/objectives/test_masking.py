@@ -175,10 +175,13 @@ def test_span_sampler_respects_runs_and_budget():
         assert (s[1:] >= e[:-1]).all()  # sorted, no overlap
 
 
-def test_80_10_10_is_decided_per_span():
+@pytest.mark.parametrize("scheme", ["span", "phrase"])
+def test_80_10_10_is_decided_per_span(scheme):
+    # SpanBERT §3.1 for spans; ERNIE's phrases likewise (here without phrase flags: whole words)
     ids, maskable, _ = random_words(np.random.default_rng(4), 400, 120)
     vocab = 1_000_000  # random replacements practically never equal [MASK] or the original
-    out = Masker("span", MASK, vocab, 0.15, 0, CONT)(ids, maskable, np.random.default_rng(5))
+    joins = np.zeros_like(maskable) if scheme == "phrase" else None
+    out = Masker(scheme, MASK, vocab, 0.15, 0, CONT)(ids, maskable, np.random.default_rng(5), joins=joins)
     kinds = []
     for i in range(len(ids)):
         for s, e in {(int(a), int(b)) for a, b in zip(out.unit_start[i], out.unit_end[i]) if a >= 0}:
@@ -221,6 +224,39 @@ def test_dynamic_masks_differ_between_draws_of_one_sequence():
     a = masker(ids, maskable, np.random.default_rng([0, 1]), keys=[(0, 0)])
     b = masker(ids, maskable, np.random.default_rng([0, 2]), keys=[(0, 0)])
     assert not np.array_equal(a.labels, b.labels)
+
+
+def test_a_word_at_the_start_of_a_row_is_one_unit():
+    # [CLS] A ##a ##a B [SEP]: the first maskable token starts a unit and its pieces join it
+    ids = np.array([[2, 10, 50, 51, 11, 3]])
+    maskable = np.array([[0, 1, 1, 1, 1, 0]], dtype=bool)
+    starts = unit_starts(ids, maskable, "whole_word", CONT)
+    assert [a.tolist() for a in units_of_row(starts[0], maskable[0])] == [[1, 4], [4, 5]]
+
+
+def test_whole_word_masking_ignores_phrase_flags():
+    # phrase flags only group tokens under data.masking=phrase; whole_word keeps to words
+    joins = np.zeros_like(MASKABLE)
+    joins[0, 2] = joins[0, 4] = True
+    assert unit_starts(ROW, MASKABLE, "whole_word", CONT, joins).tolist() == \
+        unit_starts(ROW, MASKABLE, "whole_word", CONT).tolist()
+    assert unit_starts(ROW, MASKABLE, "phrase", CONT, joins)[0, [2, 4]].tolist() == [False, False]
+
+
+def test_span_start_is_uniform_over_the_words_where_the_span_fits():
+    # SpanBERT §3.1: the span's starting word is drawn uniformly. Ten one-token words, spans of
+    # exactly 3 words, budget 3: every start 0..7 is possible and equally likely.
+    word_start = np.arange(1, 11)
+    probs = np.array([0.0, 0.0, 1.0])
+    starts = [int(select_spans(word_start, word_start + 1, 3, np.random.default_rng(seed), probs)[0][0])
+              for seed in range(1600)]
+    counts = np.bincount(np.array(starts) - 1, minlength=8)
+    assert len(counts) == 8 and stats.chisquare(counts).pvalue > 0.001
+
+
+def test_token_masking_needs_no_tokenizer():
+    masker = build_masker(DataConfig(masking="token"), {"mask": MASK}, V)
+    assert masker.scheme == "token" and masker.continues_word is None
 
 
 def test_bad_masking_settings_are_clear_errors():
