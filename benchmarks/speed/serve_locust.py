@@ -248,7 +248,7 @@ def main(argv: list[str] | None = None) -> int:
     server_args = ["--threads", str(args.threads), "--max-texts", str(max_texts)]
     port = free_port()
     print(f"starting ember serve {args.run} on port {port} ...", flush=True)
-    proc = start_server(args.run, "torch", port, server_args)
+    proc = start_server(args.run, "torch", port, server_args, timeout=900)
     url = f"http://127.0.0.1:{port}"
     report: dict = {"run": args.run, "server_threads": args.threads}
     try:
@@ -283,7 +283,7 @@ def main(argv: list[str] | None = None) -> int:
         stop_server(proc)
     # SIGTERM phase: a fresh server with an access log, so its answers can be counted
     port, access_log = free_port(), out / "access.log"
-    proc = start_server(args.run, "torch", port, server_args + ["--access-log", str(access_log)])
+    proc = start_server(args.run, "torch", port, server_args + ["--access-log", str(access_log)], timeout=900)
     report["sigterm"] = sigterm_mid_load(proc, port, plan, args.sigterm_clients, max(2.0, args.step_duration))
     logged = [line for line in access_log.read_text().splitlines() if "POST" in line] if access_log.exists() else []
     report["sigterm"]["access_log_answers"] = len(logged)

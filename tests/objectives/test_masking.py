@@ -254,6 +254,32 @@ def test_span_start_is_uniform_over_the_words_where_the_span_fits():
     assert len(counts) == 8 and stats.chisquare(counts).pvalue > 0.001
 
 
+def test_continuation_table_covers_special_tokens_added_after_the_vocabulary():
+    wp = make_wordpiece(["new", "##er"])
+    wp.add_special_tokens(["[EXTRA]"])  # a new id past every vocabulary entry
+    table = word_continuation_table(wp)
+    assert len(table) > wp.token_to_id("[EXTRA]") and not table[wp.token_to_id("[EXTRA]")]
+    assert table[wp.token_to_id("##er")]
+
+
+def test_random_replacements_are_uniform_over_the_whole_vocabulary():
+    # BERT §3.1 / SpanBERT: "a random token" from the vocabulary, id 0 included. Words use ids
+    # >= 10 and the vocabulary is 8 ids, so any changed token that is not [MASK] (4) is a draw.
+    ids, maskable, _ = random_words(np.random.default_rng(7), 300, 80)
+    for scheme in ("whole_word", "span"):
+        out = Masker(scheme, MASK, 8, 0.15, 0, CONT)(ids, maskable, np.random.default_rng(8))
+        drawn = out.input_ids[(out.input_ids != ids) & (out.input_ids != MASK)]
+        counts = np.bincount(drawn, minlength=8)[[0, 1, 2, 3, 5, 6, 7]]
+        assert len(np.bincount(drawn)) <= 8 and stats.chisquare(counts).pvalue > 0.001, counts
+
+
+def test_mask_prob_must_be_strictly_between_0_and_1():
+    for bad in (0.0, 1.0):
+        with pytest.raises(EmberError, match="data.mask_prob"):
+            Masker("token", MASK, V, mask_prob=bad)
+    Masker("token", MASK, V, mask_prob=0.99)
+
+
 def test_token_masking_needs_no_tokenizer():
     masker = build_masker(DataConfig(masking="token"), {"mask": MASK}, V)
     assert masker.scheme == "token" and masker.continues_word is None
