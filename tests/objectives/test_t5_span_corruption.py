@@ -282,3 +282,20 @@ def test_t5_non_span_objectives_read_max_seq_length_minus_one_and_refuse_no_room
     assert corruption("bert_denoising", 64).raw_length == 63 and corruption("prefix_lm", 2).raw_length == 1
     with pytest.raises(EmberError, match="leaves no room for text"):
         corruption("deshuffle", 1)
+
+
+def test_t5_objectives_cut_documents_on_their_own_only_for_prefix_lm_and_deshuffle():
+    # T5's preprocessors: the span and i.i.d. objectives read one stream of concatenated
+    # documents (reduce_concat_tokens + split_tokens); prefix_lm and deshuffle cut each document.
+    per_document = {name: d.per_document for name, d in DENOISERS.items()}
+    assert {name for name, cut in per_document.items() if cut} == {"prefix_lm", "deshuffle"}
+
+
+def test_t5_objective_build_refuses_an_encoder_and_a_missing_tokenizer_before_loading_anything():
+    from ember.config import RunConfig, model_preset
+    from ember.objectives.span_corruption import build
+
+    with pytest.raises(EmberError, match="needs an encoder-decoder.*t5-"):
+        build(RunConfig(objective="span_corruption", model=model_preset("bert-tiny")), {"pad": 0, "sep": 1})
+    with pytest.raises(EmberError, match="needs the corpus tokenizer"):
+        build(RunConfig(objective="span_corruption", model=model_preset("t5-tiny")), {"pad": 0, "sep": 1})
