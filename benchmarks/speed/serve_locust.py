@@ -277,6 +277,8 @@ def main(argv: list[str] | None = None) -> int:
         sampler.join()
         load["rss_mb_first_last"] = [round(sampler.samples[0][1], 1), round(sampler.samples[-1][1], 1)]
         load["rss_slope_mb_per_min"] = sampler.slope_mb_per_min()
+        every = max(1, len(sampler.samples) // 40)  # the curve, so a plateau can be told from a leak
+        load["rss_mb_samples"] = [[round(t), round(m, 1)] for t, m in sampler.samples[::every]]
         report["load"] = load
         print(json.dumps(load), flush=True)
     finally:
