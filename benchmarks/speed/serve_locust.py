@@ -76,7 +76,7 @@ def build_plan(host: str, port: int, sentences: list[str], max_texts: int) -> di
     the candidate shapes it answers 200 to, filled with many different sentences."""
     schema = get_json(host, port, "/openapi.json")
     posts = [p for p, ops in schema["paths"].items() if "post" in ops]
-    gets = [p for p, ops in schema["paths"].items() if "get" in ops] + ["/metrics"]
+    gets = sorted({p for p, ops in schema["paths"].items() if "get" in ops} | {"/metrics", "/openapi.json"})
     requests = []
     for path in posts:
         probe = _candidates(sentences[0], sentences[1])

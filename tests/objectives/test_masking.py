@@ -280,6 +280,23 @@ def test_mask_prob_must_be_strictly_between_0_and_1():
     Masker("token", MASK, V, mask_prob=0.99)
 
 
+def test_spans_may_touch_so_the_whole_budget_is_spent():
+    # Spans never overlap, but nothing keeps a gap between them: four one-token words, spans
+    # of exactly one word, a budget of four -> every word is masked.
+    word_start = np.arange(1, 5)
+    for seed in range(20):
+        s, e = select_spans(word_start, word_start + 1, 4, np.random.default_rng(seed), np.array([1.0]))
+        assert s.tolist() == [1, 2, 3, 4] and e.tolist() == [2, 3, 4, 5]
+
+
+def test_span_settings_at_their_boundaries():
+    # span_p = 1 and max_span = 1 are allowed (every span one word); max_span 0 is not
+    masker = Masker("span", MASK, V, continues_word=CONT, span_p=1.0, max_span=1)
+    assert masker.span_probs.tolist() == [1.0]
+    with pytest.raises(EmberError, match="max_span=0"):
+        Masker("span", MASK, V, continues_word=CONT, max_span=0)
+
+
 def test_token_masking_needs_no_tokenizer():
     masker = build_masker(DataConfig(masking="token"), {"mask": MASK}, V)
     assert masker.scheme == "token" and masker.continues_word is None

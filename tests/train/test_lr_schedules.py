@@ -76,6 +76,7 @@ def test_time_schedule_boundaries():
     assert time_lr_factor(-5.0, 100.0, 0.5) == 0.0
     assert time_lr_factor(50.0, 100.0, 0.5) == pytest.approx(1.0)  # the triangle's top
     assert time_lr_factor(99.0, 100.0, 1.0) == pytest.approx(0.99)  # all warm-up: never decays
+    assert time_lr_factor(0.25, 0.5, 0.5) == pytest.approx(1.0)  # a budget under a second is a budget
     for budget in (0.0, -1.0):
         with pytest.raises(EmberError, match="needs a wall-clock budget"):
             time_lr_factor(1.0, budget, 0.1)
