@@ -18,6 +18,7 @@ def test_t5_relative_position_buckets_match_transformers(bidirectional, num_buck
     rel = torch.arange(-3 * max_distance, 3 * max_distance + 1)[:, None]  # (N, 1) key - query
     ours = relative_position_bucket(rel, bidirectional, num_buckets, max_distance)
     theirs = T5Attention._relative_position_bucket(rel, bidirectional, num_buckets, max_distance)
+    assert ours.dtype == theirs.dtype == torch.long  # ids that index an embedding table
     assert torch.equal(ours, theirs)  # integer bucket ids: the same computation, exactly
     assert ours.min() >= 0 and ours.max() == num_buckets - 1  # every bucket id is in range
 
@@ -31,3 +32,15 @@ def test_t5_relative_position_bias_reads_key_minus_query_for_cached_decoding():
     assert step.shape == (1, 2, 1, 7) and torch.equal(step[0, :, 0], full[0, :, 5])
     buckets = relative_position_bucket(torch.arange(7)[None, :] - torch.arange(7)[:, None], False, 8, 20)
     assert torch.equal(full[0].permute(1, 2, 0), bias.embedding.weight[buckets])
+
+
+@pytest.mark.parametrize("bidirectional", [True, False])
+def test_t5_relative_position_bias_defaults_are_the_papers_32_buckets_up_to_128(bidirectional):
+    # Raffel et al. 2020, §2.1: 32 embeddings, logarithmic ranges up to an offset of 128
+    bias = RelativePositionBias(num_heads=3, bidirectional=bidirectional)
+    assert bias.embedding.num_embeddings == 32
+    rel = torch.arange(-300, 301)[:, None]
+    expected = T5Attention._relative_position_bucket(rel, bidirectional, 32, 128)
+    assert torch.equal(relative_position_bucket(rel, bidirectional, bias.num_buckets, bias.max_distance), expected)
+    out = bias(5, 9)  # (1, heads, T, L), encoder (bidirectional) or decoder
+    assert out.shape == (1, 3, 5, 9)

@@ -299,3 +299,11 @@ def test_t5_objective_build_refuses_an_encoder_and_a_missing_tokenizer_before_lo
         build(RunConfig(objective="span_corruption", model=model_preset("bert-tiny")), {"pad": 0, "sep": 1})
     with pytest.raises(EmberError, match="needs the corpus tokenizer"):
         build(RunConfig(objective="span_corruption", model=model_preset("t5-tiny")), {"pad": 0, "sep": 1})
+
+
+def test_t5_perplexity_is_exp_of_the_loss_and_needs_a_loss():
+    from ember.objectives.span_corruption import Seq2SeqDenoising
+
+    assert Seq2SeqDenoising.derived_metrics({"loss": 2.0}) == {"ppl": pytest.approx(math.exp(2.0))}
+    assert Seq2SeqDenoising.derived_metrics({"token_acc": 0.5}) == {}  # nothing to derive it from
+    assert math.isfinite(Seq2SeqDenoising.derived_metrics({"loss": 1e4})["ppl"])  # a diverged run logs a number
