@@ -4,7 +4,7 @@
     # MiniLM (embed): find where p99 doubles, 10 minutes of load there, then a SIGTERM mid-load
     python benchmarks/speed/serve_locust.py --run /work/shared/data/checkpoints/all-MiniLM-L6-v2 \\
         --duration 600 --json load.json
-    # a few seconds (CI): two concurrency steps, 5 s of load, the SIGTERM check
+    # seconds (CI): two concurrency steps of 8 s, 10 s of load, the SIGTERM check
     python benchmarks/speed/serve_locust.py --run RUN --smoke
 
 Phases, each against one `ember serve` started here (a direct child, 1 inference thread):
@@ -237,11 +237,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--users", type=int, help="skip the steps: load at this concurrency")
     parser.add_argument("--sigterm-clients", type=int, default=8, help="clients during the SIGTERM phase")
     parser.add_argument("--threads", type=int, default=1, help="the server's inference threads")
-    parser.add_argument("--smoke", action="store_true", help="steps 1 and 2 users x 3 s, 5 s of load (CI)")
+    parser.add_argument("--smoke", action="store_true", help="steps 1 and 2 users x 8 s, 10 s of load (CI)")
     parser.add_argument("--json", help="also write the report to this file")
     args = parser.parse_args(argv)
     if args.smoke:
-        args.duration, args.step_duration, args.max_users, args.sigterm_clients = 5.0, 3.0, 2, 4
+        args.duration, args.step_duration, args.max_users, args.sigterm_clients = 10.0, 8.0, 2, 4
     sentences = sst2_dev_sentences()
     out = Path(tempfile.mkdtemp(prefix="ember-locust-"))
     max_texts = 16

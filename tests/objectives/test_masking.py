@@ -293,8 +293,27 @@ def test_span_settings_at_their_boundaries():
     # span_p = 1 and max_span = 1 are allowed (every span one word); max_span 0 is not
     masker = Masker("span", MASK, V, continues_word=CONT, span_p=1.0, max_span=1)
     assert masker.span_probs.tolist() == [1.0]
+    with pytest.raises(EmberError, match="span_p=1.5"):
+        Masker("span", MASK, V, continues_word=CONT, span_p=1.5)
     with pytest.raises(EmberError, match="max_span=0"):
         Masker("span", MASK, V, continues_word=CONT, max_span=0)
+
+
+def test_a_row_with_one_maskable_token_still_predicts_it():
+    # the budget is at least one prediction per sequence (mlm.prediction_budget)
+    ids, maskable = np.array([[2, 10, 3]]), np.array([[0, 1, 0]], dtype=bool)
+    for scheme in ("whole_word", "span"):
+        out = Masker(scheme, MASK, V, 0.15, 0, CONT)(ids, maskable, np.random.default_rng(0))
+        assert out.labels.tolist() == [[-100, 10, -100]], scheme
+
+
+def test_static_token_masks_corrupt_only_the_predicted_positions():
+    ids, maskable, _ = random_words(np.random.default_rng(9), 4, 40)
+    out = Masker("token", MASK, V, 0.15, 0, CONT, static_masks=2, seed=1)(
+        ids, maskable, np.random.default_rng(0), keys=[(i, 0) for i in range(4)])
+    chosen = out.labels != -100
+    assert chosen.any() and (out.labels[chosen] == ids[chosen]).all()
+    assert (out.input_ids[~chosen] == ids[~chosen]).all() and (out.input_ids[chosen] == MASK).mean() > 0.6
 
 
 def test_token_masking_needs_no_tokenizer():
