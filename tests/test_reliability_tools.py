@@ -56,6 +56,7 @@ def test_mutation_tool_lists_mutants_of_a_module_by_line():
     assert tool.main(["ember/tasks/metrics/squad.py", "unused", "--lines", "47", "--list"]) == {"mutants": 3}
 
 
+@pytest.mark.slow  # two server starts of the real checkpoint: 148 s on a 2-core machine at load ~20
 def test_serve_locust_smoke_minilm_every_route_no_failure_and_sigterm_drops_nothing(tmp_path):
     if importlib.util.find_spec("locust") is None:  # never imported here: it monkey-patches with gevent
         pytest.skip("locust is not installed (pip install locust)")
