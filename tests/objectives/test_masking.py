@@ -316,6 +316,19 @@ def test_static_token_masks_corrupt_only_the_predicted_positions():
     assert (out.input_ids[~chosen] == ids[~chosen]).all() and (out.input_ids[chosen] == MASK).mean() > 0.6
 
 
+def test_a_row_without_maskable_tokens_draws_no_random_numbers():
+    # the documented RNG contract: rows draw in order, an empty (all-padding) row draws nothing,
+    # so the next row is masked as if the empty row were not there
+    empty = np.zeros_like(ROW)
+    for scheme in ("whole_word", "span"):
+        masker = Masker(scheme, MASK, V, 0.45, 0, CONT)
+        alone = masker(ROW, MASKABLE, np.random.default_rng(3))
+        after = masker(np.concatenate([empty, ROW]), np.concatenate([np.zeros_like(MASKABLE), MASKABLE]),
+                       np.random.default_rng(3))
+        assert after.labels[1].tolist() == alone.labels[0].tolist(), scheme
+        assert after.input_ids[1].tolist() == alone.input_ids[0].tolist(), scheme
+
+
 def test_token_masking_needs_no_tokenizer():
     masker = build_masker(DataConfig(masking="token"), {"mask": MASK}, V)
     assert masker.scheme == "token" and masker.continues_word is None
