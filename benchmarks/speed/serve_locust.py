@@ -39,6 +39,7 @@ import http.client
 import json
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -298,6 +299,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=2) + "\n")
     print(json.dumps({k: report[k] for k in ("load_users", "ok")}), flush=True)
+    shutil.rmtree(out, ignore_errors=True)  # locust's CSV files and the access log: read above
     return 1 if failed else 0
 
 
