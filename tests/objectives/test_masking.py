@@ -175,10 +175,13 @@ def test_span_sampler_respects_runs_and_budget():
         assert (s[1:] >= e[:-1]).all()  # sorted, no overlap
 
 
-def test_80_10_10_is_decided_per_span():
+@pytest.mark.parametrize("scheme", ["span", "phrase"])
+def test_80_10_10_is_decided_per_span(scheme):
+    # SpanBERT §3.1 for spans; ERNIE's phrases likewise (here without phrase flags: whole words)
     ids, maskable, _ = random_words(np.random.default_rng(4), 400, 120)
     vocab = 1_000_000  # random replacements practically never equal [MASK] or the original
-    out = Masker("span", MASK, vocab, 0.15, 0, CONT)(ids, maskable, np.random.default_rng(5))
+    joins = np.zeros_like(maskable) if scheme == "phrase" else None
+    out = Masker(scheme, MASK, vocab, 0.15, 0, CONT)(ids, maskable, np.random.default_rng(5), joins=joins)
     kinds = []
     for i in range(len(ids)):
         for s, e in {(int(a), int(b)) for a, b in zip(out.unit_start[i], out.unit_end[i]) if a >= 0}:
@@ -221,6 +224,114 @@ def test_dynamic_masks_differ_between_draws_of_one_sequence():
     a = masker(ids, maskable, np.random.default_rng([0, 1]), keys=[(0, 0)])
     b = masker(ids, maskable, np.random.default_rng([0, 2]), keys=[(0, 0)])
     assert not np.array_equal(a.labels, b.labels)
+
+
+def test_a_word_at_the_start_of_a_row_is_one_unit():
+    # [CLS] A ##a ##a B [SEP]: the first maskable token starts a unit and its pieces join it
+    ids = np.array([[2, 10, 50, 51, 11, 3]])
+    maskable = np.array([[0, 1, 1, 1, 1, 0]], dtype=bool)
+    starts = unit_starts(ids, maskable, "whole_word", CONT)
+    assert [a.tolist() for a in units_of_row(starts[0], maskable[0])] == [[1, 4], [4, 5]]
+
+
+def test_whole_word_masking_ignores_phrase_flags():
+    # phrase flags only group tokens under data.masking=phrase; whole_word keeps to words
+    joins = np.zeros_like(MASKABLE)
+    joins[0, 2] = joins[0, 4] = True
+    assert unit_starts(ROW, MASKABLE, "whole_word", CONT, joins).tolist() == \
+        unit_starts(ROW, MASKABLE, "whole_word", CONT).tolist()
+    assert unit_starts(ROW, MASKABLE, "phrase", CONT, joins)[0, [2, 4]].tolist() == [False, False]
+
+
+def test_span_start_is_uniform_over_the_words_where_the_span_fits():
+    # SpanBERT §3.1: the span's starting word is drawn uniformly. Ten one-token words, spans of
+    # exactly 3 words, budget 3: every start 0..7 is possible and equally likely.
+    word_start = np.arange(1, 11)
+    probs = np.array([0.0, 0.0, 1.0])
+    starts = [int(select_spans(word_start, word_start + 1, 3, np.random.default_rng(seed), probs)[0][0])
+              for seed in range(1600)]
+    counts = np.bincount(np.array(starts) - 1, minlength=8)
+    assert len(counts) == 8 and stats.chisquare(counts).pvalue > 0.001
+
+
+def test_continuation_table_covers_special_tokens_added_after_the_vocabulary():
+    wp = make_wordpiece(["new", "##er"])
+    wp.add_special_tokens(["[EXTRA]"])  # a new id past every vocabulary entry
+    table = word_continuation_table(wp)
+    assert len(table) > wp.token_to_id("[EXTRA]") and not table[wp.token_to_id("[EXTRA]")]
+    assert table[wp.token_to_id("##er")]
+
+
+def test_random_replacements_are_uniform_over_the_whole_vocabulary():
+    # BERT §3.1 / SpanBERT: "a random token" from the vocabulary, id 0 included. Words use ids
+    # >= 10 and the vocabulary is 8 ids, so any changed token that is not [MASK] (4) is a draw.
+    ids, maskable, _ = random_words(np.random.default_rng(7), 300, 80)
+    for scheme in ("whole_word", "span"):
+        out = Masker(scheme, MASK, 8, 0.15, 0, CONT)(ids, maskable, np.random.default_rng(8))
+        drawn = out.input_ids[(out.input_ids != ids) & (out.input_ids != MASK)]
+        counts = np.bincount(drawn, minlength=8)[[0, 1, 2, 3, 5, 6, 7]]
+        assert len(np.bincount(drawn)) <= 8 and stats.chisquare(counts).pvalue > 0.001, counts
+
+
+def test_mask_prob_must_be_strictly_between_0_and_1():
+    for bad in (0.0, 1.0):
+        with pytest.raises(EmberError, match="data.mask_prob"):
+            Masker("token", MASK, V, mask_prob=bad)
+    Masker("token", MASK, V, mask_prob=0.99)
+
+
+def test_spans_may_touch_so_the_whole_budget_is_spent():
+    # Spans never overlap, but nothing keeps a gap between them: four one-token words, spans
+    # of exactly one word, a budget of four -> every word is masked.
+    word_start = np.arange(1, 5)
+    for seed in range(20):
+        s, e = select_spans(word_start, word_start + 1, 4, np.random.default_rng(seed), np.array([1.0]))
+        assert s.tolist() == [1, 2, 3, 4] and e.tolist() == [2, 3, 4, 5]
+
+
+def test_span_settings_at_their_boundaries():
+    # span_p = 1 and max_span = 1 are allowed (every span one word); max_span 0 is not
+    masker = Masker("span", MASK, V, continues_word=CONT, span_p=1.0, max_span=1)
+    assert masker.span_probs.tolist() == [1.0]
+    with pytest.raises(EmberError, match="span_p=1.5"):
+        Masker("span", MASK, V, continues_word=CONT, span_p=1.5)
+    with pytest.raises(EmberError, match="max_span=0"):
+        Masker("span", MASK, V, continues_word=CONT, max_span=0)
+
+
+def test_a_row_with_one_maskable_token_still_predicts_it():
+    # the budget is at least one prediction per sequence (mlm.prediction_budget)
+    ids, maskable = np.array([[2, 10, 3]]), np.array([[0, 1, 0]], dtype=bool)
+    for scheme in ("whole_word", "span"):
+        out = Masker(scheme, MASK, V, 0.15, 0, CONT)(ids, maskable, np.random.default_rng(0))
+        assert out.labels.tolist() == [[-100, 10, -100]], scheme
+
+
+def test_static_token_masks_corrupt_only_the_predicted_positions():
+    ids, maskable, _ = random_words(np.random.default_rng(9), 4, 40)
+    out = Masker("token", MASK, V, 0.15, 0, CONT, static_masks=2, seed=1)(
+        ids, maskable, np.random.default_rng(0), keys=[(i, 0) for i in range(4)])
+    chosen = out.labels != -100
+    assert chosen.any() and (out.labels[chosen] == ids[chosen]).all()
+    assert (out.input_ids[~chosen] == ids[~chosen]).all() and (out.input_ids[chosen] == MASK).mean() > 0.6
+
+
+def test_a_row_without_maskable_tokens_draws_no_random_numbers():
+    # the documented RNG contract: rows draw in order, an empty (all-padding) row draws nothing,
+    # so the next row is masked as if the empty row were not there
+    empty = np.zeros_like(ROW)
+    for scheme in ("whole_word", "span"):
+        masker = Masker(scheme, MASK, V, 0.45, 0, CONT)
+        alone = masker(ROW, MASKABLE, np.random.default_rng(3))
+        after = masker(np.concatenate([empty, ROW]), np.concatenate([np.zeros_like(MASKABLE), MASKABLE]),
+                       np.random.default_rng(3))
+        assert after.labels[1].tolist() == alone.labels[0].tolist(), scheme
+        assert after.input_ids[1].tolist() == alone.input_ids[0].tolist(), scheme
+
+
+def test_token_masking_needs_no_tokenizer():
+    masker = build_masker(DataConfig(masking="token"), {"mask": MASK}, V)
+    assert masker.scheme == "token" and masker.continues_word is None
 
 
 def test_bad_masking_settings_are_clear_errors():

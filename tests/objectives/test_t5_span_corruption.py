@@ -242,3 +242,68 @@ def test_t5_every_objective_keeps_inputs_within_max_seq_length():
         for _ in range(50):
             inputs, targets = c(rng.integers(3, 900, size=c.raw_length), rng)
             assert len(inputs) <= 64 and inputs[-1] == targets[-1] == EOS, name
+
+
+def test_t5_settings_are_checked_at_their_exact_boundaries():
+    # noise_density is a share strictly between 0 and 1 (all or nothing leaves no task);
+    # mean_noise_span_length 1 (every noise token its own span) is allowed, below is not;
+    # random_token_prob is a probability, 0 and 1 included.
+    for density in (0.0, 1.0):
+        with pytest.raises(EmberError, match="denoising.noise_density"):
+            corruption("span_corruption", noise_density=density)
+    corruption("span_corruption", noise_density=0.99)
+    with pytest.raises(EmberError, match="denoising.mean_noise_span_length"):
+        corruption("span_corruption", mean_noise_span_length=0.99)
+    single = corruption("span_corruption", 64, mean_noise_span_length=1.0)
+    noise, spans = N.span_counts(single.raw_length, 0.15, 1.0)
+    assert noise == spans  # one token per span
+    for prob in (-0.01, 1.01):
+        with pytest.raises(EmberError, match="denoising.random_token_prob"):
+            corruption("bert_denoising", random_token_prob=prob)
+    tokens = np.arange(10, 137)
+    for prob, expect_mask in ((0.0, True), (1.0, False)):
+        c = Corruption("bert_denoising", DenoisingConfig(random_token_prob=prob), 128,
+                       N.NoiseVocab(SENTINELS, np.arange(3, 900), prob), EOS)
+        inputs = c(tokens, np.random.default_rng(0))[0][:-1]
+        changed = inputs != tokens
+        assert changed.any() and ((inputs[changed] == VOCAB.mask_id).all() == expect_mask)
+        assert expect_mask or not (inputs == VOCAB.mask_id).any()
+
+
+def test_t5_span_corruption_sentinel_count_boundary():
+    # 512 inputs need exactly 28 sentinels (28 spans): 28 is enough, 27 is not
+    Corruption("span_corruption", DenoisingConfig(), 512, N.NoiseVocab(SENTINELS[:28], np.arange(3, 900)), EOS)
+    with pytest.raises(EmberError, match=r"gives 28 corrupted spans.*27 sentinels"):
+        Corruption("span_corruption", DenoisingConfig(), 512, N.NoiseVocab(SENTINELS[:27], np.arange(3, 900)), EOS)
+
+
+def test_t5_non_span_objectives_read_max_seq_length_minus_one_and_refuse_no_room():
+    # room for EOS: inputs never longer than data.max_seq_length; one token leaves none
+    assert corruption("bert_denoising", 64).raw_length == 63 and corruption("prefix_lm", 2).raw_length == 1
+    with pytest.raises(EmberError, match="leaves no room for text"):
+        corruption("deshuffle", 1)
+
+
+def test_t5_objectives_cut_documents_on_their_own_only_for_prefix_lm_and_deshuffle():
+    # T5's preprocessors: the span and i.i.d. objectives read one stream of concatenated
+    # documents (reduce_concat_tokens + split_tokens); prefix_lm and deshuffle cut each document.
+    per_document = {name: d.per_document for name, d in DENOISERS.items()}
+    assert {name for name, cut in per_document.items() if cut} == {"prefix_lm", "deshuffle"}
+
+
+def test_t5_objective_build_refuses_an_encoder_and_a_missing_tokenizer_before_loading_anything():
+    from ember.config import RunConfig, model_preset
+    from ember.objectives.span_corruption import build
+
+    with pytest.raises(EmberError, match="needs an encoder-decoder.*t5-"):
+        build(RunConfig(objective="span_corruption", model=model_preset("bert-tiny")), {"pad": 0, "sep": 1})
+    with pytest.raises(EmberError, match="needs the corpus tokenizer"):
+        build(RunConfig(objective="span_corruption", model=model_preset("t5-tiny")), {"pad": 0, "sep": 1})
+
+
+def test_t5_perplexity_is_exp_of_the_loss_and_needs_a_loss():
+    from ember.objectives.span_corruption import Seq2SeqDenoising
+
+    assert Seq2SeqDenoising.derived_metrics({"loss": 2.0}) == {"ppl": pytest.approx(math.exp(2.0))}
+    assert Seq2SeqDenoising.derived_metrics({"token_acc": 0.5}) == {}  # nothing to derive it from
+    assert math.isfinite(Seq2SeqDenoising.derived_metrics({"loss": 1e4})["ppl"])  # a diverged run logs a number

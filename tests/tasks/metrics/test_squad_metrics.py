@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from ember.tasks.metrics.squad import (
+    apply_no_answer_threshold,
     best_threshold,
     exact_match,
     f1_score,
@@ -101,8 +104,9 @@ def test_squad2_report_applies_threshold_and_reports_best():
 
 def test_squad2_best_threshold_keeps_all_null_when_nothing_gains():
     # Two unanswerable questions with spans predicted: answering either loses, so the
-    # official search keeps its starting point, "all no-answer" at threshold 0.0.
-    gold, preds, na = {"a": [], "b": []}, {"a": "x", "b": "y"}, {"a": 1.0, "b": 2.0}
+    # official search keeps its starting point, "all no-answer" at threshold 0.0 (whatever the
+    # scores: find_best_thresh starts from best_thresh = 0.0, not from below the lowest score).
+    gold, preds, na = {"a": [], "b": []}, {"a": "x", "b": "y"}, {"a": 3.0, "b": 5.0}
     exact, _ = raw_scores(gold, preds)
     assert best_threshold(preds, exact, na, {"a": False, "b": False}) == (100.0, 0.0)
 
@@ -140,3 +144,64 @@ def test_squad2_tuned_threshold_equals_official_without_ties_and_can_answer_noth
 def test_squad_missing_prediction_is_an_error():
     with pytest.raises(ValueError, match="no prediction for 1 question"):
         squad_evaluate({"q1": ["a"], "q2": ["b"]}, {"q1": "a"})
+
+
+def test_squad_questions_marked_wrong_score_zero_whatever_their_text():
+    # A text-to-text answer that is no span of its context counts as wrong even if it matches.
+    exact, f1 = raw_scores({"q1": ["Paris"], "q2": ["Rome"]}, {"q1": "Paris", "q2": "Rome"}, wrong={"q2"})
+    assert exact == {"q1": 1.0, "q2": 0.0} and f1 == {"q1": 1.0, "q2": 0.0}
+
+
+def test_squad2_default_threshold_answers_no_answer_when_the_null_score_wins():
+    # na = null score - best span score: by default the null answer is taken exactly when it
+    # scores higher than the best span (na > 0), as HF's null_score_diff_threshold = 0.0.
+    gold, preds = {"q1": [], "q2": ["Oslo"]}, {"q1": "x", "q2": "Oslo"}
+    out = squad_evaluate(gold, preds, na={"q1": 0.5, "q2": -0.5})
+    assert out["exact"] == pytest.approx(100.0)
+
+
+def _all_threshold_totals(scores, na, has):
+    """Total (%) at every threshold that gives a different decision: below all, and each na."""
+    candidates = [min(na.values()) - 1.0, *sorted(set(na.values()))]
+    return {t: 100.0 * sum(apply_no_answer_threshold(scores, na, has, t).values()) / len(scores)
+            for t in candidates}
+
+
+def test_squad2_tuned_threshold_is_the_best_any_threshold_achieves_with_ties():
+    # Brute force over every threshold on seeded random cases whose no-answer scores tie
+    # often: the realizable search finds the maximum and its threshold gives exactly it; the
+    # official search never reports less (it may report more: the unreachable tie case).
+    rng = random.Random(0)
+    for _ in range(200):
+        n = rng.randint(1, 7)
+        has = {f"q{i}": rng.random() < 0.5 for i in range(n)}
+        preds = {q: rng.choice(["", "x"]) for q in has}
+        scores = {q: (rng.choice([0.0, 0.5, 1.0]) if has[q] else float(not preds[q])) for q in has}
+        na = {q: float(rng.randint(-2, 2)) for q in has}
+        totals = _all_threshold_totals(scores, na, has)
+        tuned, tuned_t = best_threshold(preds, scores, na, has, realizable=True)
+        assert tuned == pytest.approx(max(totals.values()))
+        assert 100.0 * sum(apply_no_answer_threshold(scores, na, has, tuned_t).values()) / n == pytest.approx(tuned)
+        assert best_threshold(preds, scores, na, has)[0] >= tuned - 1e-9
+
+
+def test_squad2_best_threshold_keeps_the_running_maximum_not_the_last_gain():
+    # +1 at na = 0.1 (best, 2/3), then answering the unanswerable q2 loses one, then +1 again
+    # only ties the best: the search keeps the first maximum and its threshold.
+    gold, preds = {"q1": ["a"], "q2": [], "q3": ["c"]}, {"q1": "a", "q2": "x", "q3": "c"}
+    na = {"q1": 0.1, "q2": 0.2, "q3": 0.3}
+    exact, _ = raw_scores(gold, preds)
+    has = {q: bool(a) for q, a in gold.items()}
+    for realizable in (False, True):
+        assert best_threshold(preds, exact, na, has, realizable) == (pytest.approx(200 / 3), 0.1)
+
+
+def test_squad2_report_tuned_f1_is_the_tie_aware_search():
+    # The tie case above through the report: best_f1 is the official (unreachable) figure,
+    # tuned_f1 the one its own threshold gives.
+    gold = {"a": ["x"], "b": ["y"], "c": [], "d": []}
+    preds = {"a": "x", "b": "y", "c": "z", "d": "w"}
+    out = squad_evaluate(gold, preds, na=dict.fromkeys(gold, 0.5))
+    assert out["best_f1"] == pytest.approx(100.0) and out["tuned_f1"] == pytest.approx(50.0)
+    assert squad_evaluate(gold, preds, na=dict.fromkeys(gold, 0.5),
+                          threshold=out["tuned_f1_thresh"])["f1"] == pytest.approx(50.0)
