@@ -57,6 +57,7 @@ for _folder in (HERE / "common", HERE / "speed"):  # the shared helpers and the 
 from _bench import load, machine  # noqa: E402
 
 SECTIONS = ("pretrain", "finetune", "embed", "family", "generation", "serving")
+SIZES = {"finetune_seeds": [1, 2]}  # --finetune-seeds: each seed is one ember and one transformers run
 CHECKPOINT = ("checkpoints", "all-MiniLM-L6-v2")
 
 
@@ -110,7 +111,7 @@ def finetune_rows(quick: bool, work: Path) -> list[dict]:
                     detail=f"skipped: no {'/'.join(CHECKPOINT)} under EMBER_DATA")]
     hf, run = found
     argv = ["--hf", str(hf), "--run", str(run), "--cpu-time", "--tasks", "sst2"]
-    argv += ["--smoke"] if quick else ["--train-limit", "2000", "--seeds", "1", "2"]
+    argv += ["--smoke"] if quick else ["--train-limit", "2000", "--seeds", *map(str, SIZES["finetune_seeds"])]
     s = finetune_throughput.main(argv)["tasks"]["sst2"]
     return [row(f"fine-tuning all-MiniLM-L6-v2, SST-2 ({'64' if quick else '2,000'} rows, 1 epoch)",
                 "plain transformers loop, dynamic padding", s["ratio"], s["ratio_each"],
@@ -216,9 +217,12 @@ def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="every section at its --smoke size (seconds each)")
     parser.add_argument("--only", nargs="+", choices=SECTIONS, default=list(SECTIONS))
+    parser.add_argument("--finetune-seeds", type=int, nargs="+", default=SIZES["finetune_seeds"],
+                        help="fine-tuning seeds at full size (one seed: ~2 CPU-minutes; they alternate who runs first)")
     parser.add_argument("--log", help="where the sections' own reports go (default: a temporary file)")
     parser.add_argument("--json", help="also write the rows here")
     args = parser.parse_args(argv)
+    SIZES["finetune_seeds"] = args.finetune_seeds
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # local folders only, never a download
     import torch
 
