@@ -197,7 +197,8 @@ RUNNERS = {"pretrain": pretrain_rows, "finetune": finetune_rows, "embed": embed_
 
 
 def markdown(result: dict) -> str:
-    lines = [f"Headline figures, {result['date']} ({'--quick: smoke sizes, not a measurement' if result['quick'] else 'full size'})",
+    size = "--quick: smoke sizes, not a measurement" if result["quick"] else "full size"
+    lines = [f"Headline figures, {result['date']} ({size})",
              f"machine: {result['machine']}; clock: CPU time, the sides alternated in one process",
              f"load averages (1, 5, 15 min): {result['load_start'].removeprefix('load ')} at start, "
              f"{result['load_end'].removeprefix('load ')} at the end; "

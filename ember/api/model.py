@@ -12,8 +12,8 @@ method's own ``parse`` checks the options (the same messages as the HTTP 4xx), a
 here is only what a list in Python needs: a list is split into requests and chunks (the
 texts sorted by token length first, so each forward pass pads little; results come back in the
 given order; ``embed`` of pooled vectors is ``ember.api.embed.embed_with``, the code of
-`ember embed`, so the notebook and the command run the same batches at the same speed), and the request limits of a server (texts per request, characters per text)
-do not apply. Methods that run their own decoding loop (``generate``, ``score``) get the
+`ember embed`, so the notebook and the command run the same batches at the same speed),
+and the request limits of a server (texts per request, characters per text) do not apply. Methods that run their own decoding loop (``generate``, ``score``) get the
 whole list in one request, in order, exactly as a POST of that list would: their sampling
 and batching are theirs.
 
