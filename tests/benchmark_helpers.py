@@ -16,7 +16,7 @@ BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
 def load_benchmark(name: str):
     """A script of benchmarks/ by name, from whichever room it is in (speed/, studies/, tools/, or
     common/ for the shared helpers, which the scripts find on sys.path)."""
-    found = sorted(BENCHMARKS.glob(f"*/{name}.py"))
+    found = sorted(BENCHMARKS.glob(f"*/{name}.py")) + sorted(BENCHMARKS.glob(f"{name}.py"))  # headline.py: top
     assert len(found) == 1, f"benchmarks/*/{name}.py: found {found}"
     # as `python benchmarks/ROOM/NAME.py` would see them: its own folder (scripts of one room import
     # each other) and the shared helpers

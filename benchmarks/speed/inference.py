@@ -98,7 +98,8 @@ def fixed_shapes(module, ref, int8, cfg, args) -> list[dict]:
         print(f"batch {b}x{t}: {load()}", flush=True)
         rates = alternate({n: (lambda f=f: rate(f, batch, calls)) for n, f in fns.items()}, args.repeats)
         rows.append({"shape": f"{b}x{t}", "load_after": load(),
-                     "sequences_per_s": {n: median(v) for n, v in rates.items()}})
+                     "sequences_per_s": {n: median(v) for n, v in rates.items()},
+                     "ratio_each": {n: [a / b for a, b in zip(v, rates["reference fp32"])] for n, v in rates.items()}})
     return rows
 
 

@@ -1,9 +1,12 @@
 """fp32 Linear layers through oneDNN's GEMM on CPUs where it beats the default BLAS.
 
-PyTorch's CPU ``F.linear`` calls MKL's sgemm. On some CPUs (the AMD EPYC machines this
-project is developed on) MKL takes a generic code path and reaches about half of what the
-cores do: an n=512 x 384 x 1536 product runs at ~100 GFLOP/s on one core through MKL and at
-~225 GFLOP/s through oneDNN, which PyTorch ships too (``torch.ops.mkldnn._linear_pointwise``,
+PyTorch's CPU ``F.linear`` calls MKL's sgemm. On some CPUs (the AMD EPYC this project was
+tuned on) MKL takes a generic code path and reaches about half of what the cores do: an
+n=512 x 384 x 1536 product runs at ~100 GFLOP/s on one core through MKL and at ~225 GFLOP/s
+through oneDNN. How much that buys depends on the core: on a Zen 4 EPYC (family 25, AVX-512
+executed in 256-bit halves) both kernels reach ~100 GFLOP/s, the core's fp32 peak, and oneDNN
+leads by ~5% (issue 46; BENCHMARKS.md, "Embeddings off the tuning machine"). oneDNN ships
+with PyTorch too (``torch.ops.mkldnn._linear_pointwise``,
 the kernel inductor uses for frozen Linear layers). Both compute in fp32 (IEEE; no bf16 or
 TF32 inside), so the results agree to float rounding (~1e-6 relative).
 
