@@ -21,3 +21,13 @@ def test_generate_speed_smoke_races_every_family_and_mode_at_equal_tokens_and_ti
     (serve,) = [r["serve"] for r in results if "serve" in r]
     assert 0 < serve["ttft_ms_p50"] <= serve["ttft_ms_p99"] and serve["per_token_ms_p50"] <= serve["per_token_ms_p99"]
     assert json.loads(out.read_text())[0]["family"] == "gpt2"
+
+
+def test_generation_rows_give_headline_the_goal_cases_at_equal_tokens():
+    """The rows `benchmarks/headline.py` prints for generation: batch-1 greedy of GPT-2, T5 and BART
+    and batch-8 beam search of the encoder-decoders, each a ratio at equal tokens."""
+    rows = load_benchmark("generate_speed").generation_rows(True)
+    assert [r["work"].split(" (")[0] + (" beam" if "beam4" in r["work"] else "") for r in rows] == [
+        "gpt2", "t5", "t5 beam", "bart", "bart beam"]
+    assert all(r["ratio"] > 0 and r["detail"].endswith("tokens equal") for r in rows)
+    assert all(("batch 1 greedy" in r["work"]) != ("batch 8 beam4" in r["work"]) for r in rows)

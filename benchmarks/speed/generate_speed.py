@@ -243,6 +243,24 @@ def serve_latency(preset: str, new: int, requests: int) -> dict:
     return result
 
 
+def generation_rows(quick: bool) -> list[dict]:
+    """headline.py's rows (its contract: ``work``, ``ratio``, ``reference``, ``detail``): the issue's
+    goal cases - batch-1 greedy decoding of every family and batched beam search of the
+    encoder-decoders - at the full sizes (``quick``: the smoke sizes, one timed pair)."""
+    shapes, repeats = (TINY, 1) if quick else (SHAPES, 3)
+    rows = []
+    for family, batches, modes in (("gpt2", (1,), ("greedy",)), ("t5", (1, 8), ("greedy", "beam4")),
+                                   ("bart", (1, 8), ("greedy", "beam4"))):
+        for r in race(family, shapes[family], batches, modes, repeats):
+            if (r["batch"], r["mode"]) in ((1, "greedy"), (8, "beam4")):
+                rows.append({"work": f"{family} ({r['shape']}) decoding, batch {r['batch']} {r['mode']}, "
+                                     f"{r['input']} -> {r['new_tokens']} tokens",
+                             "reference": "transformers generate, same weights", "ratio": r["speedup"],
+                             "detail": f"{r['ember_tok_s']:.1f} vs {r['transformers_tok_s']:.1f} tok/s; tokens "
+                                       f"{'equal' if r['tokens_equal'] else 'DIFFERENT'}"})
+    return rows
+
+
 def main(argv: list[str] | None = None) -> list[dict]:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--families", nargs="+", choices=tuple(SHAPES), default=list(SHAPES))
