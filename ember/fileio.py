@@ -85,3 +85,32 @@ def atomic_folder(out: Path):
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+class WriteErrorKept:
+    """A writable file that keeps the OSError its ``write``/``flush``/``close`` raised (with the
+    file's ``path``), and passes everything else through. torch.save's C++ writer turns a failed
+    write into a RuntimeError without the errno ("unexpected pos ..."), and a full disk should be
+    reported as one (``ember.runs.checkpoint.write_failure``)."""
+
+    def __init__(self, fh, path: Path | str | None = None) -> None:
+        self.fh, self.path, self.error = fh, path, None
+
+    def __getattr__(self, name):  # tell, fileno, seek ...: the file's own
+        return getattr(self.fh, name)
+
+    def _kept(self, call, *args):
+        try:
+            return call(*args)
+        except OSError as exc:
+            self.error = exc if self.path is None else OSError(exc.errno, exc.strerror, str(self.path))
+            raise
+
+    def write(self, data) -> int:
+        return self._kept(self.fh.write, data)
+
+    def flush(self) -> None:
+        self._kept(self.fh.flush)
+
+    def close(self) -> None:
+        self._kept(self.fh.close)

@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from conftest import TINY_MODEL
 from run_helpers import env, train_losses, wait_for_checkpoint
 
@@ -72,3 +73,57 @@ def kill_one_rank_after_checkpoint(cmd: list[str], run: Path, step: int, timeout
     os.kill(workers[-1], signal.SIGKILL)
     proc.output = proc.communicate(timeout=timeout)[0]
     return proc
+
+
+# `torchrun ... SCRIPT FAULT AT RANK LIMIT ember-args`: an `ember` run on gloo ranks whose rank
+# RANK meets FAULT at its sharded checkpoint save number AT (1-based):
+# - "full-disk": the file-size limit (RLIMIT_FSIZE) of that rank alone is lowered to LIMIT bytes
+#   just before the save, so its shard write fails with EFBIG (CPython ignores SIGXFSZ), as a full
+#   disk on one machine would, while the other ranks write theirs;
+# - "kill": that rank SIGKILLs itself inside the save, once the first tensor of its shard file is
+#   written (a `kill -9` in the middle of a save).
+_FAULT_AT_SHARDED_SAVE = """
+import os, resource, signal, sys
+import ember.train.loop as loop
+import torch.distributed.checkpoint.filesystem as dcp_files
+fault, at, rank, limit, argv = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5:]
+mine, calls = int(os.environ["RANK"]) == rank, []
+original_save, original_write_item = loop.save_sharded_checkpoint, dcp_files._write_item
+def save_with_a_fault(*args, **kwargs):
+    calls.append(1)
+    if len(calls) == at and mine and fault == "full-disk":
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
+    return original_save(*args, **kwargs)
+def write_item(*args, **kwargs):
+    written = original_write_item(*args, **kwargs)
+    if len(calls) == at and mine and fault == "kill":
+        os.kill(os.getpid(), signal.SIGKILL)
+    return written
+loop.save_sharded_checkpoint, dcp_files._write_item = save_with_a_fault, write_item
+from ember.cli import main
+sys.exit(main(argv))
+"""
+
+
+def torchrun_with_fault_at_save(folder: Path, fault: str, at: int, rank: int, limit: int = 64 * 1024) -> list[str]:
+    """A launcher for ``pretrain_command``: `torchrun` with 2 workers running `ember`, whose rank
+    ``rank`` meets ``fault`` at sharded save number ``at`` (see above); the script goes in ``folder``."""
+    script = Path(folder) / "fault_at_sharded_save.py"
+    script.write_text(_FAULT_AT_SHARDED_SAVE)
+    return torchrun(2)[:-2] + [str(script), fault, str(at), str(rank), str(limit)]
+
+
+def run_bounded(cmd: list[str], timeout: float = 240) -> subprocess.CompletedProcess:
+    """Run ``cmd`` (torchrun) to its end; if it is still running after ``timeout`` seconds (a rank
+    waiting in a collective for one that gave up), SIGKILL it and its workers and fail: a broken
+    case fails the test instead of hanging it. stdout and stderr together, as a user sees them."""
+    proc = subprocess.Popen(cmd, env=env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        output = proc.communicate(timeout=timeout)[0]
+    except subprocess.TimeoutExpired:
+        for worker in children(proc.pid):  # torchrun starts each worker in a session of its own
+            os.kill(worker, signal.SIGKILL)
+        proc.kill()
+        output = proc.communicate()[0]
+        pytest.fail(f"still running after {timeout} s: a rank hangs\n{output[-3000:]}")
+    return subprocess.CompletedProcess(cmd, proc.returncode, output, "")

@@ -28,7 +28,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from ember.errors import EmberError
-from ember.fileio import atomic_file, atomic_write_bytes, atomic_write_text, fsync_dir, sha256_file
+from ember.fileio import WriteErrorKept, atomic_file, atomic_write_bytes, atomic_write_text, fsync_dir, sha256_file
 
 __all__ = ["atomic_write_bytes", "atomic_write_text", "save_weights", "load_weights", "save_checkpoint",
            "load_latest_checkpoint", "newest_checkpoint", "read_checkpoint", "list_checkpoints",
@@ -50,27 +50,9 @@ def save_weights(state: dict[str, torch.Tensor], path: Path, metadata: dict | No
             raise OSError(int(code.group(1)), os.strerror(int(code.group(1))), str(tmp)) from exc
 
 
-class _WriteErrorKept:
-    """A file's ``write`` that keeps the OSError it raised: torch.save's C++ writer turns it into a
-    RuntimeError without the errno, and a full disk should be reported as one."""
-
-    def __init__(self, fh) -> None:
-        self.fh, self.error = fh, None
-
-    def write(self, data) -> int:
-        try:
-            return self.fh.write(data)
-        except OSError as exc:
-            self.error = exc
-            raise
-
-    def flush(self) -> None:
-        self.fh.flush()
-
-
 def torch_save(obj, fh) -> None:
     """``torch.save(obj, fh)``, raising the OSError of a failed write (ENOSPC, EFBIG) as itself."""
-    writer = _WriteErrorKept(fh)
+    writer = WriteErrorKept(fh)
     try:
         torch.save(obj, writer)
     except RuntimeError:
@@ -126,16 +108,18 @@ WRITE_FAILURES = {errno.ENOSPC: "the disk is full", errno.EFBIG: "a file-size li
                   errno.EDQUOT: "the disk quota is used up"}
 
 
-def write_failure(exc: OSError, run_dir: Path, step: int) -> EmberError:
+def write_failure(exc: OSError, run_dir: Path, step: int, rank: int | None = None) -> EmberError:
     """The error of a checkpoint that could not be written (a full disk, a file-size limit, a
-    quota): what happened, that nothing of it was kept (the save is atomic: its temporary folder is
+    quota): what happened - on which ``rank`` and to which file, for a checkpoint written by
+    several ranks - that nothing of it was kept (the save is atomic: its temporary folder is
     removed) and which checkpoint a ``--resume`` continues from."""
     reason = WRITE_FAILURES.get(exc.errno, "the file system refused a write")
+    where = "" if rank is None else f" on rank {rank}" + (f", writing {exc.filename}" if exc.filename else "")
     done = list_checkpoints(run_dir)
     last = f"{done[-1].name} is intact" if done else "no earlier checkpoint exists yet"
     return EmberError(f"could not write the checkpoint of step {step} in {Path(run_dir) / CHECKPOINT_DIR}: "
-                      f"{reason} ({exc.strerror or exc}). Nothing of it was kept; {last}. Free some space, "
-                      "then continue with --resume")
+                      f"{reason} ({exc.strerror or exc}){where}. Nothing of it was kept; {last}. Free some "
+                      "space, then continue with --resume")
 
 
 def list_checkpoints(run_dir: Path) -> list[Path]:

@@ -1,8 +1,10 @@
 """FSDP under torchrun (2 gloo ranks on CPU): the losses of 1 process, sharded checkpoints that
-resume exactly on 2, 1 or 2 ranks again, and final weights gathered from the shards."""
+resume exactly on 2, 1 or 2 ranks again, final weights gathered from the shards, and a full disk
+or a `kill -9` on one rank in the middle of a sharded save."""
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 
@@ -14,12 +16,14 @@ from dist_helpers import (
     kill_one_rank_after_checkpoint,
     pretrain,
     pretrain_command,
+    run_bounded,
     run_ok,
     torchrun,
+    torchrun_with_fault_at_save,
 )
 from run_helpers import env, kill_after_checkpoint, saved_steps, train_losses
 
-from ember.runs.checkpoint import list_checkpoints, load_weights
+from ember.runs.checkpoint import list_checkpoints, load_weights, verify_checkpoint
 from ember.runs.sharded import is_sharded
 from ember.train.logging import MetricsLogger
 
@@ -179,3 +183,71 @@ def test_torchrun_max_restarts_resumes_a_killed_rank_with_no_lost_or_repeated_st
     steps = [r["step"] for r in MetricsLogger.read(run / "metrics.jsonl") if r["split"] == "train"]
     assert steps == list(range(1, STEPS + 1))  # none lost, none repeated
     assert_same_losses(train_losses(run), losses)
+
+
+def assert_only_the_checkpoint_of(run, step: int) -> None:
+    """The run's one listed checkpoint is ``step``'s, complete and matching its manifest."""
+    assert [c.name for c in list_checkpoints(run)] == [f"step-{step:08d}"]
+    assert verify_checkpoint(list_checkpoints(run)[0]) is None
+    assert not (run / "model.safetensors").exists()
+
+
+def died(output: str, rank: int) -> bool:
+    """torchrun's report names ``rank``, SIGKILLed, as the first failure."""
+    return re.search(rf"Root Cause.*?rank\s*:\s*{rank} .*?exitcode\s*:\s*-9 ", output, re.DOTALL) is not None
+
+
+@pytest.mark.slow
+def test_fsdp_full_disk_on_one_rank_mid_save_keeps_the_last_checkpoint_and_resume_matches(one_process, wiki_prepared,
+                                                                                          tmp_path):
+    """Rank 1 alone reaches a file-size limit (RLIMIT_FSIZE, as a full disk) writing its shard of
+    the step-6 checkpoint while rank 0 writes its own: the run stops (no rank waits for the other)
+    with one line naming the cause, the rank and the file; nothing of step 6 is left; the step-3
+    checkpoint is intact, and --resume from it reproduces the uninterrupted run's losses."""
+    _, losses = one_process
+    run, tmp = tmp_path / "run", tmp_path / "run" / "checkpoints" / ".step-00000006.tmp"
+    done = run_bounded(pretrain_command(torchrun_with_fault_at_save(tmp_path, "full-disk", at=2, rank=1),
+                                        wiki_prepared, run, STEPS, FSDP))
+    assert done.returncode != 0, done.stdout[-3000:]
+    errors = [line for line in done.stdout.splitlines() if line.startswith("ember pretrain: error:")]
+    assert errors, done.stdout[-3000:]
+    for line in errors:  # the same line from each rank that got to say it
+        assert f"could not write the checkpoint of step 6 in {run / 'checkpoints'}: a file-size limit" in line
+        assert f"on rank 1, writing {tmp / '__1_0.distcp'}" in line and "step-00000003 is intact" in line
+    assert not re.search(r"\[rank\d\]:\s*Traceback", done.stdout)  # no worker traceback (DCP's exception)
+    assert_only_the_checkpoint_of(run, 3)
+    assert not list((run / "checkpoints").glob(".step-*"))  # the half-written save was removed
+    resumed = run_ok(pretrain_command(torchrun(2), wiki_prepared, run, STEPS, FSDP, resume=True))
+    assert f"resumed from {run / 'checkpoints' / 'step-00000003'}" in resumed.stdout
+    assert_same_losses(train_losses(run), losses)
+
+
+@pytest.mark.slow
+def test_fsdp_kill_9_of_either_rank_mid_save_keeps_the_last_checkpoint_and_resume_matches(one_process, wiki_prepared,
+                                                                                         tmp_path):
+    """Rank 1 is SIGKILLed halfway through writing its shard of the step-6 checkpoint: rank 0
+    does not publish it or wait, it stops saying the ranks lost contact (torchrun names rank 1),
+    and only step 3 is listed. The --resume from step 3 then loses rank 0 - the one that
+    publishes - halfway through its own step-6 save, leaving a temporary folder that is never
+    taken for a checkpoint; a second --resume replaces it and reproduces the uninterrupted losses."""
+    _, losses = one_process
+    run, tmp = tmp_path / "run", tmp_path / "run" / "checkpoints" / ".step-00000006.tmp"
+    lost = "could not finish the checkpoint of step 6 in {}: the ranks lost contact mid-save".format(run / "checkpoints")
+    first = run_bounded(pretrain_command(torchrun_with_fault_at_save(tmp_path, "kill", at=2, rank=1),
+                                         wiki_prepared, run, STEPS, FSDP))
+    assert first.returncode != 0 and died(first.stdout, rank=1), first.stdout[-3000:]
+    assert lost in first.stdout and "step-00000003 is the newest checkpoint" in first.stdout, first.stdout[-3000:]
+    assert_only_the_checkpoint_of(run, 3)
+    assert not tmp.exists()  # rank 0 removed what the ranks had written
+
+    second = run_bounded(pretrain_command(torchrun_with_fault_at_save(tmp_path, "kill", at=1, rank=0),
+                                          wiki_prepared, run, STEPS, FSDP, resume=True))
+    assert second.returncode != 0 and died(second.stdout, rank=0), second.stdout[-3000:]
+    assert f"resumed from {run / 'checkpoints' / 'step-00000003'}" in second.stdout and lost in second.stdout
+    assert_only_the_checkpoint_of(run, 3)
+    assert (tmp / "__1_0.distcp").is_file()  # rank 1's shard: written, never published
+
+    third = run_ok(pretrain_command(torchrun(2), wiki_prepared, run, STEPS, FSDP, resume=True))
+    assert f"resumed from {run / 'checkpoints' / 'step-00000003'}" in third.stdout
+    assert_same_losses(train_losses(run), losses)
+    assert not list((run / "checkpoints").glob(".step-*"))
