@@ -104,7 +104,7 @@ class WriteErrorKept:
             return call(*args)
         except OSError as exc:
             self.error = exc if self.path is None else OSError(exc.errno, exc.strerror, str(self.path))
-            raise
+            raise self.error from None
 
     def write(self, data) -> int:
         return self._kept(self.fh.write, data)

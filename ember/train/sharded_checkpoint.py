@@ -29,7 +29,7 @@ import os
 import re
 import shutil
 import warnings
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 import torch
@@ -73,14 +73,16 @@ def _storage_writer():
     class KeepWriteErrors(FileSystem):
         @contextmanager
         def create_stream(self, path, mode):
-            with super().create_stream(path, mode) as stream:
-                kept = WriteErrorKept(stream, path)
-                try:
-                    yield kept
-                except Exception:
-                    if kept.error is not None:
-                        raise kept.error from None
-                    raise
+            kept = WriteErrorKept(Path(path).open(mode), path)
+            try:
+                yield kept
+                kept.close()  # the data still buffered, if DCP did not close it: its error is kept too
+            except Exception:
+                with suppress(OSError):  # a close that flushes into the same full disk
+                    kept.fh.close()
+                if kept.error is not None:
+                    raise kept.error from None
+                raise
 
     class Writer(FileSystemWriter):
         def __init__(self, path) -> None:

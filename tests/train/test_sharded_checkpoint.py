@@ -110,3 +110,26 @@ def test_pretrain_refuses_a_batch_the_ranks_cannot_split_before_writing_anything
     assert main(args) == 1
     assert "train.batch_size=12 is not a multiple of micro_batch_size x world size = 5 x 1" in capsys.readouterr().err
     assert not out.exists()
+
+
+def test_sharded_checkpoint_full_disk_is_named_and_the_previous_one_kept(tmp_path):
+    """A write refused by the file system (here a file-size limit, RLIMIT_FSIZE, as a full disk)
+    comes out as one EmberError naming the cause and the shard file, although torch.save's own
+    error has no errno; nothing of the failed save is left. The 2-rank case is in test_fsdp.py."""
+    import resource
+
+    module, optimizer = trained()
+    good = save(tmp_path, 1, module, optimizer)
+    limits = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (2048, limits[1]))  # each shard file here is larger
+    try:
+        with pytest.raises(EmberError) as err:
+            save(tmp_path, 2, module, optimizer)
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, limits)
+    shard = tmp_path / "checkpoints" / ".step-00000002.tmp" / "__0_0.distcp"
+    assert str(err.value).startswith(f"could not write the checkpoint of step 2 in {tmp_path / 'checkpoints'}: "
+                                     "a file-size limit (ulimit -f) was reached")
+    assert f"on rank 0, writing {shard}" in str(err.value) and "step-00000001 is intact" in str(err.value)
+    assert list_checkpoints(tmp_path) == [good] and not list((tmp_path / "checkpoints").glob(".step-*"))
+    assert resume_checkpoint(tmp_path, *trained(seed=1), DistInfo())[0] == good
