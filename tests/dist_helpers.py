@@ -107,10 +107,14 @@ sys.exit(main(argv))
 
 def torchrun_with_fault_at_save(folder: Path, fault: str, at: int, rank: int, limit: int = 64 * 1024) -> list[str]:
     """A launcher for ``pretrain_command``: `torchrun` with 2 workers running `ember`, whose rank
-    ``rank`` meets ``fault`` at sharded save number ``at`` (see above); the script goes in ``folder``."""
+    ``rank`` meets ``fault`` at sharded save number ``at`` (see above); the script goes in ``folder``.
+
+    torchrun looks at its workers every 2 s instead of every 0.1 s: when one dies it SIGTERMs the
+    others, and on a loaded machine that could cut a survivor off between its error and the line
+    that reports it, which the tests read."""
     script = Path(folder) / "fault_at_sharded_save.py"
     script.write_text(_FAULT_AT_SHARDED_SAVE)
-    return torchrun(2)[:-2] + [str(script), fault, str(at), str(rank), str(limit)]
+    return torchrun(2, "--monitor-interval=2")[:-2] + [str(script), fault, str(at), str(rank), str(limit)]
 
 
 def run_bounded(cmd: list[str], timeout: float = 240) -> subprocess.CompletedProcess:
