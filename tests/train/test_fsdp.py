@@ -232,7 +232,7 @@ def test_fsdp_kill_9_of_either_rank_mid_save_keeps_the_last_checkpoint_and_resum
     taken for a checkpoint; a second --resume replaces it and reproduces the uninterrupted losses."""
     _, losses = one_process
     run, tmp = tmp_path / "run", tmp_path / "run" / "checkpoints" / ".step-00000006.tmp"
-    lost = "could not finish the checkpoint of step 6 in {}: the ranks lost contact mid-save".format(run / "checkpoints")
+    lost = f"could not finish the checkpoint of step 6 in {run / 'checkpoints'}: the ranks lost contact mid-save"
     first = run_bounded(pretrain_command(torchrun_with_fault_at_save(tmp_path, "kill", at=2, rank=1),
                                          wiki_prepared, run, STEPS, FSDP))
     assert first.returncode != 0 and died(first.stdout, rank=1), first.stdout[-3000:]
