@@ -246,8 +246,9 @@ def run_multitask(cfg: RunConfig, run_dir: Path, state: dict | None, tokenizer_p
 
 def on_unit_scale(adapter, value: float) -> float:
     """A main metric on [0, 1] for the average: SQuAD's official script reports EM and F1 in percent
-    (Rajpurkar et al. 2016), the other tasks' metrics are fractions; the average would be SQuAD's alone."""
-    return value / 100.0 if getattr(adapter, "kind", "") == "answer" else value
+    (Rajpurkar et al. 2016), as do the text metrics of your own text2text task (token F1, BLEU, ROUGE:
+    ember.tasks.metrics.text); the other tasks' metrics are fractions, and the average would be those alone."""
+    return value / 100.0 if getattr(adapter, "kind", "") in ("answer", "generate") else value
 
 
 def _finite(value: float) -> float:
