@@ -104,6 +104,10 @@ def test_multitask_test_file_spellings_and_bad_input(split_run, tmp_path):
         ({"name": "t", "kind": "regression", "train": str(train), "dev": str(dev), "tset": str(test)}, "unknown key 'tset'"),
         ({"name": "t", "kind": "regression", "train": str(train), "dev": str(dev), "prefix": "two\nlines"}, "one line"),
     ]
+    pairs = [tmp_path / "pairs.jsonl", tmp_path / "pairs-dev.jsonl"]
+    for path in pairs:
+        path.write_text('{"input": "a gem", "target": "good"}\n', encoding="utf-8")
+    cases.append((f"t=text2text:{pairs[0]}:{pairs[1]}", "takes an encoder-decoder"))  # a bert-tiny writes no texts
     for task, message in cases:
         with pytest.raises(EmberError, match=message) as error:
             ember.finetune(tasks=["rte", task], **common)
