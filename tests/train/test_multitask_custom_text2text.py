@@ -182,14 +182,27 @@ def test_t5_mixture_refuses_only_tasks_it_could_not_tell_apart(t5_init, tmp_path
         ([f"x=text2text:{plain[0]}:{plain[1]}:prefix=", f"y=text2text:{plain[0]}:{plain[1]}:prefix="], "tasks x and y"),
         # a prefix that makes your task's inputs SST-2's
         (["sst2", f"a=classify:{a_train}:{a_dev}:prefix=sst2"], "tasks sst2 and a"),
-        # decaNLP asks your classify tasks the same question when their label words are the same
-        ([f"a=classify:{a_train}:{a_dev}", f"b=classify:{b_train}:{b_dev}"], "tasks a and b"),
+        # decaNLP's question, one prefix given twice
+        ([f"a=classify:{a_train}:{a_dev}:prefix=mine", f"b=classify:{b_train}:{b_dev}:prefix=mine"], "tasks a and b"),
     ]
     for i, (tasks, message) in enumerate(cases):
         overrides = ["task.templates=decanlp"] if i == 3 else []
         with pytest.raises(EmberError, match=message) as error:
             ember.finetune(tasks=tasks, overrides=overrides, **common)
         assert "\n" not in str(error.value) and "prefix" in str(error.value) and not out.exists()
+    # under decaNLP's set your classify tasks ask with their prefix first, so one label set twice is told apart
+    from ember.api.multitask import parse_tasks, task_adapters
+    from ember.config import TaskConfig
+    from ember.runs.folder import load_run_config
+    from ember.tasks.base import get_adapter
+    from ember.tasks.text2text.templates import input_text
+
+    model = load_run_config(t5_init).model
+    raw = task_adapters(parse_tasks([f"a=classify:{a_train}:{a_dev}", f"b=classify:{b_train}:{b_dev}"]), model)[0]
+    asked = [input_text(get_adapter(adapter.inner, model, settings=TaskConfig(templates="decanlp")).template,
+                        adapter.inner.read("dev")[0]) for _, adapter in raw]
+    assert [q.split(" context:")[0] for q in asked] == ["question: a: Is this text no or yes?",
+                                                       "question: b: Is this text no or yes?"]
     # files that carry their own prefixes ("grammar: ...", "judge acceptability: ...") can be fed as written
     from ember.train.multitask import check_inputs_apart, fixed_text
 
