@@ -70,6 +70,12 @@ def test_multitask_scores_each_tasks_test_file_with_its_kept_weights(split_run, 
     assert result.metrics["sim.test.pearson"] == sim["other_splits"]["test"]["pearson"]
     row = next(line for line in table.splitlines() if line.startswith("sim "))
     assert row.endswith(f"test {sim['other_splits']['test']['pearson']:.4f}")
+    # and in the HTML report's task table
+    from ember.experiments.run_report import write_report
+
+    html = write_report(run, tmp_path / "report.html").read_text(encoding="utf-8")
+    assert "<th>other splits</th>" in html
+    assert f"<td>test {sim['other_splits']['test']['pearson']:.4g}</td>" in html  # the page's 4 digits
 
 
 def _final_weights_score(run, task: str, tmp_path) -> dict:
