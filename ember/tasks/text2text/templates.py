@@ -31,8 +31,8 @@ input starts with a task prefix and names each field, the target is the label as
   input as written, no prefix; every output is valid and is scored as text (``text_metrics``).
 * In a mixture (``ember.train.multitask``) each of your own tasks has a prefix of its own, kept in
   its task.json (``input_prefix``; by default its name, as T5 names each task, App. D): "tickets
-  sentence: ...", "tickets question: ... context: ...", "summarize: <input>"; "" keeps the kind's
-  form (your text2text inputs as written, with the prefix your file holds).
+  sentence: ...", "tickets question: ... context: ...", "summarize: <input>"; "" is no prefix
+  (your text2text inputs as written, with the prefix your file holds; "sentence: ...").
 * SQuAD (Appendix D): "question: ... context: ...", no task prefix; the target is the first
   reference answer (the one BERT trains on too). SQuAD 2.0 is not in the paper: ember's
   target for an unanswerable question is the word "unanswerable" (``NO_ANSWER``).
