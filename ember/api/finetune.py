@@ -133,7 +133,7 @@ def finetune(task: str | list = "", out: str | Path | None = None, init="random"
     Multi-task (docs/multitask.md): ``tasks=["sst2", "rte", "stsb"]`` (or ``task`` as a list) trains one
     shared encoder with a head per task, one task per batch, drawn by ``mixing`` ("proportional",
     "temperature", "equal"; ``mixing_limit``, ``mixing_temperature``: T5 §3.5.2); each task's best
-    weights and results land in ``out/tasks/NAME``. Your own files join as ``"NAME=KIND:TRAIN:DEV"``.
+    weights and results land in ``out/tasks/NAME``. Your own files join as ``"NAME=KIND:TRAIN:DEV[:TEST][:prefix=TEXT]"``.
 
     Knowledge (docs/knowledge.md): ``knowledge="wordnet.tsv"`` injects triples K-BERT's way
     (``max_triples``, ``relations``), ``entities="wordnet-transe"`` fuses TransE entity
@@ -158,7 +158,7 @@ def finetune(task: str | list = "", out: str | Path | None = None, init="random"
             raise EmberError("pass task= (one task) or tasks= (several sharing one encoder), not both")
         if any(d is not None for d in (train, dev, test, column, pair_column, label_column)):
             raise EmberError("train= / dev= / test= and the column options are for one task; in tasks= your own "
-                             "files are \"NAME=KIND:TRAIN:DEV\" or a dict with name, kind, train, dev")
+                             "files are \"NAME=KIND:TRAIN:DEV[:TEST]\" or a dict with name, kind, train, dev, test")
         return _finetune_tasks(task if tasks is None else tasks, out, init, model, tokenizer, seeds, train_limit,
                                overrides, resume, overwrite, progress, ulmfit, settings)
     if not task:

@@ -39,8 +39,10 @@ def register(sub) -> None:
                    "columns or JSONL), qa (SQuAD JSON), text2text (input and target texts; T5 runs) with --train and --dev")
     m = p.add_argument_group("multi-task: one shared encoder, a head per task (MT-DNN; docs/multitask.md)")
     m.add_argument("--tasks", help="comma-separated tasks trained together, one task per batch, e.g. sst2,rte,stsb; "
-                   "your own files as NAME=KIND:TRAIN:DEV (KIND classify, pair, regression, tag or qa); each "
-                   "task's best weights and results in OUT/tasks/NAME, the table in OUT/summary.json")
+                   "your own files as NAME=KIND:TRAIN:DEV[:TEST][:prefix=TEXT] (KIND classify, pair, regression, "
+                   "tag, qa or text2text; TEST scored with the best-on-dev weights; TEXT starts the task's inputs in "
+                   "a T5/BART mixture, default NAME); each task's best weights and results (every labelled split) in "
+                   "OUT/tasks/NAME, the table in OUT/summary.json")
     m.add_argument("--mixing", choices=["proportional", "temperature", "equal"],
                    help="how each batch's task is drawn (T5 section 3.5.2): proportional to the training sizes capped "
                    "at --mixing-limit (default), those rates ^ 1/--mixing-temperature, or equal")
@@ -143,7 +145,7 @@ def run(args) -> int:
         raise EmberError("ember finetune takes --task NAME (one task) or --tasks A,B,... (several, one encoder)")
     if args.tasks and any(v is not None for v in data_from_args(args).values()):
         raise EmberError("--train/--dev/--test and the column options are for one --task; in --tasks your own files "
-                         "are NAME=KIND:TRAIN:DEV")
+                         "are NAME=KIND:TRAIN:DEV[:TEST]")
     finetune(args.task or "", args.out, tasks=args.tasks or None, init=args.init, model=args.model,
              tokenizer=args.tokenizer, seeds=args.seeds,
              train_limit=args.train_limit, overrides=train_overrides(args), resume=args.resume,

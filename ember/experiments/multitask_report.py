@@ -18,7 +18,7 @@ from ember.experiments.svg_chart import Series, color, line_chart
 
 
 def task_info(run_dir, results: dict | None) -> dict[str, dict]:
-    """{task: {"main_metric", "rate", "share", "best_step", "value"}} of a multi-task run, in task
+    """{task: {"main_metric", "rate", "share", "best_step", "value", "other_splits"}} of a multi-task run, in task
     order; {} for any other run (read from RUN/multitask.json and RUN/results.json)."""
     import json
 
@@ -38,7 +38,9 @@ def task_info(run_dir, results: dict | None) -> dict[str, dict]:
             continue
         main = own.get("main_metric") or _main_metric(run_dir, name)
         out[name] = {"main_metric": main, "rate": task.get("rate"), "share": own.get("share"),
-                     "best_step": own.get("best_step"), "value": (own.get("metrics") or {}).get(main)}
+                     "best_step": own.get("best_step"), "value": (own.get("metrics") or {}).get(main),
+                     # the main metric on each further labelled split (a test set), scored once at the end
+                     "other_splits": {split: (m or {}).get(main) for split, m in (own.get("other_splits") or {}).items()}}
     return out
 
 
@@ -72,10 +74,11 @@ def multitask_sections(runs: list[dict], num) -> str:
         rows = "".join(
             f"<tr><td>{escape(t)}</td><td>{escape(i['main_metric'] or '—')}</td>"
             f'<td class="num">{num(i["value"])}</td><td class="num">{num(i["best_step"])}</td>'
-            f'<td class="num">{num(i["rate"], 3)}</td><td class="num">{num(i["share"], 3)}</td></tr>'
+            f'<td class="num">{num(i["rate"], 3)}</td><td class="num">{num(i["share"], 3)}</td>'
+            f'<td>{escape(", ".join(f"{s} {num(v)}" for s, v in i.get("other_splits", {}).items()))}</td></tr>'
             for t, i in tasks.items())
         table = ("<table><tr><th>task</th><th>main metric</th><th>best dev</th><th>best step</th>"
-                 f"<th>rate asked</th><th>share realised</th></tr>{rows}</table>")
+                 f"<th>rate asked</th><th>share realised</th><th>other splits</th></tr>{rows}</table>")
         charts = [_task_chart(run, t, i["main_metric"], k) for k, (t, i) in enumerate(tasks.items())]
         losses = [Series(t, [(r["step"], r[f"{t}.loss"]) for r in run["train"] if f"{t}.loss" in r], color(k))
                   for k, t in enumerate(tasks)]

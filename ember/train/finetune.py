@@ -79,6 +79,19 @@ def write_task_files(run_dir: Path, adapter) -> None:
         atomic_write_text(run_dir / "labels.json", json.dumps(labels))
 
 
+def score_other_splits(cfg: RunConfig, adapter, tokenizer, score) -> dict:
+    """Every further labelled split of a task (CoNLL-2003 test, NSMC test, your own --test file), each
+    scored once by ``score(examples, features, split)`` with the best-on-dev weights; the split trained
+    on and the split selected on are left out. Single-task and multi-task runs report them alike."""
+    return {split: score(*adapter.load(split, tokenizer, cfg.task.max_length), split)
+            for split in other_splits(cfg, adapter)}
+
+
+def other_splits(cfg: RunConfig, adapter) -> list[str]:
+    """The further labelled splits ``score_other_splits`` scores."""
+    return [s for s in getattr(adapter, "report_splits", ()) if s not in (cfg.task.eval_split, cfg.task.train_split)]
+
+
 def run_finetuning(cfg: RunConfig, run_dir: Path, state: dict | None, tokenizer_path: Path,
                    train_limit: int | None = None, overwrite: bool = False, resume: bool = False,
                    progress: bool = True, task=None) -> dict:
@@ -171,11 +184,10 @@ def run_finetuning(cfg: RunConfig, run_dir: Path, state: dict | None, tokenizer_
         # reported metrics use the tuned settings, the untuned ones are kept beside them.
         atomic_write_text(run_dir / "tuned.json", json.dumps({**tuned, "tuned_on": cfg.task.eval_split}, indent=2))
         results["tuned"], results["metrics_untuned"] = tuned, untuned
-    # Further labelled splits (CoNLL-2003 test) scored once with the best-on-dev weights.
-    others = [s for s in getattr(adapter, "report_splits", ()) if s not in (cfg.task.eval_split, cfg.task.train_split)]
+    others = score_other_splits(cfg, adapter, tokenizer, lambda examples, features, split: evaluate(
+        module, examples, features, split=split))
     if others:
-        results["other_splits"] = {split: evaluate(module, *adapter.load(split, tokenizer, cfg.task.max_length),
-                                                   split=split) for split in others}
+        results["other_splits"] = others
     atomic_write_text(run_dir / "results.json", json.dumps(results, indent=2))
     from ember.train.plots import plot_metrics
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -39,7 +40,13 @@ from ember.runs.folder import check_resume_settings, load_run_config, prepare_ru
 from ember.tasks.base import apply_task_settings
 from ember.tasks.multitask import MULTITASK_RECORD, TASKS_DIR
 from ember.tasks.task_model import build_task_module, pad_token_id
-from ember.train.finetune import check_lengths_and_splits, check_options, write_task_files
+from ember.train.finetune import (
+    check_lengths_and_splits,
+    check_options,
+    other_splits,
+    score_other_splits,
+    write_task_files,
+)
 from ember.train.length_groups import feature_groups, feature_lengths
 from ember.train.loop import Trainer, epoch_schedule
 from ember.train.mixture import TaskMixture, mixing_rates
@@ -119,24 +126,38 @@ def check_multitask_options(cfg: RunConfig, names: list[str]) -> None:
         raise EmberError("multi-task runs train in one process (train.parallel=ddp, no torchrun)")
 
 
-def check_inputs_apart(tasks: list[tuple[str, object]]) -> None:
+def check_inputs_apart(tasks: list[tuple[str, object]], data: dict) -> None:
     """One text-to-text model answers every task of its mixture (T5, Raffel et al. 2020 §3.5): only the
-    input's fixed text (the task prefix, a decaNLP question) tells it which task's label words to write.
-    Two tasks whose inputs share it (two of your own classify tasks: both "classify sentence:") would
-    have their label sets collide in the one output, so they are refused. Encoder tasks each have a head."""
-    from ember.tasks.text2text.templates import input_format
-
+    input's fixed text (the task prefix, a decaNLP question) tells it which task's labels or texts to write.
+    Your own tasks get their name as prefix (``ember.api.multitask``); two tasks whose inputs still start with
+    the same fixed text (the same prefix given twice, two text2text files fed as written with nothing
+    telling them apart) would have their outputs collide in the one model, so they are refused. A task
+    fed as written counts by its file's own prefix: the words every training input starts with. Encoder
+    tasks each have a head."""
     seen = {}
     for name, adapter in tasks:
-        template = getattr(adapter, "template", None)
-        if template is None:
+        fixed = fixed_text(adapter, data[name][0][0])
+        if fixed is None:
             continue
-        fmt = input_format(template)
-        if fmt in seen:
-            raise EmberError(f"tasks {seen[fmt]} and {name} would give the text-to-text model inputs of one form "
-                             f"({' ... '.join(fmt) or 'no prefix'}), so it could not tell which task's labels to "
-                             "write; keep one of them, or train the other in its own run")
-        seen[fmt] = name
+        if fixed in seen:
+            raise EmberError(f"tasks {seen[fixed]} and {name} would give the text-to-text model inputs of one form "
+                             f"({fixed!r}), so it could not tell which task's output to write; give your own "
+                             "task a prefix of its own (NAME=KIND:TRAIN:DEV:prefix=TEXT, or \"prefix\" in its dict), "
+                             "or train one of them in its own run")
+        seen[fixed] = name
+
+
+def fixed_text(adapter, examples) -> str | None:
+    """The text every text-to-text input of a task starts with (None: an encoder task, with its own head)."""
+    from ember.tasks.text2text.templates import input_format, input_text
+
+    template = getattr(adapter, "template", None)
+    if template is None:
+        return None
+    fixed = " ".join(input_format(template))
+    if not fixed and template.kind == "generate" and examples:  # inputs as written: the words all of them start with
+        fixed = " ".join(os.path.commonprefix([input_text(template, ex).split() for ex in examples]))
+    return fixed
 
 
 def run_multitask(cfg: RunConfig, run_dir: Path, state: dict | None, tokenizer_path: Path,
@@ -150,7 +171,6 @@ def run_multitask(cfg: RunConfig, run_dir: Path, state: dict | None, tokenizer_p
     check_multitask_options(cfg, names)
     for _, adapter in tasks:  # the run's decoding and template set (a text-to-text mixture)
         apply_task_settings(adapter, cfg.task)
-    check_inputs_apart(tasks)
     check_lengths_and_splits(cfg)
     tokenizer = load_tokenizer(tokenizer_path)
     pad_id = pad_token_id(tokenizer)
@@ -158,6 +178,7 @@ def run_multitask(cfg: RunConfig, run_dir: Path, state: dict | None, tokenizer_p
     for name, adapter in tasks:
         train = adapter.load(cfg.task.train_split, tokenizer, cfg.task.max_length, limit=train_limit)
         data[name] = (train, adapter.load(cfg.task.eval_split, tokenizer, cfg.task.max_length))
+    check_inputs_apart(tasks, data)  # after reading: a task fed as written counts by its inputs' own prefix
     sizes = {name: len(data[name][0][1]) for name in names}
     rates = mixing_rates(sizes, cfg.task.mixing, cfg.task.mixing_limit, cfg.task.mixing_temperature)
     # An epoch is a pass over all tasks' examples together (MT-DNN, Algorithm 1)
@@ -219,14 +240,15 @@ def run_multitask(cfg: RunConfig, run_dir: Path, state: dict | None, tokenizer_p
     results = {}
     for t, (name, adapter) in enumerate(tasks):
         results[name] = task_results(cfg, adapter, module.tasks[name], folders[name], best[name], data[name],
-                                     trainer, rates[name], int(counts[t]))
+                                     trainer, rates[name], int(counts[t]), tokenizer)
     return write_summary(run_dir, cfg, results, trainer)
 
 
 def on_unit_scale(adapter, value: float) -> float:
     """A main metric on [0, 1] for the average: SQuAD's official script reports EM and F1 in percent
-    (Rajpurkar et al. 2016), the other tasks' metrics are fractions; the average would be SQuAD's alone."""
-    return value / 100.0 if getattr(adapter, "kind", "") == "answer" else value
+    (Rajpurkar et al. 2016), as do the text metrics of your own text2text task (token F1, BLEU, ROUGE:
+    ember.tasks.metrics.text); the other tasks' metrics are fractions, and the average would be those alone."""
+    return value / 100.0 if getattr(adapter, "kind", "") in ("answer", "generate") else value
 
 
 def _finite(value: float) -> float:
@@ -245,22 +267,26 @@ def _read_best(folder: Path) -> dict | None:
     return json.loads(path.read_text()) if path.is_file() and (folder / "model.safetensors").is_file() else None
 
 
-def task_results(cfg, adapter, module, folder: Path, best: dict, data, trainer, rate: float, steps: int) -> dict:
-    """RUN/tasks/NAME/results.json, in a single-task run's layout plus the mixture's rate and share."""
+def task_results(cfg, adapter, module, folder: Path, best: dict, data, trainer, rate: float, steps: int,
+                 tokenizer) -> dict:
+    """RUN/tasks/NAME/results.json, in a single-task run's layout plus the mixture's rate and share; the
+    task's further labelled splits (a test file) scored with its kept weights, as a single-task run does."""
     (train_examples, train_features), (dev_examples, dev_features) = data
+    batch, device, exact = cfg.task.eval_batch_size, cfg.train.device, cfg.train.dtype in ("float32", "fp32")
+    if hasattr(adapter, "tune") or not exact or other_splits(cfg, adapter):
+        # the task's best-on-its-dev weights: its head and the shared encoder of that step (the run's final
+        # shared model is already written, so overwriting the shared encoder here loses nothing)
+        module.load_state_dict(load_weights(folder / "model.safetensors"))
+        module.eval()
     tuned = None
     if hasattr(adapter, "tune"):  # SQuAD 2.0's no-answer threshold, tuned with the kept weights (ember.train.finetune)
-        module.load_state_dict(load_weights(folder / "model.safetensors"))
         with torch.no_grad():
-            tuned, metrics, untuned = adapter.tune(module.eval(), dev_examples, dev_features,
-                                                   cfg.task.eval_batch_size, cfg.train.device)
-    elif cfg.train.dtype in ("float32", "fp32"):
+            tuned, metrics, untuned = adapter.tune(module, dev_examples, dev_features, batch, device)
+    elif exact:
         metrics = best["metrics"]  # the trainer scored exactly these weights (ember.train.finetune)
     else:  # scored under autocast during training: score the kept weights now
-        module.load_state_dict(load_weights(folder / "model.safetensors"))
         with torch.no_grad():
-            metrics = adapter.score(module.eval(), dev_examples, dev_features, cfg.task.eval_batch_size,
-                                    cfg.train.device)
+            metrics = adapter.score(module, dev_examples, dev_features, batch, device)
     results = {"task": adapter.display_name, "split": cfg.task.eval_split, "metrics": metrics,
                "main_metric": adapter.main_metric, "best_step": best["step"], "steps": trainer.step,
                "task_steps": steps, "rate": rate, "share": steps / max(trainer.step, 1),
@@ -273,6 +299,11 @@ def task_results(cfg, adapter, module, folder: Path, best: dict, data, trainer, 
         adapter.apply_tuned(tuned)
         atomic_write_text(folder / "tuned.json", json.dumps({**tuned, "tuned_on": cfg.task.eval_split}, indent=2))
         results["tuned"], results["metrics_untuned"] = tuned, untuned
+    with torch.no_grad():
+        others = score_other_splits(cfg, adapter, tokenizer, lambda examples, features, split: adapter.score(
+            module, examples, features, batch, device))
+    if others:  # e.g. CoNLL-2003 test, your own test file: never used to choose anything
+        results["other_splits"] = others
     atomic_write_text(folder / "results.json", json.dumps(results, indent=2))
     return results
 
@@ -280,7 +311,10 @@ def task_results(cfg, adapter, module, folder: Path, best: dict, data, trainer, 
 def write_summary(run_dir: Path, cfg: RunConfig, results: dict, trainer) -> dict:
     """RUN/results.json (everything), RUN/summary.json (one row per task) and the table printed."""
     rows = {name: {"task": r["task"], "main_metric": r["main_metric"], "value": r["metrics"][r["main_metric"]],
-                   "best_step": r["best_step"], "rate": r["rate"], "share": r["share"]}
+                   "best_step": r["best_step"], "rate": r["rate"], "share": r["share"],
+                   # the main metric on each further labelled split (test), with the best-on-dev weights
+                   **({"other_splits": {split: m[r["main_metric"]] for split, m in r["other_splits"].items()}}
+                      if r.get("other_splits") else {})}
             for name, r in results.items()}
     average = float(np.mean([r["value"] * results[name]["unit_scale"] for name, r in rows.items()]))
     summary = {"tasks": rows, "average": average,
@@ -291,9 +325,11 @@ def write_summary(run_dir: Path, cfg: RunConfig, results: dict, trainer) -> dict
                   "max_steps": trainer.cfg.max_steps, "stopped_early": trainer.stopped_early,
                   "mixing": summary["mixing"], "seed": cfg.train.seed}
     atomic_write_text(run_dir / "results.json", json.dumps(everything, indent=2))
-    print(f"{'task':<14}{'metric':<14}{'dev':>8}{'best step':>11}{'rate':>8}{'share':>8}")
+    print(f"{'task':<14}{'metric':<14}{'dev':>8}{'best step':>11}{'rate':>8}{'share':>8}  other splits")
     for name, r in rows.items():
-        print(f"{name:<14}{r['main_metric']:<14}{r['value']:>8.4f}{r['best_step']:>11}{r['rate']:>8.3f}{r['share']:>8.3f}")
+        others = "  ".join(f"{split} {value:.4f}" for split, value in r.get("other_splits", {}).items())
+        print(f"{name:<14}{r['main_metric']:<14}{r['value']:>8.4f}{r['best_step']:>11}{r['rate']:>8.3f}"
+              f"{r['share']:>8.3f}  {others}".rstrip())
     print(f"{'average':<28}{summary['average']:>8.4f}   ({trainer.step} steps, {cfg.task.mixing} mixing)")
     from ember.train.plots import plot_metrics
 

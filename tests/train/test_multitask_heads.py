@@ -57,6 +57,9 @@ def test_tag_and_span_heads_train_beside_a_classifier_on_one_encoder(heads_run):
     assert tasks["conll2003"]["main_metric"] == "f1" and "precision" in tasks["conll2003"]["metrics"]
     assert tasks["squad2"]["main_metric"] == "tuned_f1" and tasks["squad2"]["metrics"]["HasAns_total"] > 0
     assert tasks["mine"]["main_metric"] == "f1"  # an IOB tag set is scored by entity F1 (conlleval)
+    # CoNLL-2003's test set is scored once with the task's kept weights, as a single-task run reports it
+    assert set(tasks["conll2003"]["other_splits"]) == {"test"} and "f1" in tasks["conll2003"]["other_splits"]["test"]
+    assert "other_splits" not in tasks["sst2"] and "other_splits" not in tasks["mine"]
     # SQuAD's long contexts are several windows: the mixture draws windows, so its rate counts them
     assert tasks["squad2"]["train_windows"] > tasks["squad2"]["train_examples"] == 32
     assert tasks["squad2"]["rate"] > tasks["sst2"]["rate"]

@@ -157,8 +157,10 @@ def test_text2text_mixture_refuses_tasks_the_model_could_not_tell_apart(t5_init,
     out = tmp_path / "never"
     common = dict(out=out, init=str(t5_init), train_limit=8, progress=False, max_length=48)
     cases = [
-        # two of your own classify tasks: both "classify sentence: ...", their label sets would collide
-        (dict(tasks=["sst2", f"a=classify:{train}:{dev}", f"b=classify:{train}:{dev}"]), "tasks a and b"),
+        # two of your own classify tasks given one prefix: both "mine sentence: ...", their label sets would
+        # collide (by default each has its name as prefix: tests/train/test_multitask_custom_text2text.py)
+        (dict(tasks=["sst2", f"a=classify:{train}:{dev}:prefix=mine", f"b=classify:{train}:{dev}:prefix=mine"]),
+         "tasks a and b"),
         (dict(tasks=["sst2", "rte"], overrides=["task.templates=alpaca"]), "task.templates='alpaca'"),
     ]
     for kwargs, message in cases:

@@ -40,6 +40,12 @@ class CustomFiles:
         return dict(self.record_data)
 
     @property
+    def input_prefix(self) -> str | None:
+        """The words that start this task's text-to-text inputs in a mixture (``ember.api.multitask``: by
+        default the task's name); None outside a mixture (``ember.tasks.text2text.templates``)."""
+        return self.record_data.get("prefix")
+
+    @property
     def report_splits(self) -> tuple[str, ...]:
         return ("test",) if "test" in self.files else ()
 

@@ -7,8 +7,10 @@ Files are CSV, TSV or JSON Lines (``ember.tasks.readers.table_files``) with an i
 (``--text-column``; by default the first of ``input``, ``inputs``, ``source``, ``text``,
 ``document``, ``question``) and a target column (``--label-column``; ``target``, ``targets``,
 ``output``, ``summary``, ``answer``, ``label``). The input is fed as written, with no task
-prefix (put one in your files if you train several tasks into one model, as T5 does); the
-target is the text to produce. Whitespace runs count as one space in both.
+prefix; in a mixture of several tasks in one model (``ember finetune --tasks``) it starts with the
+task's own prefix, as T5's tasks do ("NAME: <input>", ``ember.tasks.text2text.templates``), or
+with the one your file holds (``prefix=``, empty). The target is the text to produce.
+Whitespace runs count as one space in both.
 
 There is no label set, so every decoded output is valid, and it is scored against its target
 by ``ember.tasks.metrics.text``: exact match, SQuAD's token F1 (the run's main metric, which

@@ -16,7 +16,9 @@ Tasks decaNLP does not have follow its two patterns, with ember's wording: a sin
 asked "Is this <noun> <w1>, ..., or <wn>?" (the label words in label order, as SST's question
 lists them), a pair puts one sentence in the question, named, and lists the label words after
 "--" (MNLI's form; QNLI's question is the question, its sentence the context), and STS-B asks
-for a score "from 0.0 to 5.0". Targets, parsing and scoring are T5's (``GlueTemplate``: label
+for a score "from 0.0 to 5.0". Your own classify/pair tasks in a mixture ask with their prefix first
+("question: likes: Is this text no or yes? context: ..."; ember's, so two such tasks with one label
+set are told apart, as their T5 prefixes tell them). Targets, parsing and scoring are T5's (``GlueTemplate``: label
 words, STS-B rounded to 0.2, invalid outputs count as wrong); SQuAD and your own texts keep the
 T5 set's templates, which already are a question over a context or plain input -> target.
 """
@@ -52,8 +54,9 @@ class QuestionTemplate(GlueTemplate):
     """A classification or STS-B task as a question over a context (module docstring); targets,
     parsing and scoring are ``GlueTemplate``'s."""
 
-    def __init__(self, name: str, spec) -> None:
+    def __init__(self, name: str, spec, prefix: str | None = None) -> None:
         pair = PAIRS.get(name, PAIRS["pair"]) if spec.text_b is not None or name in PAIRS else None
+        lead = f"{prefix}: " if prefix else ""  # your own task's, in a mixture (module docstring)
         attrs = (("question", pair[0][1]), ("context", pair[1][1])) if pair else (("context", "text_a"),)
         super().__init__(name, spec, ("question:", attrs))  # is_pair: two text fields
         if self.is_regression:
@@ -63,10 +66,10 @@ class QuestionTemplate(GlueTemplate):
             ask = f"{choices(self.words)}?"
         if pair:
             (q_name, self.q_attr), (c_name, self.c_attr) = pair
-            self.parts = (f'question: {q_name}: "', f'" -- {ask} context: {c_name}: "', '"')
+            self.parts = (f'question: {lead}{q_name}: "', f'" -- {ask} context: {c_name}: "', '"')
         else:
             self.q_attr, self.c_attr = None, "text_a"
-            self.parts = (f"question: Is this {SINGLE.get(name, 'text')} {ask} context:",)
+            self.parts = (f"question: {lead}Is this {SINGLE.get(name, 'text')} {ask} context:",)
 
     def pieces(self, example) -> list[tuple[str, bool]]:
         if self.q_attr is None:
@@ -81,7 +84,7 @@ def decanlp_template(adapter):
     context (SQuAD, your own qa) or free text keep the T5 set's (whose refusals they share)."""
     name = adapter.name
     if name in SINGLE or name in PAIRS:
-        return QuestionTemplate(name, adapter.spec)
+        return QuestionTemplate(name, adapter.spec, getattr(adapter, "input_prefix", None))
     return template_for(adapter)
 
 

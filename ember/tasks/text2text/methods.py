@@ -116,6 +116,24 @@ class Seq2SeqGenerateMethod(GenerateMethod):
                 "early_stopping": c.early_stopping}
 
 
+class Text2TextGenerateMethod(Seq2SeqGenerateMethod):
+    """``generate`` for your own text2text task fine-tuned with a prefix (a mixture's: "summ: <input>"):
+    each input text is written as training wrote it (the prefix, never cut, then the text, cut at the
+    served length), so a caller sends the text alone, as to any other task of the run."""
+
+    def __init__(self, adapter, ctx) -> None:
+        super().__init__(ctx)
+        self.task_encoder = adapter.encoder(ctx.tokenizer, ctx.max_length)
+        fields = [dict(f, default="") if f["name"] == "text" else f for f in self.form["fields"]]
+        self.form = {**self.form, "fields": fields}
+
+    def _encode(self, req: dict) -> list[tuple[list[int], bool]]:
+        from ember.tasks.text2text.custom import TextPair
+
+        features, _ = self.task_encoder([TextPair(str(i), text, None) for i, text in enumerate(req["texts"])])
+        return [(f["input_ids"], f["truncated"]) for f in features]
+
+
 class _Text2TextTaskMethod:
     """Shared by classify and answer: the fine-tuned task's encoding, its decoding, parsing."""
 
@@ -224,4 +242,4 @@ def load_model(run_dir):
 
 
 __all__ = ["Seq2SeqGenerateMethod", "Seq2SeqLMProvider", "Text2TextAnswerMethod", "Text2TextClassifyMethod",
-           "load_model"]
+           "Text2TextGenerateMethod", "load_model"]

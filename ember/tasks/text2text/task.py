@@ -263,6 +263,10 @@ class Text2TextAdapter:
 
         from ember.tasks.inference.scoring import Seq2SeqScoreMethod
 
+        if self.kind == "generate" and self.template.prefix:  # your own texts with a prefix (a mixture's)
+            from ember.tasks.text2text.methods import Text2TextGenerateMethod
+
+            return [Text2TextGenerateMethod(self, ctx), Seq2SeqScoreMethod(ctx)]
         generic = [Seq2SeqGenerateMethod(ctx), Seq2SeqScoreMethod(ctx)]
         if self.kind == "generate":  # free text out: generate is the task's own method
             return generic

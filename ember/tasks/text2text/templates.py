@@ -29,6 +29,10 @@ input starts with a task prefix and names each field, the target is the label as
   rounding on a 0-5 scale does not fit an arbitrary target).
 * Your own input -> target pairs (``ember.tasks.text2text.custom``, ``--task text2text``): the
   input as written, no prefix; every output is valid and is scored as text (``text_metrics``).
+* In a mixture (``ember.train.multitask``) each of your own tasks has a prefix of its own, kept in
+  its task.json (``input_prefix``; by default its name, as T5 names each task, App. D): "tickets
+  sentence: ...", "tickets question: ... context: ...", "summarize: <input>"; "" is no prefix
+  (your text2text inputs as written, with the prefix your file holds; "sentence: ...").
 * SQuAD (Appendix D): "question: ... context: ...", no task prefix; the target is the first
   reference answer (the one BERT trains on too). SQuAD 2.0 is not in the paper: ember's
   target for an unanswerable question is the word "unanswerable" (``NO_ANSWER``).
@@ -123,7 +127,7 @@ class GlueTemplate:
         """(text, may be truncated) in input order: "sst2 sentence:", the sentence, ..."""
         out = []
         for i, (field, attr) in enumerate(self.fields):
-            out += [(f"{self.prefix} {field}:" if i == 0 else f"{field}:", False), (clean(getattr(example, attr)), True)]
+            out += [(_prefixed(self.prefix if i == 0 else "", f"{field}:"), False), (clean(getattr(example, attr)), True)]
         return out
 
     def target(self, example) -> str:
@@ -161,11 +165,13 @@ class SquadTemplate:
     is_regression = False
     is_pair = True
 
-    def __init__(self, with_no_answer: bool) -> None:
+    def __init__(self, with_no_answer: bool, prefix: str = "") -> None:
         self.no_answer = NO_ANSWER if with_no_answer else None
+        self.prefix = prefix  # your own qa task in a mixture: "NAME question: ..." (T5's SQuAD has none)
 
     def pieces(self, example) -> list[tuple[str, bool]]:
-        return [("question:", False), (clean(example.question), True), ("context:", False), (clean(example.context), True)]
+        return [(_prefixed(self.prefix, "question:"), False), (clean(example.question), True), ("context:", False),
+                (clean(example.context), True)]
 
     def target(self, example) -> str:
         if example.answers:
@@ -192,8 +198,11 @@ class FreeTextTemplate:
     is_regression = False
     is_pair = False
 
+    def __init__(self, prefix: str = "") -> None:
+        self.prefix = prefix  # in a mixture: "NAME: <input>" (T5's "summarize: ..."); "" feeds it as written
+
     def pieces(self, example) -> list[tuple[str, bool]]:
-        return [(clean(example.source), True)]
+        return ([(f"{self.prefix}:", False)] if self.prefix else []) + [(clean(example.source), True)]
 
     def target(self, example) -> str:
         return clean(example.target)
@@ -203,6 +212,10 @@ class FreeTextTemplate:
 
     def parse(self, output: str, example=None) -> Parsed:
         return Parsed(clean(output), True)
+
+
+def _prefixed(prefix: str, text: str) -> str:
+    return f"{prefix} {text}" if prefix else text
 
 
 def custom_format(kind: str, is_pair: bool):
@@ -220,12 +233,14 @@ def template_for(adapter):
         return GlueTemplate(name, adapter.spec)
     if name in SQUAD_TASKS:
         return SquadTemplate(name == "squad2")
+    prefix = getattr(adapter, "input_prefix", None)  # your own task's, in a mixture (None: the kind's form)
     if name in ("classify", "pair"):  # your own labelled texts: the GLUE pattern, the labels as words
-        return GlueTemplate(name, adapter.spec, custom_format(name, adapter.spec.text_b is not None))
+        return GlueTemplate(name, adapter.spec, custom_format(name if prefix is None else prefix,
+                                                              adapter.spec.text_b is not None))
     if name == "qa":
-        return SquadTemplate(adapter.with_no_answer)
+        return SquadTemplate(adapter.with_no_answer, prefix or "")
     if name == "text2text":  # your own input -> target texts
-        return FreeTextTemplate()
+        return FreeTextTemplate(prefix or "")
     if name == "regression":
         raise EmberError("--task regression with a T5 model: T5 predicts a number as text rounded to STS-B's "
                          "0.2 steps on its 0-5 scale (Raffel et al. 2020, §2.4), which does not fit an arbitrary "
