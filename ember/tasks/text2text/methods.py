@@ -211,9 +211,15 @@ class Seq2SeqLMProvider:
         return load_model(run_dir)  # the module's function (a method's body does not see class names)
 
     def inference_methods(self, ctx) -> list:
-        from ember.tasks.inference.scoring import Seq2SeqScoreMethod
+        return seq2seq_lm_methods(ctx)
 
-        return [Seq2SeqGenerateMethod(ctx), Seq2SeqScoreMethod(ctx)]
+
+def seq2seq_lm_methods(ctx) -> list:
+    """``generate`` and ``score`` of the encoder-decoder ``ctx.model``: a pre-training run's, or
+    the backbone of a BART head run (ember.tasks.families.bart)."""
+    from ember.tasks.inference.scoring import Seq2SeqScoreMethod
+
+    return [Seq2SeqGenerateMethod(ctx), Seq2SeqScoreMethod(ctx)]
 
 
 def load_model(run_dir):
@@ -223,5 +229,5 @@ def load_model(run_dir):
     return load_seq2seq_lm(run_dir)[0]
 
 
-__all__ = ["Seq2SeqGenerateMethod", "Seq2SeqLMProvider", "Text2TextAnswerMethod", "Text2TextClassifyMethod",
+__all__ = ["Seq2SeqGenerateMethod", "Seq2SeqLMProvider", "seq2seq_lm_methods", "Text2TextAnswerMethod", "Text2TextClassifyMethod",
            "load_model"]
