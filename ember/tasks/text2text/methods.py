@@ -19,7 +19,8 @@
   raw output.
 
 A pre-training T5 run (any of T5's objectives) serves ``generate`` through ``Seq2SeqLMProvider``
-(``ember.tasks.inference.pretrained``). All run the PyTorch model (fp32, or int8 with `ember serve
+(``ember.tasks.inference.pretrained``), and a BART head run ``generate`` and ``score`` on its backbone
+beside its head's graph (``seq2seq_lm_methods``, ``ember.tasks.families.bart``). All run the PyTorch model (fp32, or int8 with `ember serve
 --int8`) in a decoding loop with both caches; none has an exported graph (``NO_GRAPH_REASON``).
 """
 

@@ -106,7 +106,7 @@ def test_bart_classification_run_serves_classify_as_its_module(sst2_run):
     want = np.exp(logits) / np.exp(logits).sum(-1, keepdims=True)
     client, predictor = serve(run)
     with client:
-        assert set(predictor.endpoints) == {"/classify", "/embed"}
+        assert set(predictor.endpoints) == {"/classify", "/generate", "/score", "/embed"}
         got = client.post("/classify", json={"texts": texts})
         assert got.status_code == 200, got.text
         rows = got.json()["results"]
@@ -176,7 +176,7 @@ def test_bart_span_head_fine_tunes_on_real_squad_and_serves_answer(bart_pretrain
                 for q in p["qas"][:2]]
     client, predictor = serve(run)
     with client:
-        assert set(predictor.endpoints) == {"/answer", "/embed"}
+        assert set(predictor.endpoints) == {"/answer", "/generate", "/score", "/embed"}
         for question, context in examples:
             got = client.post("/answer", json={"question": question, "context": context})
             assert got.status_code == 200, got.text
