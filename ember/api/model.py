@@ -186,7 +186,8 @@ class Model:
 
             vectors = embed_with(self._predictor, values, **options)[0]
             return vectors[0] if single else vectors
-        if self._predictor.runner is None:  # its own decoding loop: the whole list as one request
+        if self._predictor.runner is None or getattr(method, "decoding_loop", False):
+            # its own decoding loop (beside a graph too: a BART head run's score): the whole list as one request
             chunks = [list(range(n))]
         else:  # similar token lengths together, one forward pass per chunk (bounded memory)
             chunks = length_sorted_batches(self._token_lengths(values, list(companions.values())),

@@ -18,7 +18,8 @@ whose encoder and decoder differ there is refused.
 
 Task heads (Lewis et al. 2020 §3.1-3.2, ``ember.tasks.families.bart``): (M)BartForSequence
 Classification's ``classification_head.dense`` / ``.out_proj`` are ember's ``dense`` /
-``classifier``, (M)BartForQuestionAnswering's ``qa_outputs`` keeps its name. These classes have
+``classifier``, (M)BartForQuestionAnswering's ``qa_outputs`` keeps its name (a tagging run's
+token layer has no transformers class and is refused). These classes have
 no LM layer: a fine-tuned run's ``final_logits_bias`` (which its head never reads) is not
 exported, and an imported one starts from zeros.
 """
@@ -181,5 +182,9 @@ def _take_head(state: dict, suffix: str | None, ours: bool) -> dict:
 
 
 def hf_architecture(state: dict[str, torch.Tensor], cfg: ModelConfig | None = None) -> str:
+    if "classifier.weight" in state and "dense.weight" not in state:  # the token layer (BartTokenClassifier)
+        raise EmberError("transformers has no BartForTokenClassification, so a BART tagging run has no Hugging "
+                         "Face form: serve the run folder (ember serve), or export it with ember export --format "
+                         "onnx or int8")
     mbart = cfg is not None and cfg.pre_layer_norm or any(k.startswith("backbone.encoder.final_norm.") for k in state)
     return ("MBart" if mbart else "Bart") + (_head(state, ours=True) or "ForConditionalGeneration")

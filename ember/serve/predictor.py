@@ -7,7 +7,9 @@ others. ``forward`` sorts the rows by length, pads per chunk of at most ``max_ba
 the backend (``runners.py``) and trims each row's logits to its length along the head's
 sequence axis. Which methods a model has comes from its provider (the task adapter of a
 fine-tuned run, ``ember.tasks.inference.pretrained`` for a pre-training run), plus ``embed`` for every
-model with an inference graph; nothing here branches on a task.
+model with an inference graph; nothing here branches on a task. A graph run whose provider has
+an ``lm_model`` (BART's heads) also gets that PyTorch model for its decoding-loop methods
+(``side_model``).
 
 Inputs longer than ``max_length`` tokens are truncated, and every result says whether its
 input was (``"truncated": true``).
@@ -73,7 +75,8 @@ class Predictor:
 
     @property
     def model(self):
-        """The PyTorch model of a method with its own decoding loop (None for graph models)."""
+        """The PyTorch model of the methods with their own decoding loop (None for graph models,
+        except beside a BART head run's graph: its backbone, for /score and /generate)."""
         return self.ctx.model
 
     @property
@@ -105,6 +108,19 @@ class Predictor:
         return out
 
 
+def side_model(info: ServeInfo, runner, path: str | Path):
+    """The PyTorch model of the methods a graph run serves with their own loop beside the graph
+    (a BART head run's /score and /generate: its backbone is a whole seq2seq LM), from the
+    provider's ``lm_model(module, run_dir)``; the graph's own module is handed over when the
+    backend runs one in PyTorch (torch, int8, bf16), so the weights are not held twice. None when
+    the provider has no such model."""
+    lm_model = getattr(info.provider, "lm_model", None)
+    if lm_model is None:
+        return None
+    graph = getattr(runner, "graph", None)  # a TorchRunner's InferenceGraph; ONNX has none
+    return lm_model(graph.module if graph is not None else None, Path(path))
+
+
 def load_predictor(path: str | Path, backend: str = "", threads: int = 0, max_length: int | None = None,
                    max_batch: int = 32) -> Predictor:
     """A Predictor for a run or export folder: a graph on ``backend`` (torch, int8, bf16, onnx,
@@ -122,7 +138,7 @@ def load_predictor(path: str | Path, backend: str = "", threads: int = 0, max_le
     info, tokenizer = describe(path)
     if info.has_graph:
         runner, info, tokenizer = load_runner(path, backend, threads)
-        return Predictor(runner, info, tokenizer, max_length, max_batch)
+        return Predictor(runner, info, tokenizer, max_length, max_batch, model=side_model(info, runner, path))
     import torch
 
     backend = backend or "torch"

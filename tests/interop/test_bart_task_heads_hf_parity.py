@@ -12,7 +12,7 @@ import torch
 
 transformers = pytest.importorskip("transformers")
 
-from bart_helpers import BOS, EOS, PAD, VOCAB, bart_style_tokenizer, tiny_hf_bart  # noqa: E402
+from bart_helpers import BOS, EOS, PAD, VOCAB, bart_style_tokenizer, ember_from_hf, tiny_hf_bart  # noqa: E402
 from hf_interop_helpers import ATOL, assert_close_where, load_hf  # noqa: E402
 from t5_helpers import one_thread  # noqa: E402,F401
 
@@ -22,7 +22,7 @@ from ember.interop import hf_bart  # noqa: E402
 from ember.models import build_backbone  # noqa: E402
 from ember.runs.checkpoint import load_weights  # noqa: E402
 from ember.runs.folder import load_run_config  # noqa: E402
-from ember.tasks.families.bart import BartClassifier, BartQuestionAnswering  # noqa: E402
+from ember.tasks.families.bart import BartClassifier, BartQuestionAnswering, BartTokenClassifier  # noqa: E402
 from ember.tasks.featurize import collate  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -94,6 +94,33 @@ def test_bart_question_answering_hf_parity_on_padded_pairs(mbart):
     assert_names_map_back(ours, hf, name)
 
 
+@pytest.mark.parametrize("mbart", [False, True], ids=["bart", "mbart"])
+def test_bart_token_classification_reads_bartmodel_last_hidden_state(mbart):
+    """§3.2's tagger: transformers has no BartForTokenClassification, so its backbone part is
+    checked: the states ember's token layer reads are BartModel's last_hidden_state (the same
+    input to both stacks, the decoder's shifted right) at every real token of a right-padded
+    batch, to 1e-5, and its logits (and per-word predictions) are the token layer on them."""
+    hf = tiny_hf_bart(mbart, seed=15, cls_name="MBartModel" if mbart else "BartModel")
+    ours = BartTokenClassifier(ember_from_hf(hf), 9, PAD).eval()
+    features = pair_features(seed=4)
+    batch = ours.make_batch(features)
+    ids, mask = batch["input_ids"], batch["attention_mask"]
+    with torch.no_grad():
+        ref = hf(ids, attention_mask=mask).last_hidden_state  # (B, T, H)
+        states = ours.backbone_pass(ids, mask).last_hidden_state
+        logits = ours.logits(batch)
+    assert ref.std() > 0.1
+    assert_close_where(states, ref, mask)
+    assert_close_where(logits, ours.classifier(ref), mask)
+    for f in features:  # every token a "word": a prediction per real position
+        f["word_starts"] = list(range(len(f["input_ids"])))
+    for f, words in zip(features, ours.predict(features, batch_size=2)):
+        n = len(f["input_ids"])
+        with torch.no_grad():
+            alone = ours.classifier(hf(torch.tensor([f["input_ids"]])).last_hidden_state[0])  # unpadded
+        assert words.tolist() == alone.argmax(-1)[:n].tolist()
+
+
 def test_bart_classifier_refuses_inputs_not_ending_with_eos():
     ours = ember_module(tiny_hf_bart(seed=13, cls_name="BartForSequenceClassification", num_labels=2),
                         lambda b: BartClassifier(b, 2, PAD))
@@ -139,19 +166,25 @@ def test_bart_task_heads_convert_both_ways_through_the_cli(arch, tmp_path):
                 assert_close_where(theirs, want, mask)
 
 
-@pytest.mark.parametrize("task", ["rte", "squad2"])
+@pytest.mark.parametrize("task", ["rte", "squad2", "conll2003"])
 def test_bart_head_runs_export_to_onnx_and_hf_verified_on_real_dev_inputs(task, tmp_path):
     """`ember export --format onnx / hf` of BART head runs: the ONNX graph (one pass through the
-    decoder's states) and transformers' Bart*ForX class answer real RTE pairs / SQuAD questions
-    as the run does (the export's own verification, tolerance 1e-3, fails the command otherwise)."""
+    decoder's states) and transformers' Bart*ForX class answer real RTE pairs / SQuAD questions /
+    CoNLL sentences as the run does (the export's own verification, tolerance 1e-3, fails the
+    command otherwise); a tagging run has no transformers class, which `--format hf` says."""
     from bart_helpers import bart_task_run
     from conftest import real_data
 
     from ember.serve.export import export_run
 
-    real_data("glue", "RTE", "dev.tsv") if task == "rte" else real_data("squad2-dev-half", "dev-v2.0.json")
+    real_data(*{"rte": ("glue", "RTE", "dev.tsv"), "squad2": ("squad2-dev-half", "dev-v2.0.json"),
+                "conll2003": ("conll2003", "dev.txt")}[task])
     run = bart_task_run(tmp_path / task, task)
-    for fmt in ("onnx", "hf"):
+    if task == "conll2003":
+        with pytest.raises(EmberError, match="transformers has no BartForTokenClassification"):
+            export_run(run, "hf", tmp_path / "hf")
+        assert not (tmp_path / "hf").exists()  # nothing half-written
+    for fmt in ("onnx",) if task == "conll2003" else ("onnx", "hf"):
         checked = export_run(run, fmt, tmp_path / f"{task}-{fmt}", limit=8)["verification"]
         # ONNX Runtime's kernels sum in another order than PyTorch's: float32 rounding, not 0
         assert checked["max_abs_diff"] < 1e-4 and checked["prediction_agreement"] == 1.0, checked

@@ -129,8 +129,10 @@ KINDS = {
     "t5:sst2": {"/classify", "/generate", "/score"},
     "t5:rte": {"/classify", "/generate", "/score"},  # sentence pairs, required
     "t5:squad2": {"/answer", "/generate", "/score"},
-    "bart:rte": {"/classify", "/embed"},  # BART's classifier on the final </s> state, pairs
-    "bart:squad2": {"/answer", "/embed"},  # BART's span layer on the decoder's states
+    # BART's heads on the decoder's states; every head run also serves its backbone's LM
+    "bart:rte": {"/classify", "/generate", "/score", "/embed"},  # the classifier on the final </s> state, pairs
+    "bart:squad2": {"/answer", "/generate", "/score", "/embed"},  # the span layer
+    "bart:conll2003": {"/tag", "/generate", "/score", "/embed"},  # the token layer
 }
 
 

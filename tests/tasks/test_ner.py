@@ -196,3 +196,19 @@ def test_ner_evaluate_file_agrees_with_predict_on_the_same_conll_file(ner_run, t
     scored = evaluate_run(run, path=str(source))
     assert scored["split"] == str(source)
     assert scored["metrics"] == pytest.approx(entity_scores([s.tags for s in sentences], predicted))
+
+
+def test_ner_conll2003_reads_a_split_given_as_a_file(tmp_path):
+    """`ember finetune --task conll2003 --dev FILE` passes the file as the split (as GLUE's
+    reader takes one): the first real dev sentences written out read back as they are; an
+    unknown split name that is no file is still the reader's one-line error."""
+    real_data("conll2003", "dev.txt")
+    from ember.tasks.readers.conll import read_split
+
+    sentences = read_split("dev", limit=5)
+    path = tmp_path / "dev5.conll"
+    path.write_text("".join("".join(f"{w} {t}\n" for w, t in zip(s.words, s.tags)) + "\n" for s in sentences))
+    again = ConllNerAdapter().read(str(path))
+    assert [(s.words, s.tags) for s in again] == [(s.words, s.tags) for s in sentences]
+    with pytest.raises(EmberError, match="CoNLL-2003 has no split 'devv'"):
+        ConllNerAdapter().read("devv")

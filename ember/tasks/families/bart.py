@@ -13,12 +13,24 @@ Token classification and extractive QA (§3.2): "the complete document [is fed] 
 and decoder, using the top hidden state of the decoder as a representation for each word": the
 start/end layer of SQuAD (``qa_outputs``, transformers' ``BartForQuestionAnswering``) reads the
 decoder's final states of ``<s> question </s></s> context </s>``; windows, n-best decoding
-and the official metric are ember's SQuAD pipeline (``ember.tasks.qa``).
+and the official metric are ember's SQuAD pipeline (``ember.tasks.qa``). Tagging (CoNLL-2003,
+your own ``tag`` files) puts BERT's token layer (dropout, Linear(H, tags), a word's first
+sub-token) on the same states. As in transformers' BART heads, the state at position t reads
+the decoder's input shifted right (the tokens before t) and the whole input, token t included,
+through cross-attention; transformers has no BartForTokenClassification, so that head is
+checked through its backbone part (``BartModel``'s last_hidden_state) and on real CoNLL rows.
+
+Every head run still holds a whole sequence-to-sequence LM: BART's output layer is the shared
+embedding table plus ``final_logits_bias`` (both in the backbone), so the adapters also serve
+``/score`` and ``/generate`` with the run's backbone (``lm_model``; ``ember.serve.predictor``),
+the methods of a plain BART run. A fine-tuned backbone's LM drifts from the pre-trained one:
+the task loss moves the decoder and the embeddings, never the bias.
 
 ``adapt`` is ``ember.tasks.base.FAMILY_ADAPTERS["bart"]``: GLUE-style tasks (your own
 classify / pair / regression files too) get the classification head, SQuAD (and ``qa``
-files) the span head, every other task (``text2text`` files) fine-tunes text to text on T5's
-adapters; ``--set task.text2text=true`` fine-tunes classification and SQuAD text to text too.
+files) the span head, CoNLL-2003 (and ``tag`` files) the token layer, every other task
+(``text2text`` files) fine-tunes text to text on T5's adapters; ``--set task.text2text=true``
+fine-tunes classification and SQuAD text to text too.
 The heads are not T5 code: they only call the encoder-decoder's forward.
 """
 
@@ -33,6 +45,7 @@ from ember.nn.pooling import last_positions
 from ember.tasks.classification import SequenceClassifier
 from ember.tasks.glue_adapter import GlueAdapter
 from ember.tasks.qa.head import QuestionAnswering
+from ember.tasks.tagging import ConllNerAdapter, TokenClassifier
 from ember.tasks.wrapped import WrappedAdapter
 
 # transformers' BartConfig.classifier_dropout (fairseq's pooler_dropout): 0.0 by default.
@@ -109,18 +122,65 @@ class BartQuestionAnswering(QuestionAnswering):
         return start, end
 
 
-class BartGlueAdapter(WrappedAdapter):
+class BartTokenClassifier(TokenClassifier):
+    """BERT's token layer on the decoder's final states (§3.2; state-dict names ``backbone.*``,
+    ``classifier.*``). Dropout: the backbone's, as BERT's tagger (transformers' token heads use
+    ``classifier_dropout`` or else the hidden dropout)."""
+
+    def __init__(self, backbone: nn.Module, num_labels: int, pad_id: int) -> None:
+        _need_decoder(backbone)
+        super().__init__(backbone, num_labels, pad_id)
+
+    def backbone_pass(self, input_ids, attention_mask, token_type_ids=None, output_hidden_states=False):
+        return decoder_states(self.backbone, input_ids, attention_mask, output_hidden_states)
+
+    def logits(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:  # (B, T, num_labels)
+        return self.head_logits(self.backbone_pass(batch["input_ids"], batch["attention_mask"]),
+                                batch["attention_mask"])
+
+
+class _HeadAdapter(WrappedAdapter):
+    """A task with one of BART's heads; the run also serves its backbone's LM (module docstring)."""
+
+    def lm_model(self, module: nn.Module | None, run_dir):
+        """The seq2seq LM of a head run: the served module's backbone (the same tensors, no second
+        copy) or, when the graph runs elsewhere (ONNX), the backbone loaded from the run folder;
+        None when the folder holds no PyTorch weights (an ONNX export)."""
+        from pathlib import Path
+
+        if module is not None:
+            return module.backbone
+        if not (Path(run_dir) / "model.safetensors").is_file():
+            return None
+        from ember.seq2seq_generation import load_seq2seq_lm
+
+        return load_seq2seq_lm(run_dir)[0]
+
+    def inference_methods(self, ctx) -> list:
+        from ember.tasks.text2text.methods import seq2seq_lm_methods
+
+        return self.base.inference_methods(ctx) + (seq2seq_lm_methods(ctx) if ctx.model is not None else [])
+
+
+class BartGlueAdapter(_HeadAdapter):
     """A sentence (pair) classification / regression task with BART's classification head."""
 
     def build_module(self, backbone: nn.Module, pad_id: int) -> BartClassifier:
         return BartClassifier(backbone, self.base.spec.num_labels, pad_id)
 
 
-class BartSquadAdapter(WrappedAdapter):
+class BartSquadAdapter(_HeadAdapter):
     """SQuAD (or your own ``qa`` files) with the span layer on BART's decoder states."""
 
     def build_module(self, backbone: nn.Module, pad_id: int) -> BartQuestionAnswering:
         return BartQuestionAnswering(backbone, pad_id)
+
+
+class BartTagAdapter(_HeadAdapter):
+    """CoNLL-2003 (or your own ``tag`` files) with the token layer on BART's decoder states."""
+
+    def build_module(self, backbone: nn.Module, pad_id: int) -> BartTokenClassifier:
+        return BartTokenClassifier(backbone, len(self.base.labels), pad_id)
 
 
 def adapt(adapter, model, settings=None):
@@ -134,4 +194,6 @@ def adapt(adapter, model, settings=None):
         return BartGlueAdapter(adapter)
     if isinstance(adapter, SquadAdapter):
         return BartSquadAdapter(adapter)
+    if isinstance(adapter, ConllNerAdapter):
+        return BartTagAdapter(adapter)
     return text2text(adapter, model)

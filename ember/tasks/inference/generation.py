@@ -130,6 +130,7 @@ class GenerateMethod:
     batch), ``_decode`` (the decoding call) and ``_settings`` (echoed in the response)."""
 
     name = "generate"
+    decoding_loop = True  # runs its model itself, not the predictor's forward (ember.api.model: one request)
     inputs = {"prompt": "prompts"}
     request_schema = body_schema(
         "Prompts -> continuations, greedy (temperature 0, the default) or sampled; a sampled request "

@@ -131,6 +131,7 @@ class _ScoreMethod:
     one companion per text (``companion``: single and plural field), one pass for all rows."""
 
     name = "score"
+    decoding_loop = True  # runs its model itself, not the predictor's forward (ember.api.model: one request)
     companion: tuple[str, str]
     required = False  # must every text have its companion?
 

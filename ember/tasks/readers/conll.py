@@ -139,4 +139,8 @@ def iob1_to_iob2(tags) -> tuple[str, ...]:
 
 
 def read_split(split: str, path: str | Path | None = None, limit: int | None = None) -> list[Sentence]:
+    if path is None and split not in FILES and Path(split).is_file():
+        # a split given as a file in CoNLL's layout (`ember finetune --task conll2003 --dev FILE`),
+        # as GLUE's reader takes one
+        path = split
     return read_conll(path if path is not None else split_path(split), limit=limit)

@@ -19,7 +19,8 @@
   raw output.
 
 A pre-training T5 run (any of T5's objectives) serves ``generate`` through ``Seq2SeqLMProvider``
-(``ember.tasks.inference.pretrained``). All run the PyTorch model (fp32, or int8 with `ember serve
+(``ember.tasks.inference.pretrained``), and a BART head run ``generate`` and ``score`` on its backbone
+beside its head's graph (``seq2seq_lm_methods``, ``ember.tasks.families.bart``). All run the PyTorch model (fp32, or int8 with `ember serve
 --int8`) in a decoding loop with both caches; none has an exported graph (``NO_GRAPH_REASON``).
 """
 
@@ -229,9 +230,15 @@ class Seq2SeqLMProvider:
         return load_model(run_dir)  # the module's function (a method's body does not see class names)
 
     def inference_methods(self, ctx) -> list:
-        from ember.tasks.inference.scoring import Seq2SeqScoreMethod
+        return seq2seq_lm_methods(ctx)
 
-        return [Seq2SeqGenerateMethod(ctx), Seq2SeqScoreMethod(ctx)]
+
+def seq2seq_lm_methods(ctx) -> list:
+    """``generate`` and ``score`` of the encoder-decoder ``ctx.model``: a pre-training run's, or
+    the backbone of a BART head run (ember.tasks.families.bart)."""
+    from ember.tasks.inference.scoring import Seq2SeqScoreMethod
+
+    return [Seq2SeqGenerateMethod(ctx), Seq2SeqScoreMethod(ctx)]
 
 
 def load_model(run_dir):
@@ -241,5 +248,5 @@ def load_model(run_dir):
     return load_seq2seq_lm(run_dir)[0]
 
 
-__all__ = ["Seq2SeqGenerateMethod", "Seq2SeqLMProvider", "Text2TextAnswerMethod", "Text2TextClassifyMethod",
-           "Text2TextGenerateMethod", "load_model"]
+__all__ = ["Seq2SeqGenerateMethod", "Seq2SeqLMProvider", "seq2seq_lm_methods", "Text2TextAnswerMethod",
+           "Text2TextClassifyMethod", "Text2TextGenerateMethod", "load_model"]
