@@ -286,6 +286,30 @@ def test_xlnet_plm_settings_at_their_boundaries_are_accepted():
     assert PermutationLM(build_backbone(cfg), PlmConfig(), 12, SPECIAL).num_predict == 2
 
 
+def test_xlnet_plm_loss_is_the_mean_cross_entropy_of_the_query_stream_ignoring_minus_100():
+    """forward's loss against torch's cross_entropy (ignore_index=-100) on the query stream's
+    logits: with every target labelled, and with one label set to -100 (the padding
+    convention), which then drops out of the mean. No memory here (mem_len 0): tests/interop
+    checks the memory pass against transformers."""
+    module = tiny_module(seq_len=16, k=3.0).eval()
+    rng = np.random.default_rng(2)
+    examples = [MemoryPair(np.zeros(0, dtype=np.int64), rng.integers(5, V, 7), rng.integers(5, V, 6), True)
+                for _ in range(2)]
+    batch = module.make_batch(examples, np.random.default_rng(3))
+    with torch.no_grad():
+        out = module.backbone(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"],
+                              perm_mask=batch["perm_mask"], target_mapping=batch["target_mapping"])
+        logits = module.backbone.lm_logits(out.query_hidden)  # (B, N, V)
+        for labels in (batch["target_labels"], batch["target_labels"].clone().index_put_(
+                (torch.tensor([1]), torch.tensor([2])), torch.tensor(-100))):
+            loss, metrics = module({**batch, "target_labels": labels})
+            expected = torch.nn.functional.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=-100)
+            # the same logits, but ember's loss takes the LM head in another order (no full logits)
+            torch.testing.assert_close(loss, expected, atol=1e-5, rtol=1e-5)
+            assert metrics["loss"] == metrics["plm_loss"]
+    assert metrics["plm_loss"][1] == 2 * module.num_predict - 1
+
+
 def test_xlnet_plm_perplexity_is_exp_of_the_loss_and_absent_without_one():
     assert PermutationLM.derived_metrics({"plm_loss": 2.0}) == {"plm_ppl": pytest.approx(np.exp(2.0))}
     assert PermutationLM.derived_metrics({"loss": 2.0}) == {}
