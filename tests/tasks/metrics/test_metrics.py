@@ -156,6 +156,7 @@ def test_weighted_f1_of_classes_without_support_is_zero_like_sklearn():
     sk = pytest.importorskip("sklearn.metrics")
     # only classes that no label has: every weight is 0, sklearn's zero_division gives 0.0
     assert f1_weighted([0, 1], [0, 1], classes=[2, 3]) == 0.0
+    assert f1_weighted([1], [1]) == 1.0 == sk.f1_score([1], [1], average="weighted")  # support 1 is support
     assert sk.f1_score([0, 1], [0, 1], labels=[2, 3], average="weighted", zero_division=0.0) == 0.0
 
 
@@ -171,7 +172,12 @@ def test_correlations_of_two_and_three_points_and_nan_match_scipy():
     for a, b in (([1.0, 2.0], [3.0, 1.0]), ([1.0, 2.0, 3.0], [6.0, 4.0, 2.0]), ([0.0, 1.0, 5.0], [1.0, 0.0, 2.0])):
         assert pearson(a, b) == pytest.approx(stats.pearsonr(a, b)[0], abs=1e-12)
         assert spearman(a, b) == pytest.approx(stats.spearmanr(a, b)[0], abs=1e-12)
-    assert pearson([1.0, 2.0, 3.0], [6.0, 4.0, 2.0]) == -1.0  # clipped to exactly -1
+    assert pearson([1.0, 2.0, 3.0], [6.0, 4.0, 2.0]) == -1.0
+    # a linear relation whose rounding gives 1 + 2^-52 before the clip; scipy clips too
+    x = np.array([-0.7, -0.1, 0.8, 1.5])
+    assert pearson(x, 3 * x + 1) == 1.0 == stats.pearsonr(x, 3 * x + 1)[0]
+    x = np.array([0.78, 1.49, -1.26, 1.51])  # and -1 - 2^-52 for this one
+    assert pearson(x, 1 - 3 * x) == -1.0 == stats.pearsonr(x, 1 - 3 * x)[0]
     for a, b in (([1.0, np.nan, 3.0], [1.0, 2.0, 3.0]), ([1.0, 2.0, 3.0], [1.0, np.nan, 3.0])):
         assert math.isnan(pearson(a, b)) and math.isnan(spearman(a, b))
         assert math.isnan(stats.pearsonr(a, b)[0]) and math.isnan(stats.spearmanr(a, b)[0])
@@ -194,7 +200,8 @@ def test_compute_metrics_regression_reads_column_scores_and_classification_float
     assert sts["pearson"] < 0.99 and sts["spearman"] == pytest.approx(1.0)  # same order, not linear
     assert sts["combined"] == pytest.approx((sts["pearson"] + 1.0) / 2)
     # labels read from a file as floats are class ids; one metric -> no "combined"
-    assert compute_metrics("sst2", np.array([[0.2, 0.9], [0.8, 0.1]]), [1.0, 1.0]) == {"accuracy": 0.5}
+    logits = np.array([[0.2, 0.9], [0.8, 0.1], [0.3, 0.4]])  # (N, classes): arg-max per row
+    assert compute_metrics("sst2", logits, [1.0, 1.0, 1.0]) == {"accuracy": pytest.approx(2 / 3)}
 
 
 def test_summarize_seeds_mean_sample_std_and_median():
@@ -204,4 +211,5 @@ def test_summarize_seeds_mean_sample_std_and_median():
     assert summary["accuracy"]["std"] == pytest.approx(np.std([0.5, 0.9, 0.6], ddof=1))  # sample std
     assert summary["accuracy"]["median"] == pytest.approx(0.6)
     assert summary["f1"]["values"] == pytest.approx([1.0, 1.8, 1.2])
+    assert summarize_seeds(results[:2])["accuracy"]["std"] == pytest.approx(np.std([0.5, 0.9], ddof=1))
     assert summarize_seeds(results[:1])["accuracy"]["std"] is None
