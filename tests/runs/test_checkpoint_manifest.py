@@ -33,6 +33,7 @@ def _save(run, step: int, keep: int = 2):
 
 
 def test_checkpoint_manifest_lists_each_files_size_and_sha256(tmp_path):
+    tmp_path = tmp_path / "runs" / "new"  # a save makes the folders it needs
     path = _save(tmp_path, 7)
     assert path == tmp_path / "checkpoints" / "step-00000007"
     manifest = json.loads((path / "manifest.json").read_text())
@@ -130,3 +131,17 @@ def test_checkpoint_write_failure_says_why_and_what_is_left(tmp_path, code, reas
     _save(tmp_path, 2)
     _save(tmp_path, 4)
     assert "step-00000004 is intact" in str(write_failure(OSError(code, "x"), tmp_path, 6))
+
+
+def test_checkpoint_optimizer_file_is_read_as_weights_only(tmp_path):
+    """A resume reads optimizer.pt with torch.load(weights_only=True): a file that would unpickle
+    an arbitrary object (here a Fraction; in an attack, code) is refused even when its manifest
+    was rewritten to match, instead of being run."""
+    from fractions import Fraction
+
+    from ember.runs.checkpoint import read_checkpoint
+
+    path = _save(tmp_path, 1)
+    torch.save({"state": {}, "param_groups": [], "extra": Fraction(1, 3)}, path / "optimizer.pt")
+    with pytest.raises(Exception, match="Weights only load failed"):
+        read_checkpoint(path)
