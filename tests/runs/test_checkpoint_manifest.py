@@ -145,3 +145,37 @@ def test_checkpoint_optimizer_file_is_read_as_weights_only(tmp_path):
     torch.save({"state": {}, "param_groups": [], "extra": Fraction(1, 3)}, path / "optimizer.pt")
     with pytest.raises(Exception, match="Weights only load failed"):
         read_checkpoint(path)
+
+
+def test_checkpoint_cleanup_that_fails_neither_fails_the_save_nor_hides_its_error(tmp_path, monkeypatch):
+    """Deleting old, stale or half-written folders is best effort: a file that cannot be deleted
+    (a permission, a busy network file) leaves it behind, but a finished save still succeeds and
+    a failed save still raises its own error (a full disk), not the cleanup's."""
+    import os
+
+    import ember.runs.checkpoint as checkpoint
+
+    _save(tmp_path, 1)
+    _save(tmp_path, 2)
+    (tmp_path / "checkpoints" / ".step-00000003.x.tmp").mkdir()
+    (tmp_path / "checkpoints" / ".step-00000003.x.tmp" / "optimizer.pt").write_bytes(b"half")
+    real_unlink = os.unlink
+
+    def undeletable_optimizer_state(path, *args, **kwargs):
+        if os.path.basename(path) == "optimizer.pt":
+            raise PermissionError(errno.EACCES, "Permission denied", path)
+        return real_unlink(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "unlink", undeletable_optimizer_state)
+    third = _save(tmp_path, 3, keep=2)  # step 1 and the stale folder cannot be removed completely
+    assert verify_checkpoint(third) is None
+    assert (tmp_path / "checkpoints" / "step-00000001" / "optimizer.pt").exists()
+
+    def full_disk(obj, fh):
+        fh.write(b"partial")
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(checkpoint, "torch_save", full_disk)
+    with pytest.raises(OSError) as err:
+        _save(tmp_path, 4)
+    assert err.value.errno == errno.ENOSPC
