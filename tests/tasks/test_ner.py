@@ -58,6 +58,7 @@ def test_ner_partial_boundary_is_one_false_positive_and_one_false_negative():
     assert entity_scores([["B-PER", "O"]], [["O", "O"]])["f1"] == 0.0
 
 
+@pytest.mark.filterwarnings("ignore:.*is ill-defined")  # seqeval's warning for the 0/0 cases we test
 def test_ner_scores_without_gold_or_predicted_entities_and_with_equal_precision_and_recall():
     """seqeval's conventions at the edges: no gold entity -> recall 0 (not 1), no predicted
     entity -> precision 0; and F1 = P = R when precision equals recall."""
