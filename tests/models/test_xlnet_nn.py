@@ -90,3 +90,39 @@ def test_xlnet_memory_keeps_the_last_mem_len_inputs_without_gradient():
     assert kept.flatten().tolist() == [1, 10, 11, 12] and not kept.requires_grad
     assert update_memory(previous, current, mem_len=4, reuse_len=2).flatten().tolist() == [0, 1, 10, 11]
     assert update_memory(None, current, mem_len=2).flatten().tolist() == [11, 12]
+
+
+@pytest.mark.parametrize("attn_type", ["bi", "uni"])
+@pytest.mark.parametrize("bi_data", [False, True])
+@pytest.mark.parametrize("clamp_len", [-1, 0, 7])
+def test_xlnet_relative_positions_hf_parity(attn_type, bi_data, clamp_len):
+    """The position table equals transformers' XLNetModel.relative_positional_encoding from a tiny
+    random config, for every attention type, with and without XLNet's bidirectional data and
+    clamping (clamp_len <= 0 means no clamp). d_model 64 and distances up to 300 so that every
+    frequency and every base constant of the sinusoid shows in the table."""
+    transformers = pytest.importorskip("transformers")
+    config = transformers.XLNetConfig(vocab_size=8, d_model=64, n_layer=1, n_head=2, d_inner=8,
+                                      attn_type=attn_type, bi_data=bi_data, clamp_len=clamp_len)
+    hf = transformers.XLNetModel(config).eval()
+    qlen, klen = 40, 300  # 260 memory positions
+    expected = hf.relative_positional_encoding(qlen, klen, bsz=None)  # (P, D, dim)
+    ours = relative_positions(qlen, klen, 64, attn_type=attn_type, clamp_len=clamp_len, bi_data=bi_data)
+    # the same float32 formulas on both sides, but transformers forms the outer product with einsum
+    # (another kernel): 1e-5 absolute, 100x below what a base of 10001 instead of 10000 changes
+    torch.testing.assert_close(ours, expected.permute(1, 0, 2), rtol=0, atol=1e-5)
+
+
+def test_xlnet_relative_positions_default_to_transformers_default_config():
+    """Without options: XLNet's defaults (bidirectional attention, no clamp, one table)."""
+    transformers = pytest.importorskip("transformers")
+    config = transformers.XLNetConfig(vocab_size=8, d_model=16, n_layer=1, n_head=2, d_inner=8)
+    expected = transformers.XLNetModel(config).relative_positional_encoding(3, 9)
+    torch.testing.assert_close(relative_positions(3, 9, 16), expected.permute(1, 0, 2), rtol=0, atol=1e-5)
+
+
+def test_xlnet_rel_shift_hf_parity():
+    transformers = pytest.importorskip("transformers")
+    x = torch.randn(2, 3, 5, 4 + 2 * 5)  # (batch, heads, T queries, P = K + T), K = 4 memory + 5
+    # a reshape and a slice on both sides, no arithmetic: exact
+    expected = transformers.models.xlnet.modeling_xlnet.XLNetRelativeAttention.rel_shift_bnij(x, klen=9)
+    assert torch.equal(rel_shift(x, 9), expected)

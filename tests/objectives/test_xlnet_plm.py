@@ -19,6 +19,7 @@ from ember.objectives.permutation import (
     order_of,
     permutation_mask,
     plan_sequence,
+    sample_targets,
 )
 from ember.objectives.plm import PermutationLM
 
@@ -130,6 +131,74 @@ def test_xlnet_query_stream_never_sees_its_own_token_or_later_targets():
     assert (run(changed)[0] - query).abs().max() > 1e-4
 
 
+def test_xlnet_span_lengths_are_drawn_with_probability_proportional_to_one_over_n():
+    # XLNet's _sample_mask: P(n) = (1/n) / sum_m 1/m, n = 1..max_span
+    harmonic = 1 + 1 / 2 + 1 / 3 + 1 / 4 + 1 / 5
+    np.testing.assert_allclose(ngram_length_probs(5), [1 / harmonic, 1 / (2 * harmonic), 1 / (3 * harmonic),
+                                                       1 / (4 * harmonic), 1 / (5 * harmonic)], rtol=1e-12)
+    assert ngram_length_probs(1).tolist() == [1.0]
+
+
+class RecordingRng:
+    """A numpy Generator that records which draws sample_targets makes, in order."""
+
+    def __init__(self, seed: int = 0):
+        self.rng, self.calls = np.random.default_rng(seed), []
+
+    def random(self):
+        self.calls.append("random")
+        return self.rng.random()
+
+    def integers(self, high):
+        self.calls.append(("integers", int(high)))
+        return self.rng.integers(high)
+
+    def choice(self, a, size, replace):
+        self.calls.append(("choice", int(size)))
+        return self.rng.choice(a, size, replace=replace)
+
+
+def _one_token_words(t: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    return np.arange(t), np.arange(1, t + 1), np.ones(t, dtype=bool)
+
+
+def test_xlnet_targets_stop_drawing_once_num_predict_tokens_are_taken():
+    """Spans of one word (max_span 1) with K = 1.5: context int(1 * 1.5) = 1 word, so the offset
+    l in [0, 1) is 0 and every span is followed by one skipped word. Three spans fill
+    num_predict = 3 exactly: no further span is drawn and nothing is topped up."""
+    rng = RecordingRng()
+    target = sample_targets(*_one_token_words(10), 3, 1.5, ngram_length_probs(1), rng)
+    assert np.flatnonzero(target).tolist() == [0, 2, 4]
+    assert rng.calls == ["random", ("integers", 1)] * 3
+
+
+def test_xlnet_targets_top_up_after_the_words_run_out_exactly():
+    """Six one-token words, one span per two words: the spans end exactly at the last word
+    (w == 6), the loop stops without another draw and two random single tokens make up the
+    shortfall, drawn from the three words not yet taken."""
+    rng = RecordingRng()
+    target = sample_targets(*_one_token_words(6), 5, 1.5, ngram_length_probs(1), rng)
+    assert rng.calls == ["random", ("integers", 1)] * 3 + [("choice", 2)]
+    assert target.sum() == 5 and target[[0, 2, 4]].all()
+
+
+def test_xlnet_targets_without_context_are_back_to_back_and_draw_no_offset():
+    # n * K < 1 (here K = 0): no context words, so no offset is drawn and spans touch
+    rng = RecordingRng()
+    target = sample_targets(*_one_token_words(8), 3, 0.0, ngram_length_probs(1), rng)
+    assert np.flatnonzero(target).tolist() == [0, 1, 2]
+    assert rng.calls == ["random"] * 3
+
+
+def test_xlnet_targets_when_exactly_num_predict_tokens_are_predictable():
+    candidates = np.array([1, 1, 0, 1, 1, 1, 0], dtype=bool)  # 5 predictable tokens, 2 structure
+    starts, ends = np.array([0, 1, 3, 4, 5]), np.array([1, 2, 4, 5, 6])
+    target = sample_targets(starts, ends, candidates, 5, 1.5, ngram_length_probs(1), np.random.default_rng(0))
+    assert target.tolist() == candidates.tolist()
+    with pytest.raises(EmberError, match="5 predictable tokens, fewer than plm.num_predict=6"):
+        sample_targets(starts, ends, candidates, 6, 1.5, ngram_length_probs(1), np.random.default_rng(0))
+
+
 @pytest.fixture(scope="module")
 def wiki_plm(wiki_prepared):
     from ember.data.shards import TokenCorpus
@@ -198,6 +267,53 @@ def test_xlnet_plm_settings_that_leave_nothing_to_predict_are_clear_errors():
     cfg = ModelConfig(family="xlnet", vocab_size=V, hidden_size=16, num_layers=1, num_heads=2, mem_len=8, reuse_len=4)
     with pytest.raises(EmberError, match="reuse_len=0"):
         PermutationLM(build_backbone(cfg), PlmConfig(), 12, SPECIAL)
+
+
+def test_xlnet_plm_settings_at_their_boundaries_are_accepted():
+    """Each settings check's edge is allowed: K just above 1, spans of a single word, a
+    setting that rounds to exactly one target, every predictable token a target (T - 3),
+    a memory reused whole (reuse_len = mem_len)."""
+    assert tiny_module(k=1.5).num_predict == 8  # round(12 / 1.5)
+    assert tiny_module(max_span=1).probs.tolist() == [1.0]
+    with pytest.raises(EmberError, match="max_span=0"):
+        tiny_module(max_span=0)
+    with pytest.raises(EmberError, match="num_predict=-1"):
+        tiny_module(num_predict=-1)
+    assert tiny_module(seq_len=12, k=8.0).num_predict == 2  # round(1.5): numpy/Python round half to even
+    assert tiny_module(seq_len=12, k=12.0).num_predict == 1
+    assert tiny_module(seq_len=12, num_predict=9).num_predict == 9
+    cfg = ModelConfig(family="xlnet", vocab_size=V, hidden_size=16, num_layers=1, num_heads=2, mem_len=8, reuse_len=8)
+    assert PermutationLM(build_backbone(cfg), PlmConfig(), 12, SPECIAL).num_predict == 2
+
+
+def test_xlnet_plm_loss_is_the_mean_cross_entropy_of_the_query_stream_ignoring_minus_100():
+    """forward's loss against torch's cross_entropy (ignore_index=-100) on the query stream's
+    logits: with every target labelled, and with one label set to -100 (the padding
+    convention), which then drops out of the mean. No memory here (mem_len 0): tests/interop
+    checks the memory pass against transformers."""
+    module = tiny_module(seq_len=16, k=3.0).eval()
+    rng = np.random.default_rng(2)
+    examples = [MemoryPair(np.zeros(0, dtype=np.int64), rng.integers(5, V, 7), rng.integers(5, V, 6), True)
+                for _ in range(2)]
+    batch = module.make_batch(examples, np.random.default_rng(3))
+    with torch.no_grad():
+        out = module.backbone(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"],
+                              perm_mask=batch["perm_mask"], target_mapping=batch["target_mapping"])
+        logits = module.backbone.lm_logits(out.query_hidden)  # (B, N, V)
+        for labels in (batch["target_labels"], batch["target_labels"].clone().index_put_(
+                (torch.tensor([1]), torch.tensor([2])), torch.tensor(-100))):
+            loss, metrics = module({**batch, "target_labels": labels})
+            expected = torch.nn.functional.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=-100)
+            # the same logits, but ember's loss takes the LM head in another order (no full logits)
+            torch.testing.assert_close(loss, expected, atol=1e-5, rtol=1e-5)
+            assert metrics["loss"] == metrics["plm_loss"]
+    assert metrics["plm_loss"][1] == 2 * module.num_predict - 1
+
+
+def test_xlnet_plm_perplexity_is_exp_of_the_loss_and_absent_without_one():
+    assert PermutationLM.derived_metrics({"plm_loss": 2.0}) == {"plm_ppl": pytest.approx(np.exp(2.0))}
+    assert PermutationLM.derived_metrics({"loss": 2.0}) == {}
+    assert np.isfinite(PermutationLM.derived_metrics({"plm_loss": 1e6})["plm_ppl"])  # a diverged run stays finite
 
 
 def test_xlnet_plm_refuses_other_backbones_and_a_corpus_shorter_than_its_memory(wiki_prepared):

@@ -58,6 +58,24 @@ def test_ner_partial_boundary_is_one_false_positive_and_one_false_negative():
     assert entity_scores([["B-PER", "O"]], [["O", "O"]])["f1"] == 0.0
 
 
+@pytest.mark.filterwarnings("ignore:.*is ill-defined")  # seqeval's warning for the 0/0 cases we test
+def test_ner_scores_without_gold_or_predicted_entities_and_with_equal_precision_and_recall():
+    """seqeval's conventions at the edges: no gold entity -> recall 0 (not 1), no predicted
+    entity -> precision 0; and F1 = P = R when precision equals recall."""
+    seqeval = pytest.importorskip("seqeval.metrics")
+    cases = [([["O", "O"]], [["B-PER", "O"]]),  # nothing to find, one false positive
+             ([["B-PER", "O"]], [["O", "O"]]),  # nothing predicted
+             ([["B-PER", "O", "B-LOC"]], [["B-PER", "B-ORG", "O"]])]  # 1 of 2 found, 1 of 2 right
+    for gold, pred in cases:
+        ours = entity_scores(gold, pred, per_type=True)
+        expected = {"precision": seqeval.precision_score(gold, pred), "recall": seqeval.recall_score(gold, pred),
+                    "f1": seqeval.f1_score(gold, pred)}
+        assert {k: ours[k] for k in expected} == pytest.approx(expected, abs=1e-12)
+    assert ours["f1"] == ours["precision"] == ours["recall"] == 0.5
+    assert ours["types"]["PER"] == {"precision": 1.0, "recall": 1.0, "f1": 1.0, "support": 1}
+    assert entity_scores([["O", "O"]], [["B-PER", "O"]])["recall"] == 0.0
+
+
 def test_ner_metrics_reject_bad_tags_and_lengths():
     with pytest.raises(EmberError, match="'X-PER' is not BIO"):
         get_entities(["X-PER"])

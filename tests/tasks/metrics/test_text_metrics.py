@@ -260,6 +260,25 @@ def test_rouge_lsum_golden_values():
     assert rouge_scores("\n\n", "a b")["rougeLsum"] == 0.0
 
 
+def test_rouge_lsum_matches_rouge_score_where_many_lcs_tie():
+    """Texts of three to four words over a four-word vocabulary, in one to three lines: most
+    pairs have several longest common subsequences, and which one the table's read-back picks
+    (rouge-score drops a reference token on ties) decides the summary-level union. Fast enough
+    for every run (the real-sentence comparison above takes seconds)."""
+    scorer = _rouge_reference()
+    rng = random.Random(1)
+
+    def text():
+        return "\n".join(" ".join(rng.choice("abcd") for _ in range(rng.randint(1, 4))) for _ in range(rng.randint(1, 3)))
+
+    for _ in range(200):
+        prediction, reference = text(), text()
+        expected = scorer.score(reference, prediction)
+        ours = rouge_scores(prediction, reference)
+        for key in ("rougeL", "rougeLsum"):
+            assert ours[key] == pytest.approx(expected[key].fmeasure, abs=1e-12), (key, prediction, reference)
+
+
 def test_generation_metrics_rouge_is_the_mean_f_measure_times_100():
     predictions = ["the cat sat on the mat", "the the the cat", "", "Paris"]
     references = ["the cat lay on the mat", "the cat sat on the mat", "anything", "paris."]
