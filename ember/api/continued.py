@@ -69,7 +69,7 @@ def continued_config(recipe, init: str | Path, overrides: list[str]) -> RunConfi
 
 def check_corpus_tokenizer(prepared: str | Path, tokenizer: Path, init) -> None:
     """Refuse shards tokenized with another tokenizer than the init's: their ids would index the
-    wrong embedding rows. Same file (sha256) or the same JSON content passes."""
+    wrong embedding rows. Same file (sha256) or the same rules and vocabulary (``_json``) pass."""
     from ember.data.shards import TokenCorpus
     from ember.fileio import sha256_file
     from ember.tokenizers import load_tokenizer
@@ -91,9 +91,11 @@ def check_corpus_tokenizer(prepared: str | Path, tokenizer: Path, init) -> None:
                          f"{init}'s (sha256 {ours[:12]}), both {size:,} tokens; {fix}")
 
 
-def _json(path: Path):
+def _json(path: Path) -> dict:
+    """tokenizer.json without its call-time settings (truncation, padding: `ember prepare` sets its
+    own; an HF folder's often differ from its import's), i.e. what decides the ids."""
     with open(path, encoding="utf-8") as fh:
-        return json.load(fh)
+        return {k: v for k, v in json.load(fh).items() if k not in ("truncation", "padding")}
 
 
 def check_resumed_init(saved: RunConfig, init: str | Path | None, out: Path) -> None:

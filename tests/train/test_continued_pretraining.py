@@ -88,6 +88,12 @@ def test_continued_pretraining_cli_trains_a_new_run_and_resume_after_kill_reprod
     assert train_losses(run) == losses  # bit-for-bit the uninterrupted run's losses
     assert main(cmd(run, "--resume")[3:5] + [str(whole)] + cmd(run, "--resume")[6:]) == 1  # another init
     assert f"continues {tiny_run}, not --init {whole}" in capsys.readouterr().err
+    # a checkpoint is an init too: its tensors, and its run's config and tokenizer
+    checkpoint = whole / "checkpoints" / "step-00000006"
+    _, setup = continued_setup(checkpoint, wiki_prepared, tmp_path / "from-checkpoint")
+    from ember.runs.sharded import checkpoint_model_state
+
+    assert_same_tensors(setup.module, checkpoint_model_state(checkpoint))
 
 
 def refused(args: list[str], capsys) -> str:
@@ -171,6 +177,11 @@ def test_continued_pretraining_from_long_minilm_keeps_its_model_and_weights(mini
     assert_same_tensors(setup.module, state)
     assert not any(k.startswith("mlm.") for k in state)  # MiniLM has no MLM head: a fresh one
     assert "fresh heads: mlm" in setup.description
+    # the HF folder itself as the init: the imported run's tensors (the import is exact)
+    hf = real_data("checkpoints", "all-MiniLM-L6-v2")  # its tokenizer.json differs only in padding/truncation
+    cfg, setup = continued_setup(hf, wiki, tmp_path / "from-hf")
+    assert cfg.model == load_run_config(short).model
+    assert_same_tensors(setup.module, load_weights(short / "model.safetensors"))
 
 
 def test_continued_pretraining_minilm_mlm_loss_falls_from_its_fresh_head_on_real_text(minilm, tmp_path):
