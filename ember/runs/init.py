@@ -69,7 +69,6 @@ def load_init(init: str | Path | Init, preset: str = "", tokenizer: str = "") ->
                      "(config.json); use 'random' to start from scratch")
 
 
-
 def _hf_init(path: Path) -> Init:
     """An HF checkpoint folder: its config, whole state in ember's names and checked tokenizer."""
     from ember.interop.hf_folder import check_vocabulary, read_hf_checkpoint
