@@ -96,6 +96,26 @@ def test_continued_pretraining_cli_trains_a_new_run_and_resume_after_kill_reprod
     assert_same_tensors(setup.module, checkpoint_model_state(checkpoint))
 
 
+@pytest.mark.parametrize("attention,options", [("bigbird", ["--block", "16", "--random-blocks", "1"]),
+                                               ("reformer", ["--chunk", "16", "--hashes", "2"])])
+def test_continued_pretraining_of_bigbird_and_reformer_conversions_starts_exactly_and_trains(
+        attention, options, tiny_run, wiki_prepared, tmp_path):
+    """The attention variant is a model setting the init carries: a run made long with BigBird's or
+    Reformer's attention (Reformer's shared QK needs this training) continues with its own."""
+    long = tmp_path / "long"
+    assert main(["convert", "--from-run", str(tiny_run), "--long", "128", "--attention", attention, "--out",
+                 str(long), *options]) == 0
+    cfg, setup = continued_setup(long, wiki_prepared, tmp_path / "probe")
+    assert (cfg.model.attention, cfg.model.max_position, cfg.data.max_seq_length) == (attention, 128, 128)
+    assert_same_tensors(setup.module, load_weights(long / "model.safetensors"))
+    run = tmp_path / "run"
+    assert main(["pretrain", "--init", str(long), "--data", str(wiki_prepared), "--out", str(run), "--max-steps", "3",
+                 "--no-progress", *sets(*SHORT)]) == 0
+    assert load_run_config(run).model == load_run_config(long).model
+    losses = train_losses(run)
+    assert sorted(losses) == [1, 2, 3] and all(v == v for v in losses.values())
+
+
 def refused(args: list[str], capsys) -> str:
     assert main(args) == 1
     err = capsys.readouterr().err
