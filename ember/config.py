@@ -313,6 +313,9 @@ class RunConfig:
     train: TrainConfig = field(default_factory=TrainConfig)
     kind: str = "pretrain"  # "pretrain" or "finetune": what the run folder holds
     objective: str = "bert"  # which pre-training objective (see ember.objectives)
+    # Pre-training: the run, checkpoint or HF folder whose model it continues ('' = random weights;
+    # `ember pretrain --init`, ember.api.continued). The model section is then the init's.
+    init: str = ""
     electra: ElectraConfig = field(default_factory=ElectraConfig)
     elmo: ElmoConfig = field(default_factory=ElmoConfig)
     denoising: DenoisingConfig = field(default_factory=DenoisingConfig)  # T5 objectives

@@ -47,8 +47,10 @@ def resumed_config(saved: RunConfig, wanted: RunConfig, out: Path) -> RunConfig:
 
 
 def pretrain_config(recipe: str | Path | RunConfig | None, out: str | Path, data: str | Path | None = None,
-                    overrides: list[str] | tuple[str, ...] = (), resume: bool = False) -> RunConfig:
-    """The RunConfig a pre-training run will use (see the module docstring)."""
+                    overrides: list[str] | tuple[str, ...] = (), resume: bool = False,
+                    init: str | Path | None = None) -> RunConfig:
+    """The RunConfig a pre-training run will use (see the module docstring); ``init``: continue
+    that run's model (``ember.api.continued``)."""
     from ember.config import apply_overrides, load_yaml, run_config_from_dict
     from ember.recipes import recipe_path
 
@@ -60,6 +62,10 @@ def pretrain_config(recipe: str | Path | RunConfig | None, out: str | Path, data
         # its first checkpoint does that)
         raise EmberError(f"--resume: there is no run in {out} to resume (no config.yaml); check --out, or drop "
                          "--resume and give --data to start one")
+    if init is not None and not resuming:
+        from ember.api.continued import continued_config
+
+        return continued_config(recipe, init, overrides)  # the init's vocabulary, checked against the corpus
     if isinstance(recipe, RunConfig):
         cfg = run_config_from_dict(apply_overrides(to_dict(recipe), overrides), where="settings")
     else:
@@ -68,18 +74,27 @@ def pretrain_config(recipe: str | Path | RunConfig | None, out: str | Path, data
     if not any(o.startswith("model.vocab_size=") for o in overrides):
         cfg = fit_vocab_to_corpus(cfg)  # before a resume compares settings: the saved run was fitted too
     if resuming:
+        from ember.api.continued import check_resumed_init
+
+        check_resumed_init(run_config_from_dict(load_yaml(saved_path), where=str(saved_path)), init, out)
         cfg = resumed_config(run_config_from_dict(load_yaml(saved_path), where=str(saved_path)), cfg, out)
     if cfg.kind != "pretrain":
         raise EmberError(f"{recipe} is a {cfg.kind} recipe, not a pre-training one")
+    if cfg.data.max_seq_length == 0 and not cfg.init:
+        raise EmberError(f"data.max_seq_length=0 (recipe {recipe}) means the --init model's positions: give --init "
+                         "RUN to continue a model, or --set data.max_seq_length=N")
     return cfg
 
 
 @keeps_caller_state
 def pretrain(recipe: str | Path | RunConfig | None = "bert-mini", out: str | Path = "runs/pretrain",
              data: str | Path | None = None, overrides: list[str] | tuple[str, ...] = (), resume: bool = False,
-             overwrite: bool = False, progress: bool = True) -> RunResult:
+             overwrite: bool = False, progress: bool = True, init: str | Path | None = None) -> RunResult:
     """Pre-train ``recipe`` (a name in ember/recipes, a YAML path or a RunConfig) on ``data`` (a
-    folder written by `ember prepare`; raw text for ELMo) into the run folder ``out``.
+    folder written by `ember prepare`; raw text for ELMo) into the run folder ``out``. With
+    ``init`` (a run, checkpoint or HF folder) the run continues that model's pre-training: its
+    config, weights and tokenizer, a fresh optimizer and schedule (recipe ``continue-mlm`` by
+    default; ``ember.api.continued``).
 
     >>> result = ember.pretrain("bert-mini", "runs/bert-mini", data="runs/wiki",
     ...                         overrides=["train.max_time=600"])  # doctest: +SKIP
@@ -88,16 +103,18 @@ def pretrain(recipe: str | Path | RunConfig | None = "bert-mini", out: str | Pat
     from ember.train.pretrain import run_pretraining
 
     out, overrides = folder_arg(out, "out"), strings_arg(overrides, "overrides")
-    cfg = pretrain_config(recipe, out, data, overrides, resume)
+    if init is not None:
+        init = folder_arg(init, "init")
+    cfg = pretrain_config(recipe, out, data, overrides, resume, init)
     trained = run_pretraining(cfg, out, resume=resume, overwrite=overwrite, progress=progress)
-    _record_recipe(out, recipe, data, overrides, resume)
+    _record_recipe(out, recipe, data, overrides, resume, init)
     from ember.train.tracking import finish_tracking
 
     finish_tracking(out)  # train.trackers=mlflow: the folder's files and final metrics, run ended
     return RunResult(out, last_evaluation(out), [trained])
 
 
-def _record_recipe(out: Path, recipe, data, overrides, resume: bool) -> None:
+def _record_recipe(out: Path, recipe, data, overrides, resume: bool, init=None) -> None:
     """RUN/recipe.json: the recipe and overrides the run was asked for (config.yaml holds what
     they resolved to); `ember report` shows it. A resumed run keeps the record of its start."""
     import json
@@ -107,6 +124,9 @@ def _record_recipe(out: Path, recipe, data, overrides, resume: bool) -> None:
     path = out / "recipe.json"
     if resume and path.is_file():
         return
-    name = "a RunConfig given from Python" if isinstance(recipe, RunConfig) else str(recipe or "bert-mini")
-    atomic_write_text(path, json.dumps({"recipe": name, "data": None if data is None else str(data),
-                                        "overrides": list(overrides)}, indent=2))
+    default = "bert-mini" if init is None else "continue-mlm"
+    name = "a RunConfig given from Python" if isinstance(recipe, RunConfig) else str(recipe or default)
+    record = {"recipe": name, "data": None if data is None else str(data), "overrides": list(overrides)}
+    if init is not None:
+        record["init"] = str(init)
+    atomic_write_text(path, json.dumps(record, indent=2))

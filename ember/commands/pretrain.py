@@ -22,10 +22,22 @@ def register(sub) -> None:
         "raw text instead of shards: `ember pretrain --recipe elmo-mini --data ../shared/data/wiki-en --out "
         "runs/elmo --max-time 15m`. With --max-time a linear (or stlr) learning-rate schedule still spans the "
         "recipe's max_steps; --set train.schedule=time spans the time budget instead (bert-cram-cpu's "
-        "recipe does; T5's inverse_sqrt does not depend on max_steps).",
+        "recipe does; T5's inverse_sqrt does not depend on max_steps). "
+        "Continued pre-training (Longformer §5; docs/pretraining.md): --init RUN_OR_CHECKPOINT starts from a "
+        "trained encoder instead of random weights (an ember run, RUN/checkpoints/step-N or an HF folder, e.g. a "
+        "model made long with `ember convert --long`): its config (attention, window, positions, ...), weights "
+        "and tokenizer, its MLM head when it has one (else a fresh one), a fresh optimizer and schedule, and "
+        "recipe continue-mlm unless --recipe names another MLM recipe (its model section is ignored; --set "
+        "model.dropout and the other settings that keep the weights' meaning apply, others are refused). --data "
+        "must be prepared with the init's tokenizer: `ember prepare ../shared/data/wiki-en --tokenizer "
+        "runs/minilm-long/tokenizer.json --out runs/wiki-minilm`, then `ember pretrain --init runs/minilm-long "
+        "--data runs/wiki-minilm --out runs/minilm-long-mlm` (sequences as long as the model's positions, "
+        "data.max_seq_length to choose).",
     )
-    p.add_argument("--recipe", help="recipe name or YAML path (default: bert-mini; with --resume, "
-                   "the run's saved settings)")
+    p.add_argument("--recipe", help="recipe name or YAML path (default: bert-mini, with --init continue-mlm; "
+                   "with --resume, the run's saved settings)")
+    p.add_argument("--init", metavar="RUN_OR_CHECKPOINT", help="continue pre-training this model (an ember run, "
+                   "one of its checkpoints or an HF folder): its config, weights and tokenizer, a fresh optimizer")
     p.add_argument("--data", help="prepared corpus folder (from `ember prepare`); for "
                    "ELMo (objective bilm) and ernie-dea raw text: a file, folder or glob")
     p.add_argument("--out", required=True, help="run folder to write")
@@ -46,7 +58,7 @@ def run(args) -> int:
         if getattr(args, flag) is not None:
             overrides.append(f"{key}={getattr(args, flag)}")
     result = pretrain(args.recipe, args.out, data=args.data, overrides=overrides, resume=args.resume,
-                      overwrite=args.overwrite, progress=not args.no_progress)
+                      overwrite=args.overwrite, progress=not args.no_progress, init=args.init)
     from ember.train.distributed import is_first_process
 
     if is_first_process():

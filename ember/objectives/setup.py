@@ -90,6 +90,15 @@ def setup_from_shards(cfg: RunConfig, run_dir: Path, resume: bool, progress: boo
     # Masking schemes beyond single tokens read word boundaries from the tokenizer.
     module = build_objective(cfg, {**special, "eot": end_of_text_id(tokenizer),
                                    "tokenizer_path": str(corpus.tokenizer_path)})
+    started = ""
+    if cfg.init:
+        from ember.runs.checkpoint import list_checkpoints
+
+        if resume and list_checkpoints(run_dir):
+            started = f", continuing {cfg.init} (weights from the checkpoint)"
+        else:  # a new run, or a torchrun restart before its first checkpoint
+            fresh = load_start_weights(module, cfg.init)
+            started = f", continuing {cfg.init}" + (f" (fresh heads: {', '.join(fresh)})" if fresh else "")
     train_data = objective_dataset(module, corpus, cfg.data, cfg.train.seed, special["sep"])
     evaluate = None
     try:
@@ -106,7 +115,26 @@ def setup_from_shards(cfg: RunConfig, run_dir: Path, resume: bool, progress: boo
         cfg, module, train_data, evaluate,
         write_files=lambda folder: write_run_files(folder, cfg, corpus.tokenizer_path),
         description=f"pre-training {cfg.objective} on {corpus.num_tokens:,} tokens ({len(train_data):,} "
-                    f"sequences/epoch), backbone {params / 1e6:.1f}M parameters")
+                    f"sequences/epoch), backbone {params / 1e6:.1f}M parameters{started}")
+
+
+def load_start_weights(module: nn.Module, init: str) -> list[str]:
+    """Load ``init``'s weights (``ember.runs.init.load_start``: backbone and heads) into the
+    objective's ``module``, tensor for tensor; return the heads the init lacks, which keep their
+    fresh initialisation (MiniLM has no MLM head). Every backbone tensor must come from the init
+    with its shape; the init's other heads (a classifier, NSP under objective mlm) are left out."""
+    from ember.runs.init import load_start
+
+    state = load_start(init).state
+    own = module.state_dict()
+    missing = [k for k in own if k.startswith("backbone.") and k not in state]
+    wrong = [k for k in own if k in state and tuple(own[k].shape) != tuple(state[k].shape)]
+    if missing or wrong:
+        what = f"lacks {missing[:3]}" if missing else (f"has {wrong[0]} of shape {tuple(state[wrong[0]].shape)}, "
+                                                       f"the model {tuple(own[wrong[0]].shape)}")
+        raise EmberError(f"--init {init}: its weights do not fit the model its config describes (it {what})")
+    module.load_state_dict({k: v for k, v in state.items() if k in own}, strict=False)
+    return sorted({k.split(".")[0] for k in own if k not in state})
 
 
 def setup_pretraining(cfg: RunConfig, run_dir: Path, resume: bool, progress: bool) -> PretrainingSetup:

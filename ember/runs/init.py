@@ -61,16 +61,44 @@ def load_init(init: str | Path | Init, preset: str = "", tokenizer: str = "") ->
         # folder (its encoder may sit in a sub-folder). The config keeps the family's pooler even
         # when the checkpoint has none (XForMaskedLM): fine-tuning then initialises it fresh, as
         # transformers' XForSequenceClassification does.
-        from ember.interop.hf_folder import check_vocabulary, read_hf_checkpoint
-
-        checkpoint = read_hf_checkpoint(path)
-        tokenizer_path = checkpoint.model_dir / "tokenizer.json"
-        if not tokenizer_path.is_file():
-            raise EmberError(f"{checkpoint.model_dir} has no tokenizer.json; import it first with "
-                             "`ember convert --from-hf` (which also reads vocab.txt or vocab.json + merges.txt)")
-        check_vocabulary(tokenizer_path, checkpoint.model, checkpoint.model_dir, checkpoint.lowercase)
-        return Init(checkpoint.model, backbone_weights(checkpoint.state), tokenizer_path)
+        start = _hf_init(path)
+        return Init(start.model, backbone_weights(start.state), start.tokenizer)
     if path.is_dir() and any(path.glob("seed-*/config.yaml")):
         load_run_config(path)  # a multi-seed folder: the error names its seed runs
     raise EmberError(f"--init {init}: not an ember run folder (config.yaml) nor an HF checkpoint "
                      "(config.json); use 'random' to start from scratch")
+
+
+def _hf_init(path: Path) -> Init:
+    """An HF checkpoint folder: its config, whole state in ember's names and checked tokenizer."""
+    from ember.interop.hf_folder import check_vocabulary, read_hf_checkpoint
+
+    checkpoint = read_hf_checkpoint(path)
+    tokenizer_path = checkpoint.model_dir / "tokenizer.json"
+    if not tokenizer_path.is_file():
+        raise EmberError(f"{checkpoint.model_dir} has no tokenizer.json; import it first with "
+                         "`ember convert --from-hf` (which also reads vocab.txt or vocab.json + merges.txt)")
+    check_vocabulary(tokenizer_path, checkpoint.model, checkpoint.model_dir, checkpoint.lowercase)
+    return Init(checkpoint.model, dict(checkpoint.state), tokenizer_path)
+
+
+def load_start(init: str | Path) -> Init:
+    """Where continued pre-training (`ember pretrain --init`) starts: ``load_init``'s model config
+    and tokenizer with the *whole* state in ember's names (``backbone.*`` and the heads it has:
+    ``mlm.*``, ``nsp.*``, ...), so an MLM head trained before is trained on, not redrawn. ``init``
+    is an ember run, one of its checkpoints (``RUN/checkpoints/step-N``, sharded or not) or an HF
+    checkpoint folder."""
+    from ember.runs.sharded import weights_view
+
+    path = Path(init)
+    if (path / "config.json").is_file() or (path / "modules.json").is_file():
+        return _hf_init(path)
+    if not path.is_dir():
+        raise EmberError(f"--init {init}: no such folder; give an ember run folder, one of its checkpoints "
+                         "(RUN/checkpoints/step-N) or an HF checkpoint folder")
+    with weights_view(path) as folder:  # a checkpoint: its run's files beside the checkpoint's weights
+        if not (folder / "config.yaml").is_file():
+            load_init(folder)  # the error that names what the folder is not
+        run_cfg = load_run_config(folder)
+        check_family(path, run_cfg, SUPPORTED_FAMILIES)
+        return Init(run_cfg.model, load_weights(folder / "model.safetensors"), (folder / "tokenizer.json").resolve())

@@ -34,7 +34,7 @@ def run_pretraining(cfg: RunConfig, run_dir: Path, resume: bool = False, overwri
         torch.manual_seed(cfg.train.seed)  # same initial weights on every rank
         setup = setup_pretraining(cfg, run_dir, resume, progress and dist_info.is_main)
         if dist_info.is_main:
-            prepare_run_dir(run_dir, resume, overwrite, inputs=(cfg.data.prepared, cfg.knowledge.init))
+            prepare_run_dir(run_dir, resume, overwrite, inputs=(cfg.data.prepared, cfg.knowledge.init, cfg.init))
             run_dir.mkdir(parents=True, exist_ok=True)
             setup.write_files(run_dir)
         trainer = Trainer(setup.module, setup.train_data, setup.cfg.train, run_dir, dist_info, setup.evaluate,

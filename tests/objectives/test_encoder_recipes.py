@@ -18,9 +18,10 @@ from ember.config import apply_overrides, load_yaml, run_config_from_dict
 # Encoder, XLNet and T5 recipes (WordPiece corpus fixture; T5's with sentinels); GPT recipes need
 # a BPE corpus with an end-of-text token and are stepped in objectives/test_gpt_pretraining.py,
 # XLM recipes a corpus with language codes (objectives/test_xlm_pretraining.py), ernie-dea an
-# encoder to continue and entity embeddings (objectives/test_ernie_dea.py).
+# encoder to continue and entity embeddings (objectives/test_ernie_dea.py), continue-mlm a run to
+# continue (train/test_continued_pretraining.py).
 RECIPES = sorted(p.stem for p in RECIPES_DIR.glob("*.yaml")
-                 if not p.stem.startswith(("gpt", "elmo", "xlm", "ernie-dea")))
+                 if not p.stem.startswith(("gpt", "elmo", "xlm", "ernie-dea", "continue-mlm")))
 # Small, fast runs: loss must still fall from ~ln(V) towards the unigram entropy.
 QUICK_RUN = ["--max-steps", "40", "--batch-size", "16", "--grad-accum", "1", "--lr", "3e-3",
              "--no-progress", "--set", "train.log_every=1", "--set", "train.eval_every=40",
