@@ -32,12 +32,14 @@ batching queue before the process ends.
 
 import contextlib
 import logging
+import time
 
 from ember.errors import EmberError
 from ember.serve.batching import MicroBatcher
 from ember.serve.contract import integer_fields, prepare, request_body, route_docs
 from ember.serve.observability import install as install_observability
 from ember.serve.requests import Limits, RequestError, read_json
+from ember.train.host_memory import return_freed_host_memory
 
 log = logging.getLogger("ember.serve")
 
@@ -49,6 +51,9 @@ def _require_web() -> None:
     if missing:
         raise EmberError(f"serving needs {' and '.join(missing)}; install the optional extra: "
                          "pip install 'ember[serve]'")
+
+
+TRIM_EVERY_S = 1.0  # how often a busy server returns freed heap pages to the OS
 
 
 def create_app(predictor, limits: Limits | None = None, max_batch: int = 32, max_wait_ms: float = 5.0,
@@ -63,7 +68,19 @@ def create_app(predictor, limits: Limits | None = None, max_batch: int = 32, max
     from starlette.exceptions import HTTPException
 
     limits = limits or Limits()
-    batcher = MicroBatcher(predictor.run, max_batch=max_batch, max_wait_ms=max_wait_ms)
+
+    last_trim = [0.0]
+
+    def process(name: str, requests: list) -> list:
+        try:
+            return predictor.run(name, requests)
+        finally:  # each batch frees blocks of its own shapes: hand them back (train/host_memory.py),
+            # at most once a second: a trim costs ~7 ms (MiniLM), more than a short request
+            if time.monotonic() - last_trim[0] >= TRIM_EVERY_S:
+                return_freed_host_memory()
+                last_trim[0] = time.monotonic()
+
+    batcher = MicroBatcher(process, max_batch=max_batch, max_wait_ms=max_wait_ms)
     info = predictor.info
 
     @contextlib.asynccontextmanager

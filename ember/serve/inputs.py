@@ -12,10 +12,12 @@ from ember.errors import EmberError
 from ember.serve.graph import ServeInfo
 
 
-def pad_arrays(rows: Sequence[tuple[Sequence[int], Sequence[int]]], pad_id: int) -> dict[str, np.ndarray]:
+def pad_arrays(rows: Sequence[tuple[Sequence[int], Sequence[int]]], pad_id: int, multiple: int = 1,
+               cap: int | None = None) -> dict[str, np.ndarray]:
     """[(ids, type_ids), ...] -> input_ids / attention_mask / token_type_ids, each (B, T) int64,
-    padded to the batch's longest row (not to max_length: short requests stay cheap)."""
-    width = max(len(ids) for ids, _ in rows)
+    padded to the batch's longest row (not to max_length: short requests stay cheap), rounded up
+    to a ``multiple`` of tokens but never beyond ``cap`` (see ``padded_width``)."""
+    width = padded_width(max(len(ids) for ids, _ in rows), multiple, cap)
     out = {"input_ids": np.full((len(rows), width), pad_id, dtype=np.int64),
            "attention_mask": np.zeros((len(rows), width), dtype=np.int64),
            "token_type_ids": np.zeros((len(rows), width), dtype=np.int64)}
@@ -24,6 +26,18 @@ def pad_arrays(rows: Sequence[tuple[Sequence[int], Sequence[int]]], pad_id: int)
         out["attention_mask"][r, : len(ids)] = 1
         out["token_type_ids"][r, : len(types)] = types
     return out
+
+
+def padded_width(longest: int, multiple: int = 1, cap: int | None = None) -> int:
+    """``longest`` rounded up to a multiple, at most ``cap`` (and never below ``longest``).
+
+    A server sees every input length; each new batch shape costs memory that PyTorch's CPU
+    kernels keep (oneDNN holds state per input row count) and fragments the heap, so a served
+    process grew without bound (docs/reliability.md). Widths in steps of 16 tokens bound the
+    shapes a server meets at a cost of under 8 padding tokens per row on average.
+    """
+    width = -(-longest // multiple) * multiple
+    return max(longest, min(width, cap)) if cap is not None else width
 
 
 def verification_rows(info: ServeInfo, tokenizer: Tokenizer, path: str | Path | None = None,

@@ -48,6 +48,10 @@ def build_methods(info: ServeInfo, ctx) -> list:
 
 
 class Predictor:
+    # padded widths in steps of this many tokens: a long-lived server meets a bounded set of batch
+    # shapes, so its memory stays flat (ember.serve.inputs.padded_width, docs/reliability.md)
+    pad_multiple = 16
+
     def __init__(self, runner, info: ServeInfo, tokenizer, max_length: int | None = None,
                  max_batch: int = 32, model=None, backend: str = "") -> None:
         self.runner, self.info, self.tokenizer = runner, info, tokenizer
@@ -97,7 +101,8 @@ class Predictor:
         out: list = [None] * len(rows)
         with self._lock:
             for chunk in length_sorted_batches([len(ids) for ids, _ in rows], self.max_batch):
-                logits, hidden = self.runner(pad_arrays([rows[i] for i in chunk], self.info.pad_id), need_hidden)
+                arrays = pad_arrays([rows[i] for i in chunk], self.info.pad_id, self.pad_multiple, self.max_length)
+                logits, hidden = self.runner(arrays, need_hidden)
                 self.ctx.counters["forwards"] += 1
                 for j, i in enumerate(chunk):
                     n = len(rows[i][0])
