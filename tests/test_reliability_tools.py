@@ -74,3 +74,17 @@ def test_serve_locust_smoke_minilm_every_route_no_failure_and_sigterm_drops_noth
     assert report["load"]["rss_mb_first_last"][0] > 50  # a real model is resident
     assert report["sigterm"]["dropped"] == 0 and report["sigterm"]["server_exit_code"] == 0
     assert report["sigterm"]["answered"] == report["sigterm"]["access_log_answers"] > 0
+
+
+def test_serve_memory_probe_minilm_reads_the_served_process_resident_memory(tmp_path):
+    from ember.interop.convert import import_hf
+
+    run = import_hf(real_data("checkpoints", "all-MiniLM-L6-v2"), tmp_path / "minilm")
+    report_file = tmp_path / "memory.json"
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "tools" / "serve_memory.py"), "--run", str(run),
+                           "--requests", "8", "--every", "4", "--json", str(report_file)], capture_output=True,
+                          text=True, cwd=ROOT, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    report = json.loads(report_file.read_text())
+    assert [i for i, _ in report["rss_mb"]] == [0, 4, 8]
+    assert all(mb > 50 for _, mb in report["rss_mb"])  # the real model is resident in the server

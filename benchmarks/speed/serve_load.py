@@ -54,15 +54,19 @@ def get_json(host: str, port: int, path: str, timeout: float = 5.0) -> dict:
         conn.close()
 
 
-def start_server(run: str, backend: str, port: int, extra: list[str], timeout: float = 300.0) -> subprocess.Popen:
+def start_server(run: str, backend: str, port: int, extra: list[str], timeout: float = 300.0,
+                 log=None) -> subprocess.Popen:
+    """``log``: an open file for the server's output (default: a pipe, read when it stops)."""
     cmd = [sys.executable, "-m", "ember", "serve", run, "--port", str(port)] + extra
     if backend != "torch":
         cmd.append(f"--{backend}")
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(cmd, stdout=log or subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise SystemExit(f"server exited early ({proc.returncode}):\n{proc.stdout.read()}")
+            if log is not None:
+                log.seek(0)
+            raise SystemExit(f"server exited early ({proc.returncode}):\n{(log or proc.stdout).read()}")
         try:
             get_json("127.0.0.1", port, "/healthz", timeout=1.0)
             return proc
