@@ -176,7 +176,7 @@ class TrainConfig:
     dtype: str = "float32"  # "bfloat16" turns on autocast where the device supports it
     num_threads: int = 0  # 0: torch default
     # On the CPU, keep freed memory in the process so each step's large tensors reuse the last
-    # step's pages instead of faulting in fresh ones (ember.train.host_memory; ~20% of a
+    # step's pages instead of faulting in fresh ones (ember.host_memory; ~20% of a
     # bert-mini step on one core). The process keeps its peak footprint until it exits.
     keep_host_memory: bool = True
     # torch.compile the training forward/backward (inductor). Off by default: on a 2-core CPU

@@ -52,7 +52,7 @@ from ember.objectives import noise  # noqa: E402
 from ember.objectives.clm import CausalLM  # noqa: E402
 from ember.objectives.plm import STRUCTURE_TOKENS, PermutationLM  # noqa: E402
 from ember.objectives.span_corruption import Corruption, Seq2SeqDenoising  # noqa: E402
-from ember.train.host_memory import keep_freed_host_memory  # noqa: E402
+from ember.host_memory import keep_freed_host_memory  # noqa: E402
 from ember.train.optim import build_optimizer  # noqa: E402
 
 FAMILIES = ("gpt2", "t5", "xlnet")

@@ -34,7 +34,7 @@ from _bench import run_cli  # noqa: E402
 from ember.errors import EmberError  # noqa: E402
 from ember.nn import dropout as this_dropout  # noqa: E402
 from ember.nn import linear_cross_entropy as this_head  # noqa: E402
-from ember.train.host_memory import keep_freed_host_memory  # noqa: E402
+from ember.host_memory import keep_freed_host_memory  # noqa: E402
 
 
 def load_module(name: str, path: Path):

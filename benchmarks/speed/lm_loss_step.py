@@ -31,7 +31,7 @@ from ember.models import build_backbone  # noqa: E402
 from ember.nn import linear_cross_entropy  # noqa: E402
 from ember.nn.lm_loss import seq2seq_loss  # noqa: E402
 from ember.objectives.clm import CausalLM  # noqa: E402
-from ember.train.host_memory import keep_freed_host_memory  # noqa: E402
+from ember.host_memory import keep_freed_host_memory  # noqa: E402
 from ember.train.optim import build_optimizer  # noqa: E402
 
 SHAPES = {"clm": ("gpt2-mini", 50257), "span_corruption": ("t5-mini", 32128)}

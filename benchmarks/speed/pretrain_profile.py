@@ -34,7 +34,7 @@ from pretrain_throughput import ember_step, make_batch, reference_step  # noqa: 
 
 from ember.config import TrainConfig, model_preset  # noqa: E402
 from ember.nn.linear_cross_entropy import PROFILER_RANGE  # noqa: E402
-from ember.train.host_memory import keep_freed_host_memory  # noqa: E402
+from ember.host_memory import keep_freed_host_memory  # noqa: E402
 
 WARMUP_STEPS = 6
 OPTIMIZER_RANGES = ("Optimizer.",)  # torch's own range around optimizer.step, and ours around clipping

@@ -62,7 +62,7 @@ from ember.config import DataConfig, ModelConfig, TrainConfig, model_preset  # n
 from ember.models import build_backbone  # noqa: E402
 from ember.nn import onednn  # noqa: E402
 from ember.objectives.bert import BertPretraining  # noqa: E402
-from ember.train.host_memory import keep_freed_host_memory  # noqa: E402
+from ember.host_memory import keep_freed_host_memory  # noqa: E402
 from ember.train.optim import build_optimizer, parameter_groups  # noqa: E402
 
 SPECIAL = {"pad": 0, "unk": 100, "cls": 101, "sep": 102, "mask": 103}
@@ -346,7 +346,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--no-compile", action="store_true", help="GPU section without the torch.compile contender")
     parser.add_argument("--system-malloc", action="store_true",
                         help="leave glibc's malloc returning freed large blocks to the OS; by default the process "
-                             "keeps them for reuse as `ember pretrain` does (ember.train.host_memory), which "
+                             "keeps them for reuse as `ember pretrain` does (ember.host_memory), which "
                              "applies to every contender in this process")
     add_common_args(parser, "a tiny model and batch, seconds (CI)")
     args = parser.parse_args(argv)

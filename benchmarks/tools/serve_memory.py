@@ -11,7 +11,7 @@ nobody reads), sends the requests one after another (no concurrency: every batch
 own length, the worst case for per-shape state) and prints the curve, the growth after the
 first quarter of the requests (what a leak shows as and a cache that fills does not) and,
 with --json, writes it. Before ember's fix (padded widths in steps of 16 tokens, freed heap
-pages handed back: ember/serve/inputs.py, ember/train/host_memory.py) the served MiniLM grew
+pages handed back: ember/serve/inputs.py, ember/host_memory.py) the served MiniLM grew
 353 -> 1,170 MB over 300 requests; docs/reliability.md has the figures.
 """
 

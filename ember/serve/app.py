@@ -39,7 +39,7 @@ from ember.serve.batching import MicroBatcher
 from ember.serve.contract import integer_fields, prepare, request_body, route_docs
 from ember.serve.observability import install as install_observability
 from ember.serve.requests import Limits, RequestError, read_json
-from ember.train.host_memory import return_freed_host_memory
+from ember.host_memory import return_freed_host_memory
 
 log = logging.getLogger("ember.serve")
 
@@ -74,7 +74,7 @@ def create_app(predictor, limits: Limits | None = None, max_batch: int = 32, max
     def process(name: str, requests: list) -> list:
         try:
             return predictor.run(name, requests)
-        finally:  # each batch frees blocks of its own shapes: hand them back (train/host_memory.py),
+        finally:  # each batch frees blocks of its own shapes: hand them back (host_memory.py),
             # at most once a second: a trim costs ~7 ms (MiniLM), more than a short request
             if time.monotonic() - last_trim[0] >= TRIM_EVERY_S:
                 return_freed_host_memory()

@@ -32,7 +32,7 @@ from ember.train.checks import check_train_settings
 from ember.train.clock import step_clock
 from ember.train.distributed import DistInfo, agree, all_reduce_sums, barrier, gradient_sync
 from ember.train.fsdp import full_model_state, shard
-from ember.train.host_memory import keep_freed_host_memory
+from ember.host_memory import keep_freed_host_memory
 from ember.train.length_groups import GROUPED, SHUFFLED, SPREAD, group_by_length, spread_by_length
 from ember.train.scaling import chose_no_layout, cpu_micro_batches, effective_config
 from ember.train.sharded_checkpoint import resume_checkpoint, save_sharded_checkpoint

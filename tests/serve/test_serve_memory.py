@@ -79,7 +79,7 @@ def test_served_batches_of_real_sentences_are_padded_in_steps_of_16_and_answer_a
 def test_return_freed_host_memory_gives_free_heap_pages_back_to_the_os():
     import sys
 
-    from ember.train.host_memory import return_freed_host_memory
+    from ember.host_memory import return_freed_host_memory
 
     if not sys.platform.startswith("linux"):
         pytest.skip("reads /proc/self/status and glibc's malloc_trim")

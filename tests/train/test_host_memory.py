@@ -1,4 +1,4 @@
-"""ember.train.host_memory: with freed memory kept, a step's large tensors reuse the previous
+"""ember.host_memory: with freed memory kept, a step's large tensors reuse the previous
 step's pages instead of faulting in fresh ones (counted as minor page faults, in a fresh process
 because the setting is process-wide), and the Trainer applies it on the CPU unless told not to."""
 
@@ -21,7 +21,7 @@ pytestmark = pytest.mark.skipif(host_memory._glibc() is None, reason="needs Linu
 # settles after a few steps.)
 PROBE = """
 import json, resource, sys, torch
-from ember.train.host_memory import keep_freed_host_memory
+from ember.host_memory import keep_freed_host_memory
 applied = keep_freed_host_memory() if sys.argv[1] == "keep" else False
 def faults():
     return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
