@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from ember.train import host_memory
+from ember import host_memory
 
 pytestmark = pytest.mark.skipif(host_memory._glibc() is None, reason="needs Linux with glibc's mallopt")
 
