@@ -59,8 +59,8 @@ def wandb_group(name: str):
 
 @contextlib.contextmanager
 def _mode_env(mode: str):
-    # wandb reads WANDB_MODE from the environment too; the run's own setting wins while it starts,
-    # so a stray WANDB_MODE=online in the shell cannot send an offline run to the server
+    # wandb.init's mode= already wins over a stray WANDB_MODE=online in the shell (wandb 0.31); the
+    # environment says the same while the run starts, for whatever else wandb starts reads it there
     before = os.environ.get("WANDB_MODE")
     os.environ["WANDB_MODE"] = mode
     try:
