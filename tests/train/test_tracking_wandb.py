@@ -103,6 +103,7 @@ def test_finetune_wandb_offline_run_has_config_step_metrics_final_and_resume_con
     run_id, files, runs, history, summary = read_offline_run(run)
     # --resume continued the same W&B run: two offline segments of one id, `wandb sync` joins them
     assert run_id == first_id and len(files) == 2 and {r.run_id for r in runs} == {run_id}
+    assert [r.resume for r in runs] == [False, True]  # the second part says it continues the run
     assert {(r.project, r.display_name) for r in runs} == {("sst2-tiny", "run")}
     # the config is config.yaml's, section by section
     config = {u.key: json.loads(u.value_json) for u in runs[0].config.update if u.key != "_wandb"}
