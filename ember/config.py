@@ -375,7 +375,9 @@ def _coerce(value: Any, default: Any, where: str) -> Any:
         raise EmberError(
             f"{where}: expected a {type(default).__name__}, got {value!r}"
         ) from None
-    return str(value) if isinstance(default, str) else value
+    if isinstance(default, str):  # `--set train.trackers=` is YAML's null: the empty string, not "None"
+        return "" if value is None else str(value)
+    return value
 
 
 def run_config_from_dict(values: dict, where: str = "config") -> RunConfig:

@@ -154,3 +154,14 @@ def test_wandb_missing_or_unknown_mode_is_one_line_before_any_run_folder(tmp_pat
     with pytest.raises(EmberError, match=r"train.trackers=wandb needs Weights & Biases: pip install wandb"):
         ember.finetune("sst2", tmp_path / "run", overrides=TINY + ["train.trackers=wandb"], **args)
     assert not (tmp_path / "run").exists()
+
+
+def test_empty_tracker_setting_is_empty_not_none():
+    # `--set train.trackers=` (metrics.jsonl only) and `--set train.wandb_dir=` (the run folder) are YAML
+    # nulls; read as the string "None" they named an unknown tracker and a folder called None
+    from ember.config import apply_overrides, run_config_from_dict
+    from ember.train.tracking import check_trackers
+
+    train = run_config_from_dict(apply_overrides({}, ["train.trackers=", "train.wandb_dir="])).train
+    assert (train.trackers, train.wandb_dir) == ("", "")
+    check_trackers(train.trackers)
