@@ -121,6 +121,30 @@ def test_finetune_wandb_offline_run_has_config_step_metrics_final_and_resume_con
         (run / "wandb" / "debug-internal.log").read_text()
 
 
+def test_pretrain_wandb_run_has_every_step_and_the_last_evaluation_as_final(wiki_prepared, tmp_path):
+    # a corpus-level run has no results.json: its final metrics are its last held-out evaluation
+    from ember.runs.folder import last_evaluation
+
+    run = tmp_path / "bert"
+    ember.pretrain("bert-mini", run, wiki_prepared, TINY + [
+        "model.max_position=128", "train.max_steps=6", "train.eval_every=3", "train.save_every=6", "train.batch_size=8",
+        "train.trackers=wandb", "train.wandb_name=tiny-bert", f"train.wandb_dir={tmp_path / 'wandb-runs'}"],
+        progress=False)
+    record = json.loads((run / "wandb.json").read_text())
+    assert record["mode"] == "offline" and not (run / "wandb").exists()
+    (tmp_path / "wandb-runs" / "wandb").rename(run / "wandb")  # where read_offline_run looks
+    _, files, runs, history, summary = read_offline_run(run)
+    assert len(files) == 1 and runs[0].display_name == "tiny-bert"
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert sorted({r["step"] for r in records if r["split"] == "train"}) == list(range(1, 7))
+    logged = {(r["step"], f"{r['split']}/{k}"): v for r in records for k, v in r.items()
+              if k not in ("step", "split", "elapsed")}
+    assert {key: history[key[0]][key[1]] for key in logged} == logged
+    final = last_evaluation(run)
+    assert final and {f"final/{k}": v for k, v in final.items()} == \
+        {k: v for k, v in summary.items() if k.startswith("final/")}
+
+
 def test_sweep_trials_are_offline_wandb_runs_in_the_sweeps_group(tmp_path):
     pytest.importorskip("optuna")
     real_data("glue", "SST-2")
