@@ -215,10 +215,18 @@ class TrainConfig:
     lr_base_batch: int = 0
     # Where metrics also go besides metrics.jsonl (ember.train.tracking), comma-separated:
     # "tensorboard" (RUN/tb), "mlflow" (params, per-step metrics, the run folder's files and final
-    # model in an MLflow store: tracking_uri, else MLFLOW_TRACKING_URI, else ./mlflow.db); "" = none.
+    # model in an MLflow store: tracking_uri, else MLFLOW_TRACKING_URI, else ./mlflow.db), "wandb"
+    # (config, per-step and final metrics in a Weights & Biases run, offline); "" = none.
     trackers: str = "tensorboard"
     tracking_uri: str = ""
     experiment: str = ""  # the MLflow experiment's name; "" = "ember"
+    # "wandb" (ember.train.wandb_run): an offline W&B run in wandb_dir ("" = the run folder), which
+    # `wandb sync` uploads later; nothing reaches the network unless wandb_mode is "online".
+    wandb_project: str = ""  # "" = "ember"
+    wandb_name: str = ""  # "" = the run folder's name
+    wandb_group: str = ""  # "" = none, or in `ember sweep` the sweep's name
+    wandb_dir: str = ""
+    wandb_mode: str = "offline"
 
     def __post_init__(self) -> None:
         # fp16 autocast without loss scaling lets small gradients underflow to zero (Micikevicius
@@ -370,7 +378,9 @@ def _coerce(value: Any, default: Any, where: str) -> Any:
         raise EmberError(
             f"{where}: expected a {type(default).__name__}, got {value!r}"
         ) from None
-    return str(value) if isinstance(default, str) else value
+    if isinstance(default, str):  # `--set train.trackers=` is YAML's null: the empty string, not "None"
+        return "" if value is None else str(value)
+    return value
 
 
 def run_config_from_dict(values: dict, where: str = "config") -> RunConfig:

@@ -295,18 +295,25 @@ def run_sweep(command: str, out: Path, runner: Callable[[Path, list[str]], None]
 
 
 def _sweep_tracking(out: Path, overrides: list[str], record: dict):
-    """With ``--set train.trackers=...mlflow``: the sweep's MLflow run, each trial's run its child."""
+    """With ``--set train.trackers=...mlflow``: the sweep's MLflow run, each trial's run its child;
+    with ``...wandb``: each trial's W&B run in the group named after the sweep."""
     import contextlib
 
     sets = dict(o.split("=", 1) for o in overrides if "=" in o)
     from ember.train.tracking import parent_run, start_sweep_run, tracker_names
 
-    if "mlflow" not in tracker_names(sets.get("train.trackers", "")):
-        return contextlib.nullcontext()
-    params = {"sampler": record["sampler"], "direction": record["direction"], **record["space"]}
-    run_id = start_sweep_run(out, sets.get("train.tracking_uri", ""), sets.get("train.experiment", ""),
-                             record["study"], params)
-    return parent_run(run_id)
+    names = tracker_names(sets.get("train.trackers", ""))
+    stack = contextlib.ExitStack()
+    if "wandb" in names:
+        from ember.train.wandb_run import wandb_group
+
+        stack.enter_context(wandb_group(record["study"]))
+    if "mlflow" in names:
+        params = {"sampler": record["sampler"], "direction": record["direction"], **record["space"]}
+        run_id = start_sweep_run(out, sets.get("train.tracking_uri", ""), sets.get("train.experiment", ""),
+                                 record["study"], params)
+        stack.enter_context(parent_run(run_id))
+    return stack
 
 
 def grid_taken(study, space: list[Param], optuna) -> bool:
@@ -390,8 +397,8 @@ def _objective(out: Path, runner, space: list[Param], metric: str | None, prune:
 
 
 def _end_tracked_run(run_dir: Path, status: str) -> None:
-    """A trial stopped early still ends its MLflow run (as KILLED when pruned, FAILED on an error)."""
-    if (run_dir / "mlflow.json").is_file():
+    """A trial stopped early still ends its MLflow / W&B run (as KILLED when pruned, FAILED on an error)."""
+    if (run_dir / "mlflow.json").is_file() or (run_dir / "wandb.json").is_file():
         from ember.train.tracking import finish_tracking
 
         finish_tracking(run_dir, status)

@@ -65,4 +65,4 @@ def check_train_settings(cfg: TrainConfig, one_process_verb: str = "") -> None:
     step_clock(cfg.clock)
     from ember.train.tracking import check_trackers
 
-    check_trackers(cfg.trackers)  # an unknown tracker, or mlflow not installed
+    check_trackers(cfg.trackers, cfg.wandb_mode)  # an unknown tracker, or mlflow / wandb not installed

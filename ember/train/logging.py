@@ -28,15 +28,15 @@ def tell_evaluation(run_dir: Path, step: int, metrics: dict, main_metric: str | 
 
 
 class MetricsLogger:
-    """metrics.jsonl always; TensorBoard and MLflow as ``trackers`` (train.trackers) ask."""
+    """metrics.jsonl always; TensorBoard, MLflow and W&B as ``trackers`` (train.trackers) ask."""
 
     def __init__(self, run_dir: Path, enabled: bool = True, trackers: str = "tensorboard", tracking_uri: str = "",
-                 experiment: str = "") -> None:
+                 experiment: str = "", wandb: dict | None = None) -> None:
         from ember.train.tracking import tracker_names
 
         self.path = Path(run_dir) / "metrics.jsonl"
         self.enabled = enabled
-        self._tb = self._mlflow = None
+        self._tb = self._mlflow = self._wandb = None
         names = tracker_names(trackers)
         if enabled:
             self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -51,6 +51,10 @@ class MetricsLogger:
                 from ember.train.tracking import MlflowTracker
 
                 self._mlflow = MlflowTracker(Path(run_dir), tracking_uri, experiment)
+            if "wandb" in names:
+                from ember.train.wandb_run import WandbTracker
+
+                self._wandb = WandbTracker(Path(run_dir), wandb)
 
     def log(self, step: int, split: str, metrics: dict, elapsed: float) -> None:
         if not self.enabled:
@@ -64,10 +68,16 @@ class MetricsLogger:
                 self._tb.add_scalar(f"{split}/{name}", float(value), step)
         if self._mlflow is not None:
             self._mlflow.log(step, split, metrics)
+        if self._wandb is not None:
+            self._wandb.log(step, split, metrics)
 
-    def close(self) -> None:
+    def close(self, stopped: bool = False) -> None:
+        """``stopped``: the training ended early (a signal, an error, a pruned trial); a W&B run ends
+        here then (a resume continues it), else when the command has its final metrics."""
         if self._tb is not None:
             self._tb.close()
+        if self._wandb is not None and stopped:
+            self._wandb.end(1)
 
     @staticmethod
     def read(path: Path) -> list[dict]:

@@ -326,8 +326,10 @@ class Trainer:
             # A compiled wrapper for the training steps only: self.module keeps its parameter
             # names for checkpoints, and evaluation runs it uncompiled (eval shapes vary).
             model = torch.compile(model)
+        from ember.train.wandb_run import options as wandb_options
+
         logger = MetricsLogger(self.run_dir, enabled=self.dist.is_main, trackers=cfg.trackers,
-                               tracking_uri=cfg.tracking_uri, experiment=cfg.experiment)
+                               tracking_uri=cfg.tracking_uri, experiment=cfg.experiment, wandb=wandb_options(cfg))
         bar = self._progress_bar()
         previous = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
 
@@ -339,6 +341,7 @@ class Trainer:
         self.module.train()
         last_metrics: dict = {}
         clock = step_clock(cfg.clock)
+        completed = False
         try:
             while True:
                 # Under DDP every rank leaves at the same step: rank 0's elapsed time decides the
@@ -370,12 +373,13 @@ class Trainer:
                 self.run_evaluation(logger)
             if not cfg.save_every or self.step % cfg.save_every:
                 self.save()
+            completed = not self.stop_requested
         finally:
             for s, handler in previous.items():
                 signal.signal(s, handler)
             if bar is not None:
                 bar.close()
-            logger.close()
+            logger.close(stopped=not completed)
         if self.stop_requested:
             # A stopped run is not a finished one: callers must not write final weights or
             # results (a compare or a script would take them for complete).

@@ -1,4 +1,4 @@
-"""Experiment tracking beside metrics.jsonl: ``train.trackers=tensorboard,mlflow``.
+"""Experiment tracking beside metrics.jsonl: ``train.trackers=tensorboard,mlflow,wandb``.
 
 TensorBoard events go to RUN/tb as they always did (``ember.train.logging``). MLflow gets, in the
 store ``train.tracking_uri`` names (else MLFLOW_TRACKING_URI, else MLflow's own default, a SQLite
@@ -13,7 +13,8 @@ store ``train.tracking_uri`` names (else MLFLOW_TRACKING_URI, else MLflow's own 
   curves.png, ...; not checkpoints/ or tb/), the final metrics as ``final/NAME``, and its status.
 
 Inside ``ember sweep`` each trial's run is a child of the sweep's run (``parent_run``).
-MLflow is imported only when a run asks for it.
+MLflow is imported only when a run asks for it. Weights & Biases (offline by default) is
+``ember.train.wandb_run``; ``finish_tracking`` ends its run too.
 """
 
 from __future__ import annotations
@@ -26,10 +27,10 @@ from pathlib import Path
 from ember.errors import EmberError
 from ember.runs.folder import last_evaluation
 
-TRACKERS = ("tensorboard", "mlflow")
+TRACKERS = ("tensorboard", "mlflow", "wandb")
 RECORD = "mlflow.json"
 # large or rebuilt; a sweep's trials (and its best link) are runs of their own, its study.db Optuna's
-NOT_ARTIFACTS = ("checkpoints", "tb", "trials", "inputs", "best")
+NOT_ARTIFACTS = ("checkpoints", "tb", "trials", "inputs", "best", "wandb")
 _PARENT: list[str] = []  # the MLflow run id new runs are children of (a sweep's)
 
 
@@ -42,12 +43,17 @@ def tracker_names(value: str) -> list[str]:
     return names
 
 
-def check_trackers(value: str) -> None:
+def check_trackers(value: str, wandb_mode: str = "offline") -> None:
     """Asked before a run folder is written: a tracker that does not exist or is not installed."""
     import importlib.util
 
-    if "mlflow" in tracker_names(value) and importlib.util.find_spec("mlflow") is None:
+    names = tracker_names(value)
+    if "mlflow" in names and importlib.util.find_spec("mlflow") is None:
         raise EmberError("train.trackers=mlflow needs MLflow: pip install 'ember[track]'")
+    if "wandb" in names:
+        from ember.train.wandb_run import check_wandb
+
+        check_wandb(wandb_mode)
 
 
 def _client(uri: str):
@@ -130,9 +136,19 @@ def _read(path: Path) -> dict:
 
 def finish_tracking(run_dir: str | Path, status: str = "FINISHED") -> str | None:
     """End the MLflow run of ``run_dir`` (if it has one): its files as artifacts, its final metrics
-    (results.json's, else the last held-out evaluation) and ``status``. Returns the run id."""
+    (results.json's, else the last held-out evaluation) and ``status``. Returns the run id.
+    An open W&B run of ``run_dir`` ends here too, with the same final metrics."""
     run_dir = Path(run_dir)
     record = _read(run_dir / RECORD)
+    if not record.get("run_id") and not (run_dir / "wandb.json").is_file():
+        return None
+    final = _read(run_dir / "results.json").get("metrics") or {}
+    if not final:  # a corpus-level run: its last held-out evaluation in metrics.jsonl
+        final = last_evaluation(run_dir)
+    from ember.train.wandb_run import _OPEN, finish_wandb
+
+    if _OPEN:  # imported only when this process started a W&B run
+        finish_wandb(run_dir, final, status)
     if not record.get("run_id"):
         return None
     from mlflow.entities import Metric
@@ -141,10 +157,6 @@ def finish_tracking(run_dir: str | Path, status: str = "FINISHED") -> str | None
     run_id = record["run_id"]
     if client.get_run(run_id).info.status == "FINISHED":
         return run_id
-    results = _read(run_dir / "results.json")
-    final = results.get("metrics") or {}
-    if not final:  # a corpus-level run: its last held-out evaluation in metrics.jsonl
-        final = last_evaluation(run_dir)
     now = int(time.time() * 1000)
     metrics = [Metric(f"final/{k}", float(v), now, 0) for k, v in final.items() if isinstance(v, (int, float))]
     if metrics:

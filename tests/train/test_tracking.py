@@ -78,7 +78,7 @@ def test_unknown_tracker_is_one_line_before_any_run_folder(tmp_path):
     real_data("glue", "SST-2")
     tok = tmp_path / "tokenizer.json"
     make_wordpiece(["the", "a"]).save(str(tok))
-    with pytest.raises(EmberError, match="train.trackers=tensorboard,wandb: unknown tracker 'wandb'"):
+    with pytest.raises(EmberError, match="train.trackers=tensorboard,comet: unknown tracker 'comet'"):
         ember.finetune("sst2", tmp_path / "run", init="random", model="bert-tiny", tokenizer=str(tok), train_limit=8,
-                       epochs=1, overrides=TINY + ["train.trackers=tensorboard,wandb"], progress=False)
+                       epochs=1, overrides=TINY + ["train.trackers=tensorboard,comet"], progress=False)
     assert not (tmp_path / "run").exists()
