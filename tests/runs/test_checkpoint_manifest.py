@@ -179,3 +179,24 @@ def test_checkpoint_cleanup_that_fails_neither_fails_the_save_nor_hides_its_erro
     with pytest.raises(OSError) as err:
         _save(tmp_path, 4)
     assert err.value.errno == errno.ENOSPC
+
+
+def test_a_real_file_size_limit_comes_out_of_both_writers_as_the_os_error(tmp_path):
+    """Under a real file-size limit (RLIMIT_FSIZE, as a full disk) safetensors reports the OS error
+    only in its message and torch.save turns it into "unexpected pos"; both writers raise the
+    OSError itself (EFBIG, with the file), which the checkpoint's one-line message is built from."""
+    import resource
+
+    from ember.runs.checkpoint import save_weights, torch_save
+
+    big = {"w": torch.zeros(4096)}  # 16 KiB, over the limit below
+    limits = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (2048, limits[1]))  # Python ignores SIGXFSZ: writes fail
+    try:
+        with pytest.raises(OSError) as weights_err:
+            save_weights(big, tmp_path / "model.safetensors")
+        with open(tmp_path / "optimizer.pt", "wb") as fh, pytest.raises(OSError) as save_err:
+            torch_save(big, fh)
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, limits)
+    assert weights_err.value.errno == errno.EFBIG and save_err.value.errno == errno.EFBIG
