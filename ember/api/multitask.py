@@ -94,10 +94,13 @@ def run_tasks(cfg, out: Path, start, adapters: list, train_limit, resume: bool, 
               progress: bool) -> RunResult:
     """Train the multi-task run ``cfg`` (built by ``ember.api.finetune``) and sum it up as a RunResult."""
     from ember.train.multitask import run_multitask
+    from ember.train.tracking import finish_tracking
 
     result = run_multitask(cfg, out, start.state, start.tokenizer, adapters, train_limit, overwrite=overwrite,
                            resume=resume, progress=progress)
     metrics = {f"{name}.{k}": v for name, r in result["tasks"].items() for k, v in r["metrics"].items()}
     metrics.update({f"{name}.{split}.{k}": v for name, r in result["tasks"].items()  # e.g. "conll2003.test.f1"
                     for split, other in r.get("other_splits", {}).items() for k, v in other.items()})
-    return RunResult(out, {**metrics, "average": result["average"]}, [result])
+    metrics["average"] = result["average"]
+    finish_tracking(out, final=metrics)  # train.trackers: every task's final metrics, the run ended
+    return RunResult(out, metrics, [result])

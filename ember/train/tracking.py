@@ -134,15 +134,16 @@ def _read(path: Path) -> dict:
         return {}
 
 
-def finish_tracking(run_dir: str | Path, status: str = "FINISHED") -> str | None:
+def finish_tracking(run_dir: str | Path, status: str = "FINISHED", final: dict | None = None) -> str | None:
     """End the MLflow run of ``run_dir`` (if it has one): its files as artifacts, its final metrics
-    (results.json's, else the last held-out evaluation) and ``status``. Returns the run id.
-    An open W&B run of ``run_dir`` ends here too, with the same final metrics."""
+    (``final`` if given - a multi-task run's per-task metrics -, else results.json's, else the last
+    held-out evaluation) and ``status``. Returns the run id. An open W&B run of ``run_dir`` ends
+    here too, with the same final metrics."""
     run_dir = Path(run_dir)
     record = _read(run_dir / RECORD)
     if not record.get("run_id") and not (run_dir / "wandb.json").is_file():
         return None
-    final = _read(run_dir / "results.json").get("metrics") or {}
+    final = final or _read(run_dir / "results.json").get("metrics") or {}
     if not final:  # a corpus-level run: its last held-out evaluation in metrics.jsonl
         final = last_evaluation(run_dir)
     from ember.train.wandb_run import _OPEN, finish_wandb

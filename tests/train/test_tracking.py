@@ -82,3 +82,27 @@ def test_unknown_tracker_is_one_line_before_any_run_folder(tmp_path):
         ember.finetune("sst2", tmp_path / "run", init="random", model="bert-tiny", tokenizer=str(tok), train_limit=8,
                        epochs=1, overrides=TINY + ["train.trackers=tensorboard,comet"], progress=False)
     assert not (tmp_path / "run").exists()
+
+
+def test_multitask_run_ends_its_mlflow_run_with_every_tasks_final_metrics(tmp_path):
+    """A multi-task run's results.json holds one block per task, not one "metrics": the tracker's
+    run still ends FINISHED with each task's final dev metrics and the average, as ember.finetune
+    returns them."""
+    from mlflow import MlflowClient
+
+    from multitask_helpers import TINY_MODEL, glue_tokenizer
+
+    real_data("glue", "RTE")
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    run = tmp_path / "multi"
+    result = ember.finetune(tasks=["sst2", "rte"], out=run, model="bert-tiny", tokenizer=str(glue_tokenizer(tmp_path / "tokenizer.json")),
+                            train_limit=32, max_length=32, epochs=1, seed=1, progress=False,
+                            overrides=TINY_MODEL + ["train.trackers=tensorboard,mlflow", f"train.tracking_uri={uri}"])
+    client = MlflowClient(uri)
+    (tracked,) = client.search_runs([e.experiment_id for e in client.search_experiments()])
+    assert tracked.info.status == "FINISHED"
+    results = json.loads((run / "results.json").read_text())
+    assert tracked.data.metrics["final/average"] == pytest.approx(results["average"])
+    for task in ("sst2", "rte"):
+        assert tracked.data.metrics[f"final/{task}.accuracy"] == pytest.approx(results["tasks"][task]["metrics"]["accuracy"])
+    assert tracked.data.metrics["final/rte.accuracy"] == pytest.approx(result.metrics["rte.accuracy"])
