@@ -25,16 +25,18 @@ def glue_tokenizer(path, tasks=("SST-2", "RTE", "STS-B"), rows: int = 2000, size
     return path
 
 
-def sst2_csv_task(folder, train_n: int = 120, dev_n: int = 60) -> tuple:
-    """(train.csv, dev.csv) with text,label columns from the real SST-2 dev rows (a custom classify task)."""
+def sst2_csv_task(folder, train_n: int = 120, dev_n: int = 60, name: str = "",
+                  words: tuple[str, str] = ("positive", "negative")) -> tuple:
+    """(train.csv, dev.csv) - NAME-train.csv / NAME-dev.csv with a ``name`` - with text,label columns
+    from the real SST-2 dev rows (a custom classify task), labels ``words`` for 1 / 0."""
     with open(real_data("glue", "SST-2", "dev.tsv"), encoding="utf-8") as fh:
         rows = list(csv.reader(fh, delimiter="\t", quoting=csv.QUOTE_NONE))[1:]
     paths = []
-    for name, part in (("train", rows[:train_n]), ("dev", rows[train_n:train_n + dev_n])):
-        path = folder / f"{name}.csv"
+    for split, part in (("train", rows[:train_n]), ("dev", rows[train_n:train_n + dev_n])):
+        path = folder / (f"{name}-{split}.csv" if name else f"{split}.csv")
         with open(path, "w", newline="", encoding="utf-8") as fh:
             writer = csv.writer(fh)
             writer.writerow(["text", "label"])
-            writer.writerows([(text, "positive" if label == "1" else "negative") for text, label in part])
+            writer.writerows([(text, words[0] if label == "1" else words[1]) for text, label in part])
         paths.append(path)
     return tuple(paths)

@@ -12,6 +12,7 @@ import json
 
 import pytest
 from conftest import real_data
+from multitask_helpers import sst2_csv_task
 from t5_helpers import one_thread, t5_glue_tokenizer, t5_run_folder  # noqa: F401
 
 import ember
@@ -130,19 +131,9 @@ def test_bart_mixture_takes_your_text2text_file_with_its_prefix(t5_glue_tokenize
     assert isinstance(ember.load(run).generate("The boy sleeps.", task="grammar")["text"], str)
 
 
-def _classify_files(folder, name: str, prefix: str = "") -> tuple:
-    """(train, dev) .csv: real SST-2 dev sentences as a classify task with yes/no labels."""
-    with open(real_data("glue", "SST-2", "dev.tsv"), encoding="utf-8") as fh:
-        rows = list(csv.reader(fh, delimiter="\t", quoting=csv.QUOTE_NONE))[1:25]
-    paths = []
-    for split, part in (("train", rows[:16]), ("dev", rows[16:])):
-        path = folder / f"{name}-{split}.csv"
-        with open(path, "w", newline="", encoding="utf-8") as fh:
-            writer = csv.writer(fh)
-            writer.writerow(["text", "label"])
-            writer.writerows([(text, "yes" if label == "1" else "no") for text, label in part])
-        paths.append(path)
-    return tuple(paths)
+def _classify_files(folder, name: str) -> tuple:
+    """(train, dev) .csv: 16 + 8 real SST-2 dev sentences as a classify task with yes/no labels."""
+    return sst2_csv_task(folder, 16, 8, name, ("yes", "no"))
 
 
 def test_two_of_your_tasks_of_one_kind_get_a_prefix_each_in_a_t5_mixture(t5_init, tmp_path):
