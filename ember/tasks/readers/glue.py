@@ -221,6 +221,24 @@ def read_tsv_examples(
     return _read(path, get_task(spec), prefix=path.stem, require_label=False, limit=limit)
 
 
+def has_labels(task: TaskSpec | str, split: str, data_root: str | Path | None = None) -> bool:
+    """Whether ``split`` of the shared data is there with a label column, by its header (header-less
+    files: by the first row's field count). GLUE's own test files carry no labels, so they are not a
+    further labelled split; MRPC's test (as ``datasets`` exports it, with its public labels) is."""
+    spec = get_task(task)
+    if split not in spec.files:
+        return False
+    path = (Path(data_root) if data_root is not None else paths.data_root()) / spec.folder / spec.files[split]
+    if not path.is_file():
+        return False
+    with path.open(encoding="utf-8-sig", errors="replace") as f:
+        first = f.readline().rstrip("\r\n")
+    fields = _splitter(spec, path)(first, 1)
+    if spec.has_header:
+        return spec.label_column in fields
+    return len(fields) == len(spec.columns)
+
+
 # --- parsing ------------------------------------------------------------------------------
 
 
