@@ -6,8 +6,11 @@ one row per system, the tasks as columns in the papers' order, then the average.
 carry the papers' metrics x 100: accuracy, F1/accuracy for MRPC (and QQP), Matthews
 correlation for CoLA, Pearson/Spearman for STS-B. The "Average" is the mean of each task's
 main metric (BERT's Table 1: F1 for MRPC, Spearman for STS-B, MCC for CoLA, accuracy
-otherwise) over the tasks run here. Every number is read back from the run folders'
-results.json, so the report is right after any resume and can be rebuilt at any time.
+otherwise) over the tasks run here. A task with a labelled test split (MRPC's test.tsv here)
+gets a further row of its test scores, each run's best-on-dev weights scored once (results.json
+``other_splits.test``): reported, never chosen on, and left out of the Average. Every number is
+read back from the run folders' results.json, so the report is right after any resume and can be
+rebuilt at any time.
 """
 
 from __future__ import annotations
