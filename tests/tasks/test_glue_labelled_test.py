@@ -49,6 +49,26 @@ def test_mrpc_test_file_in_another_column_order_reads_the_same_examples(tmp_path
     assert got == [(e.label, e.text_a, e.text_b) for e in read_examples("mrpc", "test", limit=20)]
 
 
+def test_mrpc_in_the_glue_downloads_own_layout_reads_the_same_examples_and_its_test_has_no_labels(tmp_path):
+    """GLUE's download writes MRPC as `Quality  #1 ID  #2 ID  #1 String  #2 String`, texts unquoted (a text may
+    start with a lone `"`: the second dev row does); its test.tsv has `index` where `Quality` was."""
+    from ember.tasks.readers.glue import read_tsv_examples
+
+    rows = _file_rows(real_data("glue", "MRPC", "dev.tsv"), 30)
+    assert rows[0]["sentence2"].startswith('" The foodservice')  # unquoted in GLUE's layout below
+    for name, first, label in (("dev.tsv", "Quality", "label"), ("test.tsv", "index", None)):
+        (tmp_path / name).write_text("\n".join(
+            [f"{first}\t#1 ID\t#2 ID\t#1 String\t#2 String"]
+            + [f"{r[label] if label else i}\t{2 * i}\t{2 * i + 1}\t{r['sentence1']}\t{r['sentence2']}"
+               for i, r in enumerate(rows)]) + "\n", encoding="utf-8")
+    expect = [(e.text_a, e.text_b) for e in read_examples("mrpc", "dev", limit=30)]
+    dev = read_examples("mrpc", "dev", path=tmp_path / "dev.tsv")
+    assert [(e.text_a, e.text_b) for e in dev] == expect
+    assert [e.label for e in dev] == [int(r["label"]) for r in rows]
+    unlabelled = read_tsv_examples(tmp_path / "test.tsv", "mrpc")  # `ember predict` reads it, labels None
+    assert [(e.text_a, e.text_b) for e in unlabelled] == expect and {e.label for e in unlabelled} == {None}
+
+
 def test_glue_test_split_is_reported_only_where_its_file_is_here_with_labels(tmp_path, monkeypatch):
     real_data("glue", "MRPC", "test.tsv")
     real_data("glue", "RTE", "dev.tsv")
