@@ -149,7 +149,10 @@ def test_glue_rerun_skips_finished_runs_and_redoes_a_missing_one(glue_out, capsy
         # with the same seed it reproduces the same numbers.
         shutil.rmtree(out / "runs" / "mrpc-seed2")
         assert main(argv) == 0
-        assert "ran 1 fine-tuning runs" in capsys.readouterr().out
+        printed = capsys.readouterr().out
+        assert "ran 1 fine-tuning runs" in printed
+        test_f1 = json.loads((out / "runs" / "mrpc-seed2" / "results.json").read_text())["other_splits"]["test"]["f1"]
+        assert re.search(rf"MRPC dev seed 2: f1=\S+ .*; test f1={test_f1:.4f}", printed)  # test printed beside dev
     finally:
         torch.set_num_threads(threads)
     after = json.loads((out / "glue.json").read_text())
