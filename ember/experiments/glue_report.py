@@ -6,8 +6,11 @@ one row per system, the tasks as columns in the papers' order, then the average.
 carry the papers' metrics x 100: accuracy, F1/accuracy for MRPC (and QQP), Matthews
 correlation for CoLA, Pearson/Spearman for STS-B. The "Average" is the mean of each task's
 main metric (BERT's Table 1: F1 for MRPC, Spearman for STS-B, MCC for CoLA, accuracy
-otherwise) over the tasks run here. Every number is read back from the run folders'
-results.json, so the report is right after any resume and can be rebuilt at any time.
+otherwise) over the tasks run here. A task with a labelled test split (MRPC's test.tsv here)
+gets a further row of its test scores, each run's best-on-dev weights scored once (results.json
+``other_splits.test``): reported, never chosen on, and left out of the Average. Every number is
+read back from the run folders' results.json, so the report is right after any resume and can be
+rebuilt at any time.
 """
 
 from __future__ import annotations
@@ -62,11 +65,17 @@ def collect_results(out: Path, plans: list, meta: dict) -> dict:
                      train_examples=plan.n_train, eval_examples=plan.n_eval)
         found = read_seed_metrics({str(s): out / "runs" / f"{task}-seed{s}" for s in meta["seeds"]})
         entry["runs"] = {s: {"metrics": r["metrics"], "best_step": r["best_step"], "steps": r["steps"],
-                             "run_dir": f"runs/{task}-seed{s}"} for s, r in found.items()}
+                             "run_dir": f"runs/{task}-seed{s}",
+                             **({"test": r["other_splits"]["test"]} if "test" in r.get("other_splits", {}) else {})}
+                         for s, r in found.items()}
         if found:
             summary = task_summary(spec.display_name, spec.main_metric, {s: r["metrics"] for s, r in found.items()})
             entry["summary"] = summary["metrics"]
             done[task] = summary
+            tested = {s: r["test"] for s, r in entry["runs"].items() if "test" in r}
+            if tested:  # a labelled test split (MRPC): scored with each run's best-on-dev weights, never chosen on
+                entry["test_summary"] = task_summary(spec.display_name, spec.main_metric, tested)["metrics"]
+                entry["test_seeds"] = len(tested)
         entry["status"] = "done" if len(found) == len(meta["seeds"]) else ("partial" if found else "pending")
         columns.append(entry)
     present = [p for p in plans.values() if not p.missing]
@@ -88,9 +97,10 @@ def _median(values: list[float]) -> float:
     return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
 
 
-def _cell(entry: dict, stat: str) -> str:
-    """'88.1 ± 0.4' (stat='mean') or '88.2' (stat='median'); F1/acc pairs joined by ' / '."""
-    summary = entry.get("summary")
+def _cell(entry: dict, stat: str, key: str = "summary") -> str:
+    """'88.1 ± 0.4' (stat='mean') or '88.2' (stat='median'); F1/acc pairs joined by ' / '. ``key``:
+    "summary" (the evaluation split) or "test_summary" (a further labelled test split, MRPC's)."""
+    summary = entry.get(key)
     if not summary:
         return DASH
     parts = []
@@ -112,6 +122,9 @@ def render_markdown(results: dict) -> str:
     mean_row = [f"{name} (mean ± std)"] + [_cell(c, "mean") for c in cols] + [
         format_score(avg["mean"], avg["std"], DASH)]
     median_row = [f"{name} (median)"] + [_cell(c, "median") for c in cols] + [format_score(avg["median"], None, DASH)]
+    rows = [mean_row, median_row]
+    if any(c.get("test_summary") for c in cols):  # no average: only some tasks have a labelled test split
+        rows.append([f"{name}, test (mean ± std)"] + [_cell(c, "mean", "test_summary") for c in cols] + [DASH])
     lines = [
         "# GLUE-style results", "",
         f"Model `{s['init']}`{' (' + s['model'] + ')' if s['model'] else ''}, fine-tuned on each task with "
@@ -120,7 +133,7 @@ def render_markdown(results: dict) -> str:
         + f"; {len(seeds)} seed(s) ({', '.join(map(str, seeds))}), best epoch on the evaluation split. "
         "Scores x 100 on the dev sets (SNLI: test), mean ± sample std over seeds, then the median.", "",
         "| " + " | ".join(header) + " |", "|---" * len(header) + "|",
-        "| " + " | ".join(metrics) + " |", "| " + " | ".join(mean_row) + " |", "| " + " | ".join(median_row) + " |",
+        "| " + " | ".join(metrics) + " |", *("| " + " | ".join(row) + " |" for row in rows),
         "", "Notes:", "",
     ]
     for c in cols:
@@ -131,6 +144,10 @@ def render_markdown(results: dict) -> str:
             lines.append(f"* {c['column']}: SNLI stands in for MNLI, which is not in the data folder; SNLI has only "
                          f"dev and test here, so it trains on dev ({c['train_examples']:,} pairs used) and is "
                          f"scored on test ({c['eval_examples']:,} pairs).")
+        if c.get("test_summary"):
+            lines.append(f"* {c['column']}: its test split has labels here, so every run also scores test once with "
+                         f"its best-on-dev weights ({c['test_seeds']} seed(s)); test is reported, never used to choose "
+                         "an epoch or a setting.")
         if c["status"] != "done":
             lines.append(f"* {c['column']}: {len(c['runs'])} of {len(seeds)} seeds finished so far.")
     if avg["mean"] is not None:
@@ -150,6 +167,8 @@ def render_markdown(results: dict) -> str:
     for c in cols:
         for seed, run in sorted(c.get("runs", {}).items(), key=lambda kv: int(kv[0])):
             shown = ", ".join(f"{METRIC_NAMES.get(k, k)} {format_score(v)}" for k, v in run["metrics"].items())
+            if "test" in run:
+                shown += "; test " + ", ".join(f"{METRIC_NAMES.get(k, k)} {format_score(v)}" for k, v in run["test"].items())
             train = Path(c["train_split"]).name
             folder = f"[{run['run_dir']}](report.html#{slug(Path(run['run_dir']).name)})"
             lines.append(f"| {c['display_name']} | {seed} | {train} ({c['train_examples']:,}) | {c['eval_split']} "

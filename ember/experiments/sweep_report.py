@@ -94,6 +94,9 @@ def print_table(summary: dict, keys: list[str]) -> None:
         print(f"best: trial {best['trial']}, dev {metric} {best['value']:.4f} ({summary['direction']}); run folder "
               f"{best['run_dir']}; {summary['finished']} finished, {summary['pruned']} pruned, "
               f"{summary['failed']} failed")
+        for split, metrics in best["other_splits"].items():  # e.g. MRPC test: reported, never chosen on
+            shown = ", ".join(f"{k} {_num(v)}" for k, v in metrics.items())
+            print(f"best trial on {split}, with its best-on-dev weights (not used to choose): {shown}")
 
 
 def draw_plots(out: Path, study, optuna) -> dict[str, Path]:

@@ -28,7 +28,14 @@ class GlueAdapter:
     display_name = property(lambda self: self.spec.display_name)
     main_metric = property(lambda self: self.spec.main_metric)
     hparams = property(lambda self: self.spec.bert_hparams)
-    report_splits: tuple[str, ...] = ()
+
+    @property
+    def report_splits(self) -> tuple[str, ...]:
+        """Scored with the best-on-dev weights after training (``ember.train.finetune.other_splits``):
+        ``test`` where the task's test file is here and labelled (MRPC), never chosen on."""
+        from ember.tasks.readers.glue import has_labels
+
+        return ("test",) if has_labels(self.spec, "test") else ()
 
     def label_names(self) -> list[str]:
         spec = self.spec

@@ -109,6 +109,28 @@ def test_glue_table_numbers_equal_the_per_run_results(glue_out):
     assert rte["runs"]["1"]["metrics"] == json.loads((out / "runs" / "rte-seed1" / "results.json").read_text())["metrics"]
 
 
+def test_glue_table_shows_mrpc_test_beside_dev_and_no_test_for_rte(glue_out):
+    """MRPC's labelled test split, scored by each run with its best-on-dev weights, gets its own row;
+    RTE (no test file here) and SST-2 (GLUE's test has no labels) show a dash and score nothing."""
+    out, _ = glue_out
+    table = (out / "glue.md").read_text()
+    header = _row(table, "System")
+    test_cells = dict(zip(header, _row(table, "tiny-bert, test (mean ± std)")))
+    runs = [json.loads((out / "runs" / f"mrpc-seed{s}" / "results.json").read_text()) for s in (1, 2)]
+    expect = [f"{100 * statistics.mean(v):.1f} ± {100 * statistics.stdev(v):.1f}"
+              for v in ([r["other_splits"]["test"][m] for r in runs] for m in ("f1", "accuracy"))]
+    assert test_cells["MRPC"] == " / ".join(expect)
+    assert all(test_cells[c] == "–" for c in header[1:] if c != "MRPC")
+    assert "MRPC: its test split has labels here" in table and "never used to choose" in table
+    for task in ("rte", "sst2"):
+        assert "other_splits" not in json.loads((out / "runs" / f"{task}-seed1" / "results.json").read_text())
+    columns = {c["column"]: c for c in json.loads((out / "glue.json").read_text())["columns"]}
+    assert columns["MRPC"]["runs"]["1"]["test"] == runs[0]["other_splits"]["test"]
+    assert "test_summary" not in columns["RTE"] and "test" not in columns["RTE"]["runs"]["1"]
+    mrpc_run = next(ln for ln in table.splitlines() if ln.startswith("| MRPC | 1 |"))
+    assert f"; test F1 {100 * runs[0]['other_splits']['test']['f1']:.1f}" in mrpc_run
+
+
 def test_glue_rerun_skips_finished_runs_and_redoes_a_missing_one(glue_out, capsys):
     out, argv = glue_out
     results = sorted((out / "runs").glob("*/results.json"))
@@ -127,7 +149,10 @@ def test_glue_rerun_skips_finished_runs_and_redoes_a_missing_one(glue_out, capsy
         # with the same seed it reproduces the same numbers.
         shutil.rmtree(out / "runs" / "mrpc-seed2")
         assert main(argv) == 0
-        assert "ran 1 fine-tuning runs" in capsys.readouterr().out
+        printed = capsys.readouterr().out
+        assert "ran 1 fine-tuning runs" in printed
+        test_f1 = json.loads((out / "runs" / "mrpc-seed2" / "results.json").read_text())["other_splits"]["test"]["f1"]
+        assert re.search(rf"MRPC dev seed 2: f1=\S+ .*; test f1={test_f1:.4f}", printed)  # test printed beside dev
     finally:
         torch.set_num_threads(threads)
     after = json.loads((out / "glue.json").read_text())

@@ -161,6 +161,29 @@ def test_finetune_grid_sweep_runs_each_point_once_reports_dev_curves_and_links_t
     assert kd["method"] == "kd" and distilled["best"]["value"] == kd["metrics"]["accuracy"]
 
 
+def test_mrpc_sweep_chooses_on_dev_and_reports_the_best_trials_test(tmp_path, tok, capsys):
+    """MRPC has a labelled test split: every trial scores it with its best-on-dev weights; the objective
+    and the choice of the best trial stay dev F1, the best trial's test figures are reported beside it."""
+    real_data("glue", "MRPC", "test.tsv")
+    out = tmp_path / "sweep"
+    ember.sweep("finetune", out, params={"train.lr": [1e-3, 3e-3]}, task="mrpc", init="random", model="bert-tiny",
+                tokenizer=str(tok), train_limit=32, epochs=1, max_length=32, overrides=TINY)
+    summary = json.loads((out / "results.json").read_text())
+    assert summary["metric"] == "f1"
+    for r in summary["trials"]:
+        results = json.loads((out / r["run_dir"] / "results.json").read_text())
+        assert r["value"] == results["metrics"]["f1"] and r["other_splits"] == results["other_splits"]
+    best = summary["best"]
+    assert best["value"] == max(r["value"] for r in summary["trials"])  # chosen on dev only
+    test = json.loads((out / "best" / "results.json").read_text())["other_splits"]["test"]
+    assert best["other_splits"] == {"test": test} and {"f1", "accuracy"} <= set(test)
+    html = (out / "report.html").read_text()
+    assert "with its best-on-dev weights, test: " in html and f"f1 {test['f1']:.4g}" in html
+    printed = capsys.readouterr().out
+    assert "best trial on test, with its best-on-dev weights (not used to choose): " in printed
+    assert f"f1 {test['f1']:.4g}" in printed.split("best trial on test")[-1]
+
+
 def test_pretrain_sweep_prunes_trials_whose_dev_loss_is_above_the_median(wiki_prepared, tmp_path):
     out = tmp_path / "sweep"
     from optuna.samplers import GridSampler

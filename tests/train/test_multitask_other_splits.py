@@ -1,6 +1,6 @@
 """A task of a mixture is scored on every further labelled split it has, as a single-task run is
 (ember.train.finetune.score_other_splits): your own TEST file (NAME=KIND:TRAIN:DEV:TEST) and a built-in
-task's test set (CoNLL-2003's, tests/train/test_multitask_heads.py), once, with the task's own
+task's test set (CoNLL-2003's, tests/train/test_multitask_heads.py; MRPC's, below), once, with the task's own
 best-on-dev weights, into its results.json, summary.json and the printed table. A tiny BERT on real
 RTE rows and a regression task of real STS-B rows with a test file of its own (continuous metrics, so
 scoring other weights than the kept ones shows)."""
@@ -76,6 +76,23 @@ def test_multitask_scores_each_tasks_test_file_with_its_kept_weights(split_run, 
     html = write_report(run, tmp_path / "report.html").read_text(encoding="utf-8")
     assert "<th>other splits</th>" in html
     assert f"<td>test {sim['other_splits']['test']['pearson']:.4g}</td>" in html  # the page's 4 digits
+
+
+def test_multitask_mixture_scores_mrpcs_labelled_test_split_and_not_rtes(split_run, capsys):
+    """MRPC's test.tsv carries labels here: in a mixture it is scored with MRPC's own best-on-dev weights,
+    as `ember evaluate --split test` scores them; RTE, without a test file, reports none."""
+    real_data("glue", "MRPC", "test.tsv")
+    root, tokenizer, _ = split_run
+    run = root / "mrpc-rte"
+    ember.finetune(tasks=["mrpc", "rte"], out=run, model="bert-tiny", tokenizer=str(tokenizer), train_limit=32,
+                   max_length=32, lr=1e-3, batch_size=16, epochs=1, seed=1, progress=False, overrides=TINY_MODEL)
+    table = capsys.readouterr().out
+    mrpc = json.loads((run / "tasks" / "mrpc" / "results.json").read_text())
+    assert set(mrpc["other_splits"]) == {"test"} and {"f1", "accuracy"} <= set(mrpc["other_splits"]["test"])
+    assert mrpc["other_splits"]["test"] == pytest.approx(ember.evaluate(run / "tasks" / "mrpc", split="test")["metrics"])
+    assert "other_splits" not in json.loads((run / "tasks" / "rte" / "results.json").read_text())
+    row = next(line for line in table.splitlines() if line.startswith("mrpc "))
+    assert row.endswith(f"test {mrpc['other_splits']['test']['f1']:.4f}")
 
 
 def _final_weights_score(run, task: str, tmp_path) -> dict:

@@ -20,6 +20,7 @@ physical line is one row, which keeps line numbers exact.
 from __future__ import annotations
 
 import csv
+import dataclasses
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -63,6 +64,9 @@ class TaskSpec:
     score_range: tuple[float, float] | None = None  # regression targets must lie here
     bert_hparams: BertHParams = BertHParams()
     language: str = "en"  # ISO code of the texts: models with language embeddings (XLM) read it
+    # The GLUE download's own header names -> this spec's (MRPC's original "Quality", "#1 String", ...);
+    # a file with them is read unquoted, as GLUE's download script writes the texts.
+    original_columns: dict[str, str] = field(default_factory=dict, hash=False)
 
     @property
     def is_regression(self) -> bool:
@@ -116,6 +120,9 @@ TASKS: dict[str, TaskSpec] = {
             metrics=("f1", "accuracy"), main_metric="f1", has_header=True,
             files={"train": "train.tsv", "dev": "dev.tsv", "test": "test.tsv"},
             quoting="csv",
+            # GLUE's download: train/dev `Quality  #1 ID  #2 ID  #1 String  #2 String`, test the
+            # same with `index` for `Quality` (no labels: GLUE keeps them private).
+            original_columns={"Quality": "label", "#1 String": "sentence1", "#2 String": "sentence2"},
         ),
         TaskSpec(
             # The file stores 0/1 (0 = entailment, as in `datasets`); the original GLUE
@@ -221,6 +228,23 @@ def read_tsv_examples(
     return _read(path, get_task(spec), prefix=path.stem, require_label=False, limit=limit)
 
 
+def has_labels(task: TaskSpec | str, split: str, data_root: str | Path | None = None) -> bool:
+    """Whether ``split`` of the shared data is there with a label column, by its header (header-less
+    files: by the first row's field count). GLUE's own test files carry no labels, so they are not a
+    further labelled split; MRPC's test (as ``datasets`` exports it, with its public labels) is."""
+    spec = get_task(task)
+    if split not in spec.files:
+        return False
+    path = (Path(data_root) if data_root is not None else paths.data_root()) / spec.folder / spec.files[split]
+    if not path.is_file():
+        return False
+    with path.open(encoding="utf-8-sig", errors="replace") as f:
+        first = f.readline().rstrip("\r\n")
+    if spec.has_header:
+        return spec.label_column in _header(spec, path, first)[0]
+    return len(_splitter(spec, path)(first, 1)) == len(spec.columns)
+
+
 # --- parsing ------------------------------------------------------------------------------
 
 
@@ -266,6 +290,17 @@ def _splitter(spec: TaskSpec, path: Path):
     return split_quoted
 
 
+def _header(spec: TaskSpec, path: Path, line: str):
+    """(column names, row splitter) of a header file: by name, so any column order reads; a header
+    in the GLUE download's own names (``spec.original_columns``) is renamed and read unquoted."""
+    split = _splitter(spec, path)
+    columns = split(line, 1)
+    if spec.original_columns and set(spec.original_columns) & set(columns):
+        return [spec.original_columns.get(c, c) for c in columns], _splitter(
+            dataclasses.replace(spec, quoting="none"), path)
+    return columns, split
+
+
 def _read(
     path: Path, spec: TaskSpec, prefix: str, require_label: bool, limit: int | None
 ) -> list[Example]:
@@ -277,7 +312,7 @@ def _read(
 
     start = 0
     if spec.has_header:
-        columns = split(lines[0], 1)
+        columns, split = _header(spec, path, lines[0])
         start = 1
         missing = [c for c in needed + [spec.label_column] if c not in columns]
         if spec.label_column in missing and not require_label:
