@@ -73,6 +73,8 @@ def test_serve_locust_smoke_minilm_every_route_no_failure_and_sigterm_drops_noth
     assert report["ok"] and report["load"]["requests"] > 0 and report["load"]["failures"] == 0
     assert report["load"]["rss_mb_first_last"][0] > 50  # a real model is resident
     assert report["sigterm"]["dropped"] == 0 and report["sigterm"]["server_exit_code"] == 0
+    # the server's own count: every request it read was answered, the clients' answers among them
+    assert report["sigterm"]["server_read"] == report["sigterm"]["server_answered"] >= report["sigterm"]["answered"]
     assert report["sigterm"]["answered"] == report["sigterm"]["access_log_answers"] > 0
 
 

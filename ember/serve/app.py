@@ -30,6 +30,7 @@ batching queue before the process ends.
 
 # No `from __future__ import annotations`: FastAPI reads the handlers' annotations (Request) at runtime.
 
+import asyncio
 import contextlib
 import logging
 import time
@@ -93,6 +94,23 @@ def create_app(predictor, limits: Limits | None = None, max_batch: int = 32, max
     app = FastAPI(title="ember", description=f"{info.display_name}: {', '.join(predictor.endpoints)}",
                   lifespan=lifespan, docs_url="/docs", redoc_url=None, openapi_url="/openapi.json")
     app.state.batcher, app.state.predictor, app.state.limits = batcher, predictor, limits
+    # requests the app read and answered, printed when the server stops: a graceful stop answers
+    # every request it read (connections still in the kernel's queue when the listener closes were
+    # never read; their clients see a reset, as with any server)
+    app.state.requests = counts = {"received": 0, "answered": 0}
+
+    @app.middleware("http")
+    async def count(request, call_next):
+        counts["received"] += 1
+        try:
+            response = await call_next(request)
+        except asyncio.CancelledError:  # the graceful timeout ran out: not answered
+            raise
+        except Exception:  # the server-error handler answers it (500)
+            counts["answered"] += 1
+            raise
+        counts["answered"] += 1
+        return response
 
     @app.exception_handler(RequestError)
     async def request_error(request, exc: RequestError):
