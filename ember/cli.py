@@ -66,7 +66,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         result = args.run(args)
     except EmberError as exc:
-        print(f"ember {args.command}: error: {exc}", file=sys.stderr)
+        # One write with its newline: ranks of a torchrun job share one stream, and a message
+        # written apart from its newline can be split by another rank's line.
+        sys.stderr.write(f"ember {args.command}: error: {exc}\n")
+        sys.stderr.flush()
         return 1
     except KeyboardInterrupt:
         print(f"ember {args.command}: interrupted", file=sys.stderr)

@@ -209,8 +209,10 @@ def test_fsdp_full_disk_on_one_rank_mid_save_keeps_the_last_checkpoint_and_resum
     done = run_bounded(pretrain_command(torchrun_with_fault_at_save(tmp_path, "full-disk", at=2, rank=1),
                                         wiki_prepared, run, STEPS, FSDP))
     assert done.returncode != 0, done.stdout[-3000:]
-    errors = [line for line in done.stdout.splitlines() if line.startswith("ember pretrain: error:")]
-    assert len(errors) == 2, done.stdout[-3000:]  # each rank ended itself: rank 0 did not wait for rank 1
+    # Each rank ended itself (rank 0 did not wait for rank 1). Counted by occurrence, not by line:
+    # torchrun's own output from the other worker may land inside a line.
+    errors = re.findall(r"ember pretrain: error: .*?continue with --resume", done.stdout)
+    assert len(errors) == 2, done.stdout[-3000:]
     for line in errors:
         assert f"could not write the checkpoint of step 6 in {run / 'checkpoints'}: a file-size limit" in line
         assert f"on rank 1, writing {tmp / '__1_0.distcp'}" in line and "step-00000003 is intact" in line
