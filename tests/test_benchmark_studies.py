@@ -89,3 +89,52 @@ def test_distill_study_refuses_a_method_without_its_twin(tmp_path):
     bench = load_benchmark("distill_study")
     with pytest.raises(EmberError, match="add tiny-direct"):
         bench.parse_args(["--out", str(tmp_path), "--variants", "tiny-kd"])
+
+
+@pytest.mark.slow
+def test_multitask_evidence_smoke_spends_equal_steps_per_side_and_pairs_by_seed(tmp_path):
+    """MT-DNN's question, smoke: the multi-task run takes the single side's steps (to a step of
+    rounding), stage 2 starts from the stage-1 mixture, SNLI trains on its dev file and is scored
+    on the first rows of test, the table's paired differences are the runs' own, and a second
+    call trains nothing."""
+    for task in ("RTE", "MRPC", "STS-B", "CoLA", "SST-2"):
+        real_data("glue", task, "train.tsv")
+    real_data("snli", "test.tsv")
+    bench = load_benchmark("multitask_evidence")
+    argv = ["--out", str(tmp_path), "--smoke", "--large-dev-limit", "40"]
+    result = bench.main(argv)
+    runs = tmp_path / "runs"
+    single_steps = sum(json.loads((runs / "single" / "seed-1" / t / "results.json").read_text())["steps"]
+                       for t in ("rte", "mrpc", "stsb", "cola"))
+    assert single_steps == result["budget"]["single_steps"]
+    multi = {r["variant"]: r for r in result["records"]}
+    assert abs(multi["multi"]["steps"] - single_steps) <= 1  # an epoch's steps are rounded up once
+    stage2 = sum(json.loads((runs / "multi+ft" / "seed-1" / t / "results.json").read_text())["steps"]
+                 for t in ("rte", "mrpc", "stsb", "cola"))
+    assert abs(multi["multi+ft"]["stage1"]["steps"] + stage2 - single_steps) <= 4  # each run rounds up once
+    for task in ("rte", "cola"):
+        kept = json.loads((runs / "multi+ft" / "seed-1" / task / "results.json").read_text())
+        assert kept["init"] == str(runs / "multi+ft" / "seed-1" / "stage1")
+    shares = multi["multi"]["shares"]
+    assert sum(shares.values()) == pytest.approx(1.0) and shares["sst2"] + shares["snli"] > 0
+    snli = json.loads((runs / "multi" / "seed-1" / "tasks" / "snli" / "results.json").read_text())
+    assert snli["train_examples"] == 24  # the smoke's limit, drawn from SNLI's dev file
+    scored = (tmp_path / "snli-test-first-40.tsv").read_text().splitlines()
+    assert len(scored) == 41 and scored[0].split("\t")[:2] == ["premise", "hypothesis"]
+    for task in ("rte", "mrpc", "stsb", "cola"):
+        row = result["table"][task]["dev"]
+        for side in ("multi", "multi+ft"):
+            assert row[side]["vs_reference"]["mean"] == pytest.approx(
+                multi[side]["scores"][task] - multi["single"]["scores"][task], abs=1e-12)
+    table = (tmp_path / "table.md").read_text()
+    assert "| rte | dev |" in table and "multi-task + per-task" in table
+    assert (tmp_path / "multitask.png").read_bytes()[:4] == b"\x89PNG"
+    assert bench.main(argv)["records"] == result["records"]  # a second call trains nothing again
+
+
+def test_multitask_evidence_refuses_a_task_on_both_sides_and_a_share_outside_0_1(tmp_path):
+    bench = load_benchmark("multitask_evidence")
+    with pytest.raises(EmberError, match="no task is in both"):
+        bench.parse_args(["--out", str(tmp_path), "--small", "rte,sst2", "--large", "sst2"])
+    with pytest.raises(EmberError, match="between 0 and 1"):
+        bench.parse_args(["--out", str(tmp_path), "--stage1-share", "1"])
