@@ -61,6 +61,10 @@ def test_bart_noising_smoke_runs_each_noising_kind_at_one_cpu_budget_fills_the_t
         assert len(result["curves"][label]) >= 2  # held-out evaluations during pre-training: a curve
     assert budgets == {parse_duration(bench.SMOKE["budget"])}  # one budget for all six
 
+    # the unigram reference: token frequencies predict real text better than a uniform guess
+    vocab = load_run_config(runs / "mask" / "pretrain").model.vocab_size
+    assert 0 < result["unigram_loss"] < math.log(vocab)
+
     # the random-init row has the fine-tuned columns only; the lead baseline ROUGE only
     assert rows["random"]["sst2"] is not None and "steps" not in rows["random"]
     assert rows["lead baseline"]["rouge1"] > 0 and "sst2" not in rows["lead baseline"]

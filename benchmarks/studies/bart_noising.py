@@ -114,6 +114,30 @@ def yardstick_loss(run: Path, kinds: str = YARDSTICK) -> dict:
         return setup.evaluate(setup.module)
 
 
+def unigram_loss(prepared: Path, block: int, n_held_out: int) -> float:
+    """The held-out loss of a model that ignores its input and its prefix: cross-entropy of the
+    held-out targets (<s> block </s>, the blocks held_out_metrics scores) under the training
+    blocks' token frequencies (add-one). The plateau a from-scratch model sits on first."""
+    import numpy as np
+
+    from ember.data.sentence_blocks import SentenceBlockDataset
+    from ember.data.shards import TokenCorpus
+
+    train = TokenCorpus(prepared, "train")
+    specials = train.special_token_ids
+    counts = np.ones(train.vocab_size)
+    data = SentenceBlockDataset(train, block - 2)  # the objective's blocks: room for <s> and </s>
+    for i in range(len(data)):
+        counts += np.bincount(data.example(i).tokens, minlength=train.vocab_size)
+    counts[specials["cls"]] += len(data)
+    counts[specials["sep"]] += len(data)
+    log_p = np.log(counts / counts.sum())
+    held = SentenceBlockDataset(TokenCorpus(prepared, "valid"), block - 2)
+    targets = [np.concatenate([[specials["cls"]], held.example(i).tokens, [specials["sep"]]])
+               for i in range(min(n_held_out, len(held)))]
+    return float(-log_p[np.concatenate(targets)].mean())
+
+
 def lead_rows(models: dict, out: Path, b: dict) -> tuple[list[dict], dict, int]:
     """The lead-generation task (lead_generation's, AB files), each model fine-tuned on it and
     scored, plus the lead baseline; (rows, task counts, how many fine-tunings ran now)."""
@@ -234,18 +258,20 @@ def main(argv=None) -> dict:
         rows.append(row)
     rows.append({"label": "lead baseline", "kinds": "(copy the input's first sentence)",
                  **{k: by_label["lead baseline"][k] for k in (*lead.ROUGE_KEYS, "distinct_outputs")}})
+    unigram = unigram_loss(prepared, b["block"], b["eval_examples"])
     budget = compared["mask"]["pretrain"]["budget_seconds"]
     note = (f"{'smoke' if args.smoke else 'real'} budget: {budget:.0f} CPU s of pre-training per variant (one thread, "
             f"train.clock=cpu), batch {b['batch']} x {b['block']} tokens; SST-2: first {b['sst2_limit']} training "
             f"sentences, {b['sst2_epochs']} epoch(s), max length {b['sst2_length']}, seed 1, dev accuracy x 100 "
             f"(872 sentences, majority class 50.9); lead generation: {b['lead']['epochs']} epochs of "
             f"{min(b['lead']['train_pairs'], task_counts['train_pairs'])} pairs, beam {b['lead']['beams']}, "
-            f"{task_counts['scored_dev_pairs']} dev pairs. {machine()}, {load()}")
+            f"{task_counts['scored_dev_pairs']} dev pairs. Held-out loss of token frequencies alone (the "
+            f"unigram plateau): {unigram:.3f}. {machine()}, {load()}")
     markdown = table_markdown(rows, note)
     print(markdown)
     (out / "table.md").write_text(markdown)
     plot_curves(curves, out / "curves.png", f"BART noising at {budget:.0f} CPU s each (bart-tiny shape, one seed)")
-    result = {"note": note, "rows": rows, "curves": curves, "compare_command": "ember " + " ".join(argv),
+    result = {"note": note, "unigram_loss": unigram, "rows": rows, "curves": curves, "compare_command": "ember " + " ".join(argv),
               "lead_task": task_counts, "lead_finetunes_run": lead_ran,
               "cpu_s_this_call": time.process_time() - started}
     (out / "table.json").write_text(json.dumps(result, indent=1, ensure_ascii=False))
