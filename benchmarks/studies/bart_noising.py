@@ -169,7 +169,7 @@ def held_out_curve(run: Path) -> list[tuple[int, float, float]]:
             if r["split"] == "eval" and "loss" in r]
 
 
-def plot_curves(curves: dict, path: Path, title: str) -> None:
+def plot_curves(curves: dict, path: Path, title: str, unigram: float) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -182,6 +182,7 @@ def plot_curves(curves: dict, path: Path, title: str) -> None:
     axes[0].set_xlabel("pre-training CPU seconds (one thread)")
     axes[1].set_xlabel("pre-training step")
     for ax in axes:
+        ax.axhline(unigram, color="grey", linestyle="--", linewidth=1, label="token frequencies alone")
         ax.set_ylabel("held-out reconstruction loss, own noise (nats)")
         ax.grid(alpha=0.3)
     axes[1].legend(title="noising.kinds")
@@ -195,11 +196,12 @@ def table_markdown(rows: list[dict], note: str) -> str:
     def num(value, fmt):
         return "—" if value is None else format(value, fmt)
 
-    lines = [note, "", "| noising | pre-train steps | pre-train CPU s | held-out loss, own noise | held-out loss, "
+    lines = [note, "", "| noising | pre-train steps (planned / run) | pre-train CPU s | held-out loss, own noise | held-out loss, "
              f"{YARDSTICK} noise (common) | SST-2 dev acc | ROUGE-1 | ROUGE-2 | ROUGE-Lsum | distinct outputs |",
              "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        lines.append(f"| {r['label']} | {r.get('steps', '—')} | {num(r.get('cpu_s'), '.0f')} | "
+        steps = f"{r['max_steps']} / {r['steps']}" if "steps" in r else "—"
+        lines.append(f"| {r['label']} | {steps} | {num(r.get('cpu_s'), '.0f')} | "
                      f"{num(r.get('own_loss'), '.3f')} | {num(r.get('common_loss'), '.3f')} | "
                      f"{num(r.get('sst2'), '.2f')} | {num(r.get('rouge1'), '.2f')} | {num(r.get('rouge2'), '.2f')} | "
                      f"{num(r.get('rougeLsum'), '.2f')} | {r.get('distinct_outputs', '—')} |")
@@ -270,7 +272,8 @@ def main(argv=None) -> dict:
     markdown = table_markdown(rows, note)
     print(markdown)
     (out / "table.md").write_text(markdown)
-    plot_curves(curves, out / "curves.png", f"BART noising at {budget:.0f} CPU s each (bart-tiny shape, one seed)")
+    plot_curves(curves, out / "curves.png", f"BART noising at {budget:.0f} CPU s each (bart-tiny shape, one seed)",
+                unigram)
     result = {"note": note, "unigram_loss": unigram, "rows": rows, "curves": curves, "compare_command": "ember " + " ".join(argv),
               "lead_task": task_counts, "lead_finetunes_run": lead_ran,
               "cpu_s_this_call": time.process_time() - started}
