@@ -14,6 +14,7 @@ from benchmark_helpers import keep_torch_threads, load_benchmark  # noqa: F401 (
 from conftest import real_data
 
 from ember.durations import parse_duration
+from ember.errors import EmberError
 from ember.runs.folder import load_run_config
 
 
@@ -22,10 +23,12 @@ def test_bart_noising_smoke_runs_each_noising_kind_at_one_cpu_budget_fills_the_t
     pytest.importorskip("rouge_score")
     real_data("wiki-en", "AA"), real_data("wiki-en", "AB"), real_data("glue", "SST-2")
     bench = load_benchmark("bart_noising")
-    result = bench.main(["--out", str(tmp_path), "--smoke"])
+    argv = ["--out", str(tmp_path), "--smoke", "--control", "rotate:5"]
+    result = bench.main(argv)
     rows = {r["label"]: r for r in result["rows"]}
     variants = list(bench.VARIANTS)
-    assert list(rows) == [*variants, "random", "lead baseline"]
+    control = "rotate @ 5 steps (control)"
+    assert list(rows) == [*variants, "random", control, "lead baseline"]
     assert bench.VARIANTS["infill+permute"] == "infill,permute"  # §5.1's combination
     assert len(set(bench.VARIANTS.values())) == 6
 
@@ -65,6 +68,11 @@ def test_bart_noising_smoke_runs_each_noising_kind_at_one_cpu_budget_fills_the_t
     vocab = load_run_config(runs / "mask" / "pretrain").model.vocab_size
     assert 0 < result["unigram_loss"] < math.log(vocab)
 
+    # the control: rotation's recipe run for exactly the steps asked, without a time cap, fine-tuned as the rows
+    assert rows[control]["steps"] == rows[control]["max_steps"] == 5 and rows[control]["recipe_kinds"] == "rotate"
+    assert load_run_config(tmp_path / "control" / "rotate-5").train.max_time == 0
+    assert all(rows[control][key] is not None for key in ("own_loss", "common_loss", "sst2", "rouge1"))
+
     # the random-init row has the fine-tuned columns only; the lead baseline ROUGE only
     assert rows["random"]["sst2"] is not None and "steps" not in rows["random"]
     assert rows["lead baseline"]["rouge1"] > 0 and "sst2" not in rows["lead baseline"]
@@ -74,8 +82,17 @@ def test_bart_noising_smoke_runs_each_noising_kind_at_one_cpu_budget_fills_the_t
     assert (tmp_path / "curves.png").stat().st_size > 0
 
     # a second call reuses every finished run: no pre-training, no fine-tuning
-    finished = [runs / "infill" / "pretrain" / "model.safetensors", runs / "random" / "sst2-seed1" / "results.json"]
+    finished = [runs / "infill" / "pretrain" / "model.safetensors", runs / "random" / "sst2-seed1" / "results.json",
+                *(tmp_path / "control" / f"rotate-5{tail}" / "model.safetensors" for tail in ("", "-sst2", "-lead"))]
     stamps = [path.stat().st_mtime_ns for path in finished]
-    again = bench.main(["--out", str(tmp_path), "--smoke"])
+    again = bench.main(argv)
     assert again["lead_finetunes_run"] == 0 and [path.stat().st_mtime_ns for path in finished] == stamps
     assert again["rows"] == result["rows"]
+
+
+@pytest.mark.parametrize("spec", ["rotate", "rotation:900", "rotate:0", "rotate:many"])
+def test_bart_noising_refuses_a_control_that_is_not_a_row_and_a_step_count(tmp_path, spec):
+    bench = load_benchmark("bart_noising")
+    with pytest.raises(EmberError, match="LABEL:STEPS"):
+        bench.parse_args(["--out", str(tmp_path), "--control", spec])
+    assert bench.parse_args(["--out", str(tmp_path), "--control", "infill+permute:12"]).control == ["infill+permute:12"]

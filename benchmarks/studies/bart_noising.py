@@ -51,8 +51,8 @@ PAPER = {  # Table 1, BART-base-sized models (ppl on ELI5 / XSum; SST-2 is not i
     "infill+permute": "90.8, 83.8, 24.17, 6.62"}
 
 # The budgets. Real: ~52 CPU-minutes on one thread, measured (5 CPU-min of pre-training per variant
-# + held-out evaluations, ~36; SST-2 ~0.5 min and lead generation ~2 min per model, 7 models); the corpus and the lead task
-# are lead_generation's REAL ones, the shape bart-tiny's (2 + 2 layers x 128) as there.
+# + held-out evaluations, ~36; SST-2 ~0.5 min and lead generation ~2 min per model, 7 models); the
+# corpus and the lead task are lead_generation's REAL ones, the shape bart-tiny's (2 + 2 layers x 128) as there.
 REAL = {"corpus": lead.REAL, "lead": lead.REAL, "budget": "300s", "probe_steps": 10, "block": 128,
         "batch": 16, "eval_examples": 256, "eval_every": 50, "save_every": 200, "sst2_limit": 4000,
         "sst2_epochs": 2, "sst2_length": 64, "model": ["model.preset=bart-tiny", "model.max_position=256"]}
@@ -161,6 +161,41 @@ def lead_rows(models: dict, out: Path, b: dict) -> tuple[list[dict], dict, int]:
     return rows, counts, ran
 
 
+def control_row(spec: str, recipes: dict[str, Path], prepared: Path, out: Path, b: dict) -> dict:
+    """``--control LABEL:STEPS``: LABEL's recipe pre-trained for exactly STEPS steps with no time cap
+    (another row's planned steps, so the same learning-rate schedule), then fine-tuned on SST-2
+    and lead generation as the rows are: whether a row's gap is its noise or the steps its budget
+    bought. Finished parts are reused (the lead side is decoded again, ~10 CPU s)."""
+    import ember
+    from ember.data.shards import TokenCorpus
+    from ember.runs.folder import load_run_config
+
+    label, _, steps = spec.partition(":")  # checked by parse_args
+    run, tuned, side = (out / f"{label}-{steps}{tail}" for tail in ("", "-sst2", "-lead"))
+    if not (run / "model.safetensors").is_file():
+        vocab = TokenCorpus(prepared, "train").vocab_size  # as ember compare sets them
+        ember.pretrain(str(recipes[label]), run, data=str(prepared), overwrite=True, progress=False,
+                       overrides=[f"train.max_steps={steps}", "train.num_threads=1", "train.clock=cpu",
+                                  "train.seed=0", f"model.vocab_size={vocab}"])
+    if not (tuned / "results.json").is_file():  # compare's fine-tuning settings
+        ember.finetune("sst2", tuned, init=str(run), seeds=[1], train_limit=b["sst2_limit"], lr=1e-4,
+                       epochs=b["sst2_epochs"], max_length=b["sst2_length"], num_threads=1, overwrite=True,
+                       progress=False)
+    task = out.parent / "lead" / "task"
+    dev = lead.read_jsonl(task / "dev-scored.jsonl")
+    if not (side / "results.json").is_file():
+        outputs = lead.finetune_side(str(run), task, side, b["lead"])["outputs"]
+    else:
+        outputs = lead.decode(side, [r["input"] for r in dev], b["lead"]["beams"])
+    curve = held_out_curve(run)
+    return {"label": f"{label} @ {steps} steps (control)", "run": str(run), "kinds": VARIANTS[label],
+            "steps": curve[-1][0],
+            "max_steps": int(steps), "cpu_s": curve[-1][1], "own_loss": curve[-1][2],
+            "common_loss": yardstick_loss(run)["loss"], "recipe_kinds": load_run_config(run).noising.kinds,
+            "sst2": 100.0 * json.loads((tuned / "results.json").read_text())["metrics"]["accuracy"],
+            **lead.scores(outputs, [r["target"] for r in dev])}
+
+
 def held_out_curve(run: Path) -> list[tuple[int, float, float]]:
     """(step, training CPU s, held-out loss) of each evaluation of a pre-training run."""
     from ember.train.logging import MetricsLogger
@@ -213,7 +248,16 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", required=True, help="output folder (corpus, recipes, compare/, lead/, table.*)")
     parser.add_argument("--smoke", action="store_true", help="tiny everything: a check, not a measurement")
-    return parser.parse_args(argv)
+    parser.add_argument("--control", action="append", default=[], metavar="LABEL:STEPS",
+                        help="also pre-train LABEL's recipe for exactly STEPS steps (e.g. rotate:927, masking's "
+                        "planned steps) and fine-tune it as the rows: noise or steps? (repeatable)")
+    args = parser.parse_args(argv)
+    for spec in args.control:
+        label, _, steps = spec.partition(":")
+        if label not in VARIANTS or not steps.isdigit() or int(steps) < 1:
+            raise EmberError(f"--control {spec!r}: write LABEL:STEPS with LABEL one of {', '.join(VARIANTS)} and "
+                             "STEPS a positive number, e.g. rotate:927")
+    return args
 
 
 def main(argv=None) -> dict:
@@ -259,6 +303,9 @@ def main(argv=None) -> dict:
                        own_loss=pre["held_out"].get("loss"), common_loss=yardstick_loss(run)["loss"],
                        recipe_kinds=load_run_config(run).noising.kinds, paper=PAPER[label])
         rows.append(row)
+    for spec in args.control:
+        rows.append(control_row(spec, recipes, prepared, out / "control", b))
+        curves[rows[-1]["label"]] = held_out_curve(Path(rows[-1]["run"]))
     rows.append({"label": "lead baseline", "kinds": "(copy the input's first sentence)",
                  **{k: by_label["lead baseline"][k] for k in (*lead.ROUGE_KEYS, "distinct_outputs")}})
     unigram = unigram_loss(prepared, b["block"], b["eval_examples"])
