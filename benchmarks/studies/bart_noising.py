@@ -4,6 +4,7 @@ compare`, then fine-tuned on SST-2 and on the Wikipedia lead-generation task.
 
     PYTHONPATH=. OMP_NUM_THREADS=1 .venv/bin/python benchmarks/studies/bart_noising.py --out runs/bart-noising
     ... --smoke      # tiny everything, under a minute: a check, not a measurement
+    ... --control rotate:927   # also rotation run for exactly 927 steps (masking's plan): noise or steps?
 
 Rows (recipe YAMLs written to OUT/recipes/, bart-mini at the bart-tiny shape, differing ONLY in
 ``noising.kinds``): mask (token masking), delete (token deletion), infill (text infilling),
