@@ -124,6 +124,17 @@ def build_task(files: list[Path], out: Path) -> dict:
             **{f"{split}_pairs": len(items) for split, items in rows.items()}}
 
 
+def scored_task(files: list[Path], task: Path, dev_pairs: int) -> tuple[dict, list[dict]]:
+    """The task under ``task`` (build_task's counts) and the first ``dev_pairs`` dev pairs, the ones
+    every system is scored on, written to dev-scored.jsonl (fine-tuning also selects its epoch on
+    them, as the task's own dev; the lead baseline has nothing to select)."""
+    task.mkdir(parents=True, exist_ok=True)
+    counts = build_task(files, task)
+    dev = read_jsonl(task / "dev.jsonl")[:dev_pairs]
+    (task / "dev-scored.jsonl").write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in dev))
+    return counts, dev
+
+
 def read_jsonl(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
 
@@ -203,21 +214,28 @@ def model_side(name: str, recipe: str, kind: str, pretrain_files: list[Path], ta
     clock = time.process_time()
     ember.pretrain(recipe, out / f"{name}-pretrained", data=prepared, overrides=common, overwrite=True, progress=False)
     pretrain_cpu = time.process_time() - clock
+    side = finetune_side(str(out / f"{name}-pretrained"), task, out / f"{name}-finetuned", b)
+    return {**side, "cpu_s": {"pretrain": pretrain_cpu, **side["cpu_s"]}, "pretrain_steps": b["pretrain_steps"]}
+
+
+def finetune_side(init, task: Path, run: Path, b: dict) -> dict:
+    """Fine-tune ``init`` (a pre-training run, or an ``ember.runs.init.Init``) text to text on the
+    task into ``run`` and decode the scored dev pairs: the outputs, greedy dev ROUGE, CPU seconds
+    and steps (also used by benchmarks/studies/bart_noising.py)."""
     clock = time.process_time()
-    tuned = ember.finetune("text2text", out / f"{name}-finetuned", init=str(out / f"{name}-pretrained"),
-                           train=str(task / "train.jsonl"), dev=str(task / "dev-scored.jsonl"), epochs=b["epochs"],
-                           batch_size=b["batch"], max_length=MAX_LENGTH, train_limit=b["train_pairs"],
-                           overwrite=True, progress=False, overrides=["train.num_threads=1"])
+    tuned = ember.finetune("text2text", run, init=init, train=str(task / "train.jsonl"),
+                           dev=str(task / "dev-scored.jsonl"), epochs=b["epochs"], batch_size=b["batch"],
+                           max_length=MAX_LENGTH, train_limit=b["train_pairs"], overwrite=True, progress=False,
+                           overrides=["train.num_threads=1"])
     finetune_cpu = time.process_time() - clock
     dev = read_jsonl(task / "dev-scored.jsonl")
     clock = time.process_time()
-    outputs = decode(out / f"{name}-finetuned", [r["input"] for r in dev], b["beams"])
+    outputs = decode(run, [r["input"] for r in dev], b["beams"])
     decode_cpu = time.process_time() - clock
-    train_log = [json.loads(line) for line in (out / f"{name}-finetuned" / "metrics.jsonl").read_text().splitlines()]
+    train_log = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     steps = max((r.get("step", 0) for r in train_log), default=0)
     return {"outputs": outputs, "greedy_dev": {k: tuned.metrics.get(k) for k in ROUGE_KEYS},
-            "cpu_s": {"pretrain": pretrain_cpu, "finetune": finetune_cpu, "decode": decode_cpu},
-            "finetune_steps": steps, "pretrain_steps": b["pretrain_steps"]}
+            "cpu_s": {"finetune": finetune_cpu, "decode": decode_cpu}, "finetune_steps": steps}
 
 
 # ---- the study ------------------------------------------------------------------------------
@@ -258,12 +276,7 @@ def main(argv=None) -> dict:
     pretrain_files = sorted((wiki / "AA").glob("wiki_*.gz"))[: b["pretrain_files"]]
     out = Path(args.out)
     task = out / "task"
-    task.mkdir(parents=True, exist_ok=True)
-    counts = build_task(task_files, task)
-    dev = read_jsonl(task / "dev.jsonl")[: b["dev_pairs"]]
-    # the pairs every system is scored on (fine-tuning also selects its epoch on them, as the
-    # task's own dev; the lead baseline has nothing to select)
-    (task / "dev-scored.jsonl").write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in dev))
+    counts, dev = scored_task(task_files, task, b["dev_pairs"])
     print(f"lead generation: {counts['articles']} articles of {len(task_files)} file(s) -> "
           f"{counts['train_pairs']} train / {counts['dev_pairs']} dev pairs (one per article; "
           f"{counts['skipped']} articles without a usable first section); scoring {len(dev)} dev pairs", flush=True)
