@@ -48,7 +48,7 @@ def run_pretrain_distillation(opts: PretrainDistillOptions) -> dict:
     from ember.objectives.bert import BertPretraining
     from ember.tokenizers import load_tokenizer, special_token_ids
     from ember.train.loop import Trainer
-    from ember.objectives.setup import held_out_metrics
+    from ember.objectives.setup import held_out_batch_size, held_out_metrics
     from ember.runs.folder import load_run_config, prepare_run_dir, write_run_files
 
     teacher_dir, out = Path(opts.teacher), Path(opts.out)
@@ -116,7 +116,8 @@ def run_pretrain_distillation(opts: PretrainDistillOptions) -> dict:
         print(f"warning: no held-out evaluation ({exc})")
     else:
         def held_out(m):
-            return held_out_metrics(m, valid, data_cfg.eval_examples, 32, opts.train.seed, opts.train.device)
+            return held_out_metrics(m, valid, data_cfg.eval_examples, held_out_batch_size(data_cfg.max_seq_length),
+                                    opts.train.seed, opts.train.device)
 
         evaluate = held_out
 

@@ -170,7 +170,7 @@ def setup_pretraining(cfg, run_dir: Path, resume: bool, progress: bool):
     from ember.knowledge.entities import load_entity_embeddings
     from ember.knowledge.ernie import check_encoder_family
     from ember.knowledge.inputs import KnowledgeInputs
-    from ember.objectives.setup import PretrainingSetup, held_out_metrics
+    from ember.objectives.setup import PretrainingSetup, held_out_batch_size, held_out_metrics
     from ember.runs.folder import write_run_files
     from ember.runs.init import load_init
     from ember.tokenizers import load_tokenizer, special_token_ids
@@ -201,7 +201,8 @@ def setup_pretraining(cfg, run_dir: Path, resume: bool, progress: bool):
                          "give text in the language and domain of the entity vocabulary")
 
     def evaluate(m):
-        return held_out_metrics(m, InMemoryData(held), cfg.data.eval_examples, 32, cfg.train.seed, cfg.train.device)
+        return held_out_metrics(m, InMemoryData(held), cfg.data.eval_examples,
+                                held_out_batch_size(cfg.data.max_seq_length), cfg.train.seed, cfg.train.device)
 
     def write_files(folder: Path) -> None:
         write_run_files(folder, cfg, start.tokenizer)

@@ -36,6 +36,17 @@ class PretrainingSetup:
     description: str  # one line for the log: what is trained on what
 
 
+# Held-out batches hold at most this many tokens: 32 sequences of 512, the batch every run
+# evaluated at before long models existed. A 1,024-token model evaluates 16 sequences at a time,
+# so held-out evaluation never needs more memory than a 512-token model's did.
+HELD_OUT_TOKENS = 32 * 512
+
+
+def held_out_batch_size(max_seq_length: int, sequences: int = 32) -> int:
+    """Sequences per held-out batch: ``sequences``, fewer for sequences longer than 512 tokens."""
+    return max(1, min(sequences, HELD_OUT_TOKENS // max(max_seq_length, 1)))
+
+
 def held_out_metrics(module, dataset, n_examples: int, batch_size: int, seed: int, device: str) -> dict:
     """Held-out metrics on a fixed set of examples with fixed masks (comparable over time),
     plus what the objective derives from them (``derived_metrics``: perplexities)."""
@@ -108,7 +119,8 @@ def setup_from_shards(cfg: RunConfig, run_dir: Path, resume: bool, progress: boo
         print(f"warning: no held-out evaluation ({exc})")
     else:
         def evaluate(m):
-            return held_out_metrics(m, valid_data, cfg.data.eval_examples, 32, cfg.train.seed, cfg.train.device)
+            return held_out_metrics(m, valid_data, cfg.data.eval_examples, held_out_batch_size(cfg.data.max_seq_length),
+                                    cfg.train.seed, cfg.train.device)
 
     params = sum(p.numel() for p in module.backbone.parameters())
     return PretrainingSetup(

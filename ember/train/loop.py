@@ -32,7 +32,7 @@ from ember.train.checks import check_train_settings
 from ember.train.clock import step_clock
 from ember.train.distributed import DistInfo, agree, all_reduce_sums, barrier, gradient_sync
 from ember.train.fsdp import full_model_state, shard
-from ember.host_memory import keep_freed_host_memory
+from ember.host_memory import KeptMemoryCap, keep_freed_host_memory
 from ember.train.length_groups import GROUPED, SHUFFLED, SPREAD, group_by_length, spread_by_length
 from ember.train.scaling import chose_no_layout, cpu_micro_batches, effective_config
 from ember.train.sharded_checkpoint import resume_checkpoint, save_sharded_checkpoint
@@ -135,8 +135,9 @@ class Trainer:
         use_threads(cfg.num_threads)
         if dist_info.is_main:
             check_speed(cfg.device, cfg.dtype)  # bf16 on a CPU without AMX: say so before hours pass
-        if cfg.keep_host_memory and cfg.device.startswith("cpu"):
-            keep_freed_host_memory()
+        # freed memory kept for the next step, within a bound when step sizes vary (host_memory.py)
+        kept = cfg.keep_host_memory and cfg.device.startswith("cpu") and keep_freed_host_memory()
+        self.memory_cap = KeptMemoryCap() if kept else None
         self.run_dir = Path(run_dir)
         self.module = module.to(cfg.device)
         # train.parallel=fsdp: parameters sharded in place, before the optimizer sees them
@@ -357,6 +358,8 @@ class Trainer:
                 self.elapsed += seconds
                 self.step += 1
                 self.tokens += tokens
+                if self.memory_cap is not None:
+                    self.memory_cap.after_step()
                 metrics["tokens_per_s"] = tokens / max(seconds, 1e-9)
                 last_metrics = metrics
                 if bar is not None:

@@ -69,3 +69,51 @@ def test_trainer_keeps_host_memory_on_the_cpu_unless_told_not_to(monkeypatch, tm
     assert calls == [1]
     loop.Trainer(module, [0], TrainConfig(max_steps=1, keep_host_memory=False), tmp_path / "b", progress=False)
     assert calls == [1]
+
+
+def test_kept_memory_cap_trims_only_past_its_bound_and_rebaselines_after_the_next_step():
+    held = iter([100, 120, 160, 100, 150, 200, 300])  # bytes after each step
+    trims = []
+    cap = host_memory.KeptMemoryCap(factor=1.5, slack=0, resident=lambda: next(held), trim=lambda: trims.append(1))
+    decisions = [cap.after_step() for _ in range(7)]
+    # 100 sets the baseline; 120 and 150 are within 1.5x; 160 > 150 trims; the next step (100)
+    # is the new baseline, 150 stays, 200 trims; 300 is a baseline again
+    assert decisions == [False, False, True, False, False, True, False]
+    assert cap.trims == len(trims) == 2 and cap.baseline == 300
+
+
+# Training-like steps whose product sizes change every step (a masked LM's masked rows) through
+# oneDNN with freed memory kept: the heap grows step after step (blocks of one size fit no
+# later request). With the cap, what the process holds after each step stays within its bound.
+VARYING = """
+import json, sys, torch
+from ember.host_memory import KeptMemoryCap, keep_freed_host_memory, resident_bytes
+from ember.nn import onednn
+torch.set_num_threads(1)
+onednn.set_enabled(True)
+keep_freed_host_memory()
+cap = KeptMemoryCap(factor=1.2, slack=32 * 2**20)
+w = (torch.randn(8000, 256) * 0.02).requires_grad_()
+g = torch.Generator().manual_seed(0)
+held, bounds = [], []
+for i in range(60):
+    m = 300 + int(torch.randint(0, 300, (1,), generator=g))
+    x = torch.randn(m, 256, requires_grad=True)
+    onednn.linear(x, w).logsumexp(-1).sum().backward()
+    bound = None if cap.baseline is None else cap.baseline * cap.factor + cap.slack
+    cap.after_step()
+    held.append(resident_bytes())
+    bounds.append(bound)
+print(json.dumps({"held": held, "bounds": bounds, "trims": cap.trims}))
+"""
+
+
+@pytest.mark.slow
+def test_kept_memory_cap_keeps_a_training_process_within_its_bound_when_step_sizes_vary():
+    out = subprocess.run([sys.executable, "-c", VARYING], capture_output=True, text=True, check=True)
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    for held, bound in zip(result["held"], result["bounds"]):
+        assert bound is None or held <= bound, (held, bound)  # a trim brought it back under
+    # a trim gives real pages back: the process ends below what the first bound allowed
+    first = next(b for b in result["bounds"] if b is not None)
+    assert max(result["held"][-10:]) <= first * 1.5
