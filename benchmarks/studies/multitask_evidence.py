@@ -198,8 +198,10 @@ def budget(args) -> dict:
 
 def render(result: dict) -> str:
     meta, b = result["meta"], result["budget"]
+    loads = [float(r["load"].split()[1]) for r in result["records"] if r.get("load", "").startswith("load ")]
+    during = f"load average {min(loads):.1f}-{max(loads):.1f} as the sides finished" if loads else meta["load_after"]
     lines = [f"# Multi-task vs single-task fine-tuning: {meta['checkpoint']}", "",
-             f"{meta['machine']}; {meta['load_after']}. Seeds {', '.join(map(str, meta['seeds']))}; batch "
+             f"{meta['machine']}; {during}. Seeds {', '.join(map(str, meta['seeds']))}; batch "
              f"{meta['batch_size']}, max length {meta['max_length']}, peak lr {meta['lr']} (10% warm-up, linear "
              f"decay) everywhere. Budget per side: {b['single_steps']} steps (single: {meta['epochs']} epoch(s) of "
              f"each small task; multi: {b['multi_epochs']:.4f} of a mixture epoch over {', '.join(meta['small'] + meta['large'])}, "
