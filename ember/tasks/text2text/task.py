@@ -125,7 +125,9 @@ class Text2TextAdapter:
 
     def __init__(self, inner, model_cfg) -> None:
         self.inner, self.template, self.templates = inner, template_for(inner), "t5"
-        self.decoder_limit = model_cfg.max_position  # the most tokens ember decodes
+        # the most tokens ember decodes: the decoder's start token takes one of its positions
+        # (a BART's learned positions end there; an output that never says </s> would run past them)
+        self.decoder_limit = model_cfg.max_position - 1
         self.name, self.display_name, self.kind = inner.name, inner.display_name, self.template.kind
         self.report_splits = getattr(inner, "report_splits", ())
         self.train_defaults = dict(T5_TRAIN)
