@@ -61,7 +61,7 @@ class Seq2SeqGenerateMethod(GenerateMethod):
     def __init__(self, ctx) -> None:
         super().__init__(ctx)  # eot_id: T5's </s>; max_length: the served input length
         self.encoder = ctx.encoder()
-        self.decoder_limit = ctx.model.config.max_position - 1  # position 0 holds the decoder's start token
+        self.decoder_limit = ctx.model.config.max_position
 
     def parse(self, data: dict, limits: Limits) -> dict:
         """{"text": str} | {"texts": [str]}, the GPT path's decoding settings, and num_beams (1 =

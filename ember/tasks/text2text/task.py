@@ -125,9 +125,7 @@ class Text2TextAdapter:
 
     def __init__(self, inner, model_cfg) -> None:
         self.inner, self.template, self.templates = inner, template_for(inner), "t5"
-        # the most tokens ember decodes: the decoder's start token takes one of its positions
-        # (a BART's learned positions end there; an output that never says </s> would run past them)
-        self.decoder_limit = model_cfg.max_position - 1
+        self.decoder_limit = model_cfg.max_position  # the most tokens ember decodes
         self.name, self.display_name, self.kind = inner.name, inner.display_name, self.template.kind
         self.report_splits = getattr(inner, "report_splits", ())
         self.train_defaults = dict(T5_TRAIN)
@@ -171,8 +169,10 @@ class Text2TextAdapter:
             self.template, self.templates, self._encoder = template_in_set(self.inner, templates), templates, None
 
     def decode_budget(self, encoder: Text2TextEncoder) -> int:
-        """Tokens to decode per output: ``task.max_new_tokens``, else the task's own budget."""
-        return self.max_new_tokens or encoder.budget(self.decoder_limit)
+        """Tokens to decode per output: ``task.max_new_tokens``, else the task's own budget, at most
+        ``decoder_limit - 1``: decoding feeds the start token and then each new token back, so a
+        BART's learned positions end one token before (an output that never says </s> ran past them)."""
+        return min(self.max_new_tokens or encoder.budget(self.decoder_limit), self.decoder_limit - 1)
 
     def encoder(self, tokenizer, max_length: int) -> Text2TextEncoder:
         """The encoder for this tokenizer and length (checked once: it can spell every label)."""
