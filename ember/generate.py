@@ -199,7 +199,7 @@ def token_loop(step, batch: int, cfg: GenerationConfig, eot_id: int, device, sto
     out: list[list[int]] = [[] for _ in range(batch)]
     running = list(range(batch))
     logits = step(None)
-    for _ in range(cfg.max_new_tokens):
+    for n in range(cfg.max_new_tokens):
         token = next_tokens(logits, cfg, generator)  # (B,)
         chosen = token.tolist()
         still = []
@@ -211,7 +211,7 @@ def token_loop(step, batch: int, cfg: GenerationConfig, eot_id: int, device, sto
             if stop_check is None or not stop_check(i, out[i]):
                 still.append(i)
         running = still
-        if not running:
+        if not running or n == cfg.max_new_tokens - 1:  # the last token is not fed back: no logits wanted
             break
         logits = step(token)
     return out

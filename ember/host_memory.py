@@ -86,7 +86,6 @@ def resident_bytes() -> int | None:
         return None
 
 
-
 class KeptMemoryCap:
     """Hands the heap's free pages back when a training process holds more than ``factor`` times
     (plus ``slack`` bytes) what it held after a step that followed the last trim (see the module

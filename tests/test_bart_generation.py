@@ -85,3 +85,18 @@ def test_bart_generation_bad_lengths_are_one_clear_error():
         seq2seq_generate_ids(ours, [list(range(5, 46))], Seq2SeqGenerationConfig(max_new_tokens=5), EOS)
     with pytest.raises(EmberError, match="min_new_tokens=5 leaves no room"):
         Seq2SeqGenerationConfig(max_new_tokens=5, min_new_tokens=5)
+
+
+def test_bart_greedy_decodes_as_many_tokens_as_it_has_positions():
+    """Every one of the decoder's learned positions can hold a token the loop feeds: the start
+    token and max_position - 1 new ones, whose last choice is never fed back. An output that
+    never says </s> used to run one position past the end (min length one short of the limit keeps
+    </s> out until the last token)."""
+    hf = tiny_hf_bart(seed=3, max_position_embeddings=12)
+    ours = ember_from_hf(hf)
+    limit = ours.config.max_position
+    cfg = Seq2SeqGenerationConfig(max_new_tokens=limit, min_new_tokens=limit - 1)
+    got = seq2seq_generate_ids(ours, INPUTS[:2], cfg, EOS)
+    assert all(len(r) >= limit - 1 for r in got)
+    ref = _hf_new_tokens(hf, INPUTS[:2], max_new_tokens=limit, min_new_tokens=limit - 1)
+    assert got == ref

@@ -42,9 +42,9 @@ class PretrainingSetup:
 HELD_OUT_TOKENS = 32 * 512
 
 
-def held_out_batch_size(max_seq_length: int, sequences: int = 32) -> int:
-    """Sequences per held-out batch: ``sequences``, fewer for sequences longer than 512 tokens."""
-    return max(1, min(sequences, HELD_OUT_TOKENS // max(max_seq_length, 1)))
+def held_out_batch_size(max_seq_length: int) -> int:
+    """Sequences per held-out batch: 32, fewer for sequences longer than 512 tokens."""
+    return max(1, min(32, HELD_OUT_TOKENS // max(max_seq_length, 1)))
 
 
 def held_out_metrics(module, dataset, n_examples: int, batch_size: int, seed: int, device: str) -> dict:

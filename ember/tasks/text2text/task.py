@@ -169,10 +169,8 @@ class Text2TextAdapter:
             self.template, self.templates, self._encoder = template_in_set(self.inner, templates), templates, None
 
     def decode_budget(self, encoder: Text2TextEncoder) -> int:
-        """Tokens to decode per output: ``task.max_new_tokens``, else the task's own budget, at most
-        ``decoder_limit - 1``: decoding feeds the start token and then each new token back, so a
-        BART's learned positions end one token before (an output that never says </s> ran past them)."""
-        return min(self.max_new_tokens or encoder.budget(self.decoder_limit), self.decoder_limit - 1)
+        """Tokens to decode per output: ``task.max_new_tokens``, else the task's own budget."""
+        return self.max_new_tokens or encoder.budget(self.decoder_limit)
 
     def encoder(self, tokenizer, max_length: int) -> Text2TextEncoder:
         """The encoder for this tokenizer and length (checked once: it can spell every label)."""
