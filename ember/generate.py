@@ -133,7 +133,8 @@ def next_tokens(logits: torch.Tensor, cfg: GenerationConfig, generator: torch.Ge
     """Choose one token per row of logits (B, V) -> (B,)."""
     if cfg.greedy:
         return logits.argmax(-1)
-    logits = filter_logits(logits.float() / cfg.temperature, cfg.top_k, cfg.top_p)
+    logits = logits.float() if cfg.temperature == 1.0 else logits.float() / cfg.temperature  # x / 1 == x
+    logits = filter_logits(logits, cfg.top_k, cfg.top_p)
     return torch.multinomial(logits.softmax(-1), 1, generator=generator).squeeze(-1)
 
 

@@ -21,7 +21,8 @@ slower than a (K, N) one (768 x 3072 weights that do not fit the caches, one EPY
 445 us; oneDNN 585 us), which is why transformers' GPT-2 (Conv1D, weights stored (K, N)) led
 ember at batch 1. ``row_product`` keeps a (K, N) copy of each weight it multiplies (built on first
 use, rebuilt when the weight changes, dropped with it) and multiplies the row by that: decoding
-holds the layer weights twice while a model decodes one row at a time.
+holds the layer weights twice while a model decodes one row at a time. The copies live in 2 MiB
+pages (``ember.host_memory.huge_page_empty``): ~10% faster decoding on the Zen 4 EPYC.
 Anything else - a quantized Linear (int8 serving), CUDA, bf16, autocast, ONNX export, tracing,
 ``torch.compile`` - goes the ordinary way, so modules keep plain ``nn.Linear`` children
 (state dicts, quantization and export are unchanged).
@@ -43,6 +44,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.autograd.function import once_differentiable
+
+from ember.host_memory import huge_page_empty
 
 # From 2 rows on oneDNN beats MKL (768 -> 3072, weights from memory: 2 rows 40 vs 67 us, 4 rows 54
 # vs 52, 8 rows 1030 vs 1250 us); one row goes through ``row_product``
@@ -173,8 +176,9 @@ def columns(weight: torch.Tensor) -> torch.Tensor:
     if hit is None or hit[0] != key:
         if hit is None:
             weakref.finalize(weight, _COLUMNS.pop, id(weight), None)
-        with torch.no_grad():
-            hit = (key, weight.detach().t().contiguous())
+        with torch.no_grad():  # read once per token: 2 MiB pages stream faster (ember.host_memory)
+            copy = huge_page_empty((weight.shape[1], weight.shape[0]), weight.dtype)
+            hit = (key, copy.copy_(weight.detach().t()))
         _COLUMNS[id(weight)] = hit
     return hit[1]
 

@@ -207,3 +207,17 @@ def test_onednn_one_row_without_gradient_uses_a_cached_column_copy_that_follows_
 
     gc.collect()
     assert key not in onednn._COLUMNS  # the copy went with its weight
+
+
+def test_onednn_column_copy_of_a_large_weight_sits_on_huge_pages_and_equals_its_transpose(forced_on):
+    """A weight of several MiB (read from memory at every decoded token) is copied into 2 MiB
+    aligned memory advised for huge pages (ember.host_memory); the copy is the transpose exactly."""
+    from ember.host_memory import HUGE_PAGE_BYTES
+
+    torch.manual_seed(0)
+    layer = nn.Linear(768, 3072)
+    with torch.no_grad():
+        onednn.dense(layer, torch.randn(1, 768))
+    copy = onednn._COLUMNS[id(layer.weight)][1]
+    assert copy.data_ptr() % HUGE_PAGE_BYTES == 0 and copy.is_contiguous()
+    assert torch.equal(copy, layer.weight.t())

@@ -117,3 +117,48 @@ def test_kept_memory_cap_keeps_a_training_process_within_its_bound_when_step_siz
     # a trim gives real pages back: the process ends below what the first bound allowed
     first = next(b for b in result["bounds"] if b is not None)
     assert max(result["held"][-10:]) <= first * 1.5
+
+
+def _mapping_of(address: int) -> dict | None:
+    """The /proc/self/smaps entry (start, end, VmFlags) of the mapping holding ``address``."""
+    found = None
+    with open("/proc/self/smaps", encoding="ascii") as f:
+        for line in f:
+            head = line.split()[0]
+            if "-" in head and ":" not in head:
+                start, end = (int(v, 16) for v in head.split("-"))
+                found = {"start": start, "end": end} if start <= address < end else None
+            elif found is not None and line.startswith("VmFlags:"):
+                found["flags"] = line.split()[1:]
+                return found
+    return None
+
+
+def test_huge_page_tensor_is_aligned_advised_and_unmapped_with_its_last_view():
+    """A tensor for weights read once per decoded token: its first byte on a 2 MiB boundary, its
+    mapping advised for huge pages (smaps' VmFlags ``hg``, whatever the kernel then does), values
+    kept, and the mapping gone once the tensor and its views are."""
+    import gc
+
+    import torch
+
+    t = host_memory.huge_page_empty((1024, 1536))  # 6 MiB of fp32
+    assert t.shape == (1024, 1536) and t.dtype == torch.float32 and t.is_contiguous()
+    address = t.data_ptr()
+    assert address % host_memory.HUGE_PAGE_BYTES == 0
+    mapping = _mapping_of(address)
+    assert mapping is not None and "hg" in mapping["flags"]
+    assert mapping["end"] - address >= t.numel() * 4
+    source = torch.randn(1536, 1024)
+    t.copy_(source.t())
+    assert torch.equal(t, source.t())  # a copy: the same numbers
+    row = t[3]
+    del t
+    gc.collect()
+    assert _mapping_of(address) is not None  # a view still holds it
+    assert torch.equal(row, source[:, 3])
+    del row
+    gc.collect()
+    assert _mapping_of(address) is None
+    small = host_memory.huge_page_empty((8, 8), torch.bfloat16)  # under one huge page: plain memory
+    assert small.shape == (8, 8) and small.dtype == torch.bfloat16
