@@ -24,6 +24,9 @@ def evaluate(run: str | Path, split: str = "", file: str | Path | None = None, t
     while the model runs over the rows. A text-to-text (T5) run decodes as its ``task.num_beams``,
     ``task.length_penalty`` and ``task.max_new_tokens`` say, unless ``num_beams``,
     ``length_penalty`` or ``max_new_tokens`` are given here.
+    ``max_length`` (a keyword): tokens per input instead of the run's ``task.max_length``, at
+    most the model's positions, e.g. a model made long (``ember convert --long``) reading a whole
+    document in one window.
 
     ``zero_shot``: no head, any encoder run: the cosine similarity of the two sentences' pooled
     embeddings against the gold scores (STS-B, or a ``file`` with sentence1/sentence2/score),
@@ -52,12 +55,14 @@ def evaluate(run: str | Path, split: str = "", file: str | Path | None = None, t
         from ember.api.embed import evaluate_similarity
 
         return evaluate_similarity(run, task, split, file, progress=progress, **similarity)
+    max_length = similarity.pop("max_length", None)  # a fine-tuned run's inputs: tokens per input
     if similarity:
         raise EmberError(f"{', '.join(sorted(similarity))}: only with zero_shot=True (--zero-shot)")
     if data is None:
         if (column, pair_column, label_column) != (None, None, None):
             raise EmberError("column= / pair_column= / label_column= name the columns of data=; pass the data too")
-        return evaluate_run(Path(run), split, str(file) if file is not None else None, task, progress, decoding)
+        return evaluate_run(Path(run), split, str(file) if file is not None else None, task, progress, decoding,
+                            max_length)
     import tempfile
 
     from ember.api.task_data import task_spec, write_split
@@ -68,6 +73,6 @@ def evaluate(run: str | Path, split: str = "", file: str | Path | None = None, t
     spec = task_spec(task or load_run_config(run, expect_kind="finetune").task.name)
     with tempfile.TemporaryDirectory(prefix="ember-evaluate-") as tmp:
         path = write_split(spec, data, Path(tmp) / "data.tsv", "data=", column, pair_column, label_column)
-        result = evaluate_run(Path(run), "", str(path), task, progress, decoding)
+        result = evaluate_run(Path(run), "", str(path), task, progress, decoding, max_length)
         n = len(path.read_text(encoding="utf-8").splitlines()) - spec.has_header
     return {**result, "split": f"data from Python ({n} examples)"}

@@ -31,7 +31,9 @@ def register(sub) -> None:
                       "columns")
     zero.add_argument("--pooling", choices=["mean", "cls"], help="default: the run's (RUN/embedding.json; else mean)")
     zero.add_argument("--layer", type=int, help="hidden layer to pool (0 = embeddings, -1 = last, the default)")
-    zero.add_argument("--max-length", type=int, help="tokens per sentence (default: the run's)")
+
+    p.add_argument("--max-length", type=int, help="tokens per input (default: the run's task.max_length; "
+                   "at most the model's positions, e.g. a long model's whole documents; --zero-shot: per sentence)")
     add_decoding_options(p)
     p.add_argument("--no-progress", action="store_true", help="no progress bar (for logs)")
     p.set_defaults(run=run)

@@ -82,7 +82,7 @@ def lengthen(cfg: ModelConfig, state: dict[str, torch.Tensor], length: int, wind
 
 def lengthen_run(run_dir: Path, out_dir: Path, length: int, **options) -> None:
     """Write the long version (``options``: ``lengthen``'s) of the run folder ``run_dir`` to ``out_dir``: config.yaml, the
-    weights and the files a run is used with (tokenizer, labels, embedding defaults). Optimizer
+    weights and the files a run is used with (tokenizer, labels, embedding defaults, a custom task's record). Optimizer
     state and checkpoints stay behind (their shapes no longer fit)."""
     import shutil
 
@@ -95,7 +95,7 @@ def lengthen_run(run_dir: Path, out_dir: Path, length: int, **options) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
     write_run_files(out_dir, dataclasses.replace(cfg, model=model), run_dir / "tokenizer.json")
     save_weights(state, out_dir / "model.safetensors", {"lengthened_from": str(run_dir), "long": str(length)})
-    for name in ("labels.json", "embedding.json"):
+    for name in ("labels.json", "embedding.json", "task.json"):  # task.json: a run of your own files
         if (run_dir / name).is_file():
             shutil.copyfile(run_dir / name, out_dir / name)
 

@@ -36,12 +36,15 @@ def inference_progress(description: str, enabled: bool = True, unit: str = "row"
         _PROGRESS.reset(token)
 
 
-def length_sorted_batches(lengths: Sequence, batch_size: int) -> Iterator[list[int]]:
+def length_sorted_batches(lengths: Sequence, batch_size: int, max_tokens: int | None = None) -> Iterator[list[int]]:
     """Row indices in chunks of at most ``batch_size``, by ascending ``lengths[i]`` (any sortable
-    key: an int, or a tuple such as (input length, target length)); ties keep input order."""
+    key: an int, or a tuple such as (input length, target length)); ties keep input order.
+    ``max_tokens`` (int lengths): a chunk also ends before its rows padded to its longest would
+    pass that many tokens (one row always fits), so long inputs come a few at a time."""
     if batch_size < 1:
         raise ValueError(f"batch_size must be at least 1, got {batch_size}")
     order = sorted(range(len(lengths)), key=lengths.__getitem__)
+    chunks = _chunks(order, batch_size) if max_tokens is None else _token_chunks(order, lengths, batch_size, max_tokens)
     shown = _PROGRESS.get()
     bar = None
     if shown is not None and order and getattr(_DRAWING, "bar", None) is None:
@@ -50,8 +53,7 @@ def length_sorted_batches(lengths: Sequence, batch_size: int) -> Iterator[list[i
         description, unit = shown
         bar = _DRAWING.bar = tqdm(total=len(order), desc=description, unit=unit, dynamic_ncols=True, leave=False)
     try:
-        for first in range(0, len(order), batch_size):
-            chunk = order[first : first + batch_size]
+        for chunk in chunks:
             yield chunk
             if bar is not None:
                 bar.update(len(chunk))
@@ -59,3 +61,20 @@ def length_sorted_batches(lengths: Sequence, batch_size: int) -> Iterator[list[i
         if bar is not None:
             bar.close()
             _DRAWING.bar = None
+
+
+def _chunks(order: list[int], size: int) -> Iterator[list[int]]:
+    for first in range(0, len(order), size):
+        yield order[first : first + size]
+
+
+def _token_chunks(order: list[int], lengths: Sequence, size: int, max_tokens: int) -> Iterator[list[int]]:
+    """``order`` (ascending lengths) in chunks of at most ``size`` rows and ``max_tokens`` padded tokens."""
+    chunk: list[int] = []
+    for i in order:  # ascending, so the row being added is the chunk's longest
+        if chunk and (len(chunk) >= size or (len(chunk) + 1) * lengths[i] > max_tokens):
+            yield chunk
+            chunk = []
+        chunk.append(i)
+    if chunk:
+        yield chunk

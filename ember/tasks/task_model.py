@@ -155,25 +155,39 @@ def load_task_module(run_dir: Path, cfg: RunConfig, adapter: TaskAdapter, pad_id
     return module.eval()
 
 
+def with_max_length(cfg: RunConfig, max_length: int | None) -> RunConfig:
+    """``cfg`` evaluating ``max_length`` tokens per input; refused past the model's positions."""
+    if max_length is None:
+        return cfg
+    if max_length < 8:
+        raise EmberError(f"--max-length {max_length}: an input needs at least 8 tokens")
+    if cfg.model.max_position and max_length > cfg.model.max_position:
+        raise EmberError(f"--max-length {max_length} is beyond the model's {cfg.model.max_position} positions; "
+                         f"give at most {cfg.model.max_position}, or make the model long first "
+                         "(ember convert --from-run RUN --long N)")
+    return dataclasses.replace(cfg, task=dataclasses.replace(cfg.task, max_length=max_length))
+
+
 def evaluate_run(run_dir: Path, split: str = "", path: str | None = None, task: str = "",
-                 progress: bool = False, decoding: dict | None = None) -> dict:
+                 progress: bool = False, decoding: dict | None = None, max_length: int | None = None) -> dict:
     """Score a fine-tuned run folder on a labelled split (or file) with the task's metric
     (``progress``: a bar over the rows while the model runs; ``decoding``: a T5 run's
-    ``with_decoding`` settings for this evaluation)."""
+    ``with_decoding`` settings for this evaluation; ``max_length``: tokens per input instead of
+    the run's ``task.max_length``, e.g. a long model's whole documents in one window)."""
     from ember.tasks.batching import inference_progress
     from ember.tasks.multitask import is_multitask_run, task_names, task_run
     from ember.tokenizers import load_tokenizer
 
     if is_multitask_run(run_dir):  # every task on its own best weights (RUN/tasks/NAME), or the one named
         if task:
-            return evaluate_run(task_run(run_dir, task), split, path, "", progress, decoding)
+            return evaluate_run(task_run(run_dir, task), split, path, "", progress, decoding, max_length)
         if path is not None:
             raise EmberError(f"--file is one task's file; {run_dir} holds several tasks: name one with --task "
                              f"({', '.join(task_names(run_dir))})")
-        results = {name: evaluate_run(task_run(run_dir, name), split, None, "", progress, decoding)
+        results = {name: evaluate_run(task_run(run_dir, name), split, None, "", progress, decoding, max_length)
                    for name in task_names(run_dir)}
         return {"tasks": results, "split": split or "dev"}
-    cfg = with_decoding(load_run_config(run_dir, expect_kind="finetune"), decoding)
+    cfg = with_max_length(with_decoding(load_run_config(run_dir, expect_kind="finetune"), decoding), max_length)
     adapter = load_run_adapter(run_dir, cfg, task)
     check_decodes(adapter, decoding)
     split = split or cfg.task.eval_split

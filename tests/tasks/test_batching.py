@@ -50,6 +50,20 @@ def test_length_sorted_batches_are_a_stable_sort_cut_into_chunks():
         next(length_sorted_batches([3], 0))
 
 
+def test_length_sorted_batches_with_a_token_budget_take_long_rows_a_few_at_a_time():
+    """A budget of padded tokens per chunk (a long model's whole-article windows): rows stay in
+    ascending order, a chunk never holds more than the budget (one row always fits), and with rows
+    short enough the chunks are the plain ones."""
+    lengths = [300, 9000, 120, 16000, 384, 5000, 16000, 40]
+    chunks = list(length_sorted_batches(lengths, 4, max_tokens=4 * 512))
+    assert [i for c in chunks for i in c] == sorted(range(len(lengths)), key=lengths.__getitem__)
+    for c in chunks:
+        assert len(c) <= 4 and (len(c) == 1 or len(c) * max(lengths[i] for i in c) <= 4 * 512)
+    assert chunks == [[7, 2, 0, 4], [5], [1], [3], [6]]
+    short = [5, 3, 9, 1, 7, 7]
+    assert list(length_sorted_batches(short, 4, max_tokens=4 * 512)) == list(length_sorted_batches(short, 4))
+
+
 def test_inference_progress_draws_one_bar_for_the_outermost_loop_only(bars):
     for _ in length_sorted_batches([1, 2, 3], 2):
         pass

@@ -28,6 +28,8 @@ from torch import nn
 from ember.tasks.batching import length_sorted_batches
 from ember.tasks.featurize import EXTRA_INPUTS, collate, extra_inputs
 
+SHORT_WINDOW = 512  # the longest window a BERT-style model reads; predict's token budget per row
+
 
 def span_view(logits: np.ndarray, mask: np.ndarray, regression: bool = False):
     """``compare_view`` of start/end logits (B, 2, T): real tokens only; the start and end token
@@ -103,7 +105,10 @@ class QuestionAnswering(nn.Module):
         was_training = self.training
         self.eval()
         out: list = [None] * len(features)
-        for idx in length_sorted_batches([len(f["input_ids"]) for f in features], batch_size):
+        # Windows of up to 512 tokens come batch_size at a time; a long model's windows (a whole
+        # article: thousands of tokens) as many as that many tokens allow, not 64 x 16,384.
+        lengths = [len(f["input_ids"]) for f in features]
+        for idx in length_sorted_batches(lengths, batch_size, max_tokens=batch_size * SHORT_WINDOW):
             batch = self.make_batch([{**features[i], "start_position": None} for i in idx])  # no targets
             batch = {k: v.to(device) for k, v in batch.items()}
             start, end = (t.cpu().numpy() for t in self.logits(batch))
