@@ -63,6 +63,7 @@ CONTINUATIONS = {
     "bart": Continuation({"bart": "bart-mini", "mass": "mass-mini"}),
     "xlnet": Continuation({"plm": "xlnet-mini"}, free=("mem_len", "reuse_len")),
     "xlm": Continuation({"xlm_mlm": "xlm-mini"}, ("xlm_mlm_tlm", "tlm", "xlm_clm")),
+    "lstm": Continuation({"lstm_lm": "lm-lstm", "seq_autoencoder": "sa-lstm"}),  # Dai & Le 2015
 }
 
 
@@ -84,6 +85,9 @@ def continued_config(recipe, init: str | Path, overrides: list[str]) -> RunConfi
         raise EmberError("--init takes its model from the init run: pass a recipe name or YAML path, not a RunConfig")
     start = load_start(init)
     family = start.model.family
+    if start.objective == "bilm":
+        raise EmberError(f"--init {init} is an ELMo run: its char-CNN and LSTMs read raw text with their own word "
+                         "vocabulary, which continued pre-training from shards does not do; pre-train ELMo anew")
     if family not in CONTINUATIONS:
         raise EmberError(f"--init {init}: continued pre-training is built for {', '.join(CONTINUATIONS)} "
                          f"models; this is a {family} run")

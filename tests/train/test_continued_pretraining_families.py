@@ -36,6 +36,7 @@ FAMILIES = {
     "mass": ("mass-mini", "wiki_bpe", [], "mass"),  # a BART-shaped run pre-trained with MASS
     "xlnet": ("xlnet-mini", "wiki_prepared", ["model.mem_len=16"], "plm"),
     "xlm": ("xlm-mini", "en_ru", [], "xlm_mlm"),
+    "lstm": ("sa-lstm", "wiki_prepared", ["model.embedding_size=16"], "seq_autoencoder"),  # Dai & Le's SA-LSTM
 }
 
 
@@ -120,3 +121,150 @@ def test_continued_pretraining_starts_from_the_init_exactly_and_continues_its_ow
 def held_out_loss(run: Path) -> float:
     return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()
             if json.loads(line)["split"] == "eval"][-1]["loss"]
+
+
+def refused(args: list[str], capsys) -> str:
+    assert main(args) == 1
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    return err
+
+
+def encoder_init(folder: Path, prepared: Path, embedding: dict | None = None) -> Path:
+    """A tiny BERT run (random backbone, no MLM head) over ``prepared``'s tokenizer, with an
+    embedding.json and a labels.json when asked, as an imported sentence encoder or a classifier has."""
+    from ember.config import ModelConfig, RunConfig
+    from ember.data.shards import TokenCorpus
+    from ember.models import build_backbone
+    from ember.runs.checkpoint import save_weights
+    from ember.runs.folder import write_run_files
+
+    cfg = ModelConfig(family="bert", vocab_size=2000, hidden_size=32, num_layers=2, num_heads=2,
+                      intermediate_size=64, max_position=64)
+    write_run_files(folder, RunConfig(model=cfg, objective="mlm"), TokenCorpus(prepared, "train").tokenizer_path)
+    torch.manual_seed(0)
+    save_weights({f"backbone.{k}": v for k, v in build_backbone(cfg).state_dict().items()},
+                 folder / "model.safetensors")
+    if embedding is not None:
+        (folder / "embedding.json").write_text(json.dumps(embedding))
+        (folder / "labels.json").write_text(json.dumps(["negative", "positive"]))
+    return folder
+
+
+def test_continued_pretraining_refuses_an_objective_or_setting_that_does_not_fit_the_init_before_writing(
+        inits, wiki_prepared, wiki_t5_prepared, tmp_path, capsys):
+    gpt2, bpe = inits("gpt2")
+    t5, t5_corpus = inits("t5")
+    xlnet, wordpiece = inits("xlnet")
+    out = tmp_path / "out"
+
+    def args(init, data, *extra):
+        return ["pretrain", "--init", str(init), "--data", str(data), "--out", str(out), "--max-steps", "1",
+                "--no-progress", *extra]  # (a step budget, should a refusal ever fail to come)
+
+    err = refused(args(gpt2, bpe, "--recipe", "continue-mlm"), capsys)  # an MLM objective on a decoder
+    assert "objective 'mlm' (from continue-mlm.yaml) does not fit it" in err and "continues with clm" in err
+    err = refused(args(encoder_init(tmp_path / "bert", wiki_prepared), wiki_prepared, "--recipe", "gpt2-mini"), capsys)
+    assert "objective 'clm'" in err and "bert model continues with mlm, bert, albert, spanbert" in err
+    err = refused(args(t5, t5_corpus, "--recipe", "bart-mini"), capsys)
+    assert "objective 'bart'" in err and "span_corruption" in err and "without --recipe: t5-mini" in err
+    err = refused(args(xlnet, wordpiece, *sets("objective=mlm")), capsys)
+    assert "objective 'mlm' (from --set objective)" in err and "continues with plm" in err
+    # the checks every init has: the weights fix the shape, the shards the tokenizer, --out its own folder
+    assert "model.num_heads" in refused(args(t5, t5_corpus, *sets("model.num_heads=4")), capsys)
+    assert "model.mem_len" in refused(args(gpt2, bpe, *sets("model.mem_len=8")), capsys)  # memory is XLNet's
+    err = refused(args(gpt2, t5_corpus), capsys)
+    assert "2,000-token vocabulary" in err and "1,000 tokens" in err and "--tokenizer" in err
+    assert "where this command reads" in refused(args(gpt2, bpe)[:5] + ["--out", str(gpt2)], capsys)
+    assert not out.exists() and load_run_config(gpt2).init == ""  # nothing half-written, the init untouched
+
+
+def test_continued_xlnet_takes_a_memory_length_and_xlm_chooses_tlm_on_parallel_data(inits, tmp_path):
+    """XLNet's memory is context, not weights: a continued run may set its length. An XLM init on a
+    corpus with parallel pairs continues with MLM and TLM mixed (xlm-mini's comment); here its
+    tokenizer prepares real en + ru text and a few hand-made translation pairs."""
+    from ember.api.pretrain import pretrain_config
+
+    xlnet, wordpiece = inits("xlnet")
+    cfg = pretrain_config(None, tmp_path / "x", wordpiece, ["model.mem_len=24"], init=xlnet)
+    assert (cfg.objective, cfg.model.mem_len, load_run_config(xlnet).model.mem_len) == ("plm", 24, 16)
+    xlm, _ = inits("xlm")
+    pairs = tmp_path / "pairs.tsv"
+    pairs.write_text("".join(f"en\tru\t{en}\t{ru}\n" for en, ru in [
+        ("The cat sleeps.", "Кошка спит."), ("I like tea.", "Я люблю чай."), ("The house is old.", "Дом старый."),
+        ("He reads a book.", "Он читает книгу."), ("It is cold today.", "Сегодня холодно."),
+        ("Where is the station?", "Где вокзал?"), ("She writes letters.", "Она пишет письма."),
+        ("The river is wide.", "Река широкая.")] * 3))
+    prepared = tmp_path / "parallel"
+    assert main(["prepare", "--lang", f"en={real_data('wiki-en', 'AA', 'wiki_00.gz')}", "--lang",
+                 f"ru={real_data('ruslit', 'Chekhov') / '*.txt'}", "--parallel", str(pairs), "--languages", "en,ru",
+                 "--max-docs", "6", "--valid-fraction", "0.2", "--tokenizer", str(xlm / "tokenizer.json"),
+                 "--out", str(prepared), "--no-progress"]) == 0
+    run = tmp_path / "run"
+    assert main(["pretrain", "--init", str(xlm), "--data", str(prepared), "--out", str(run), "--max-steps", "2",
+                 "--no-progress", *sets(*STEPS)]) == 0
+    assert load_run_config(run).objective == "xlm_mlm_tlm"
+    logged = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert any(r["split"] == "train" and "tlm_loss" in r for r in logged)
+
+
+def test_continued_bart_resume_after_kill_reproduces_the_losses(inits, tmp_path):
+    """One family beyond MLM (BART: its own setup sets the decoder start) killed after a
+    checkpoint and resumed: bit-for-bit the uninterrupted run's losses. Every family resumes
+    through the same trainer and checkpoints."""
+    init, prepared = inits("bart")
+
+    def cmd(run: Path, *extra: str) -> list[str]:
+        return [sys.executable, "-m", "ember", "pretrain", "--init", str(init), "--data", str(prepared), "--out",
+                str(run), "--max-steps", "6", "--no-progress", *sets(*STEPS[:-2], "train.save_every=2"), *extra]
+
+    whole = tmp_path / "whole"
+    done = subprocess.run(cmd(whole), env=env(), capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    losses = train_losses(whole)
+    assert sorted(losses) == list(range(1, 7))
+    run = tmp_path / "run"
+    kill_after_checkpoint(cmd(run), run, step=2)
+    done = subprocess.run(cmd(run, "--resume"), env=env(), capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "resumed from" in done.stdout
+    assert train_losses(run) == losses
+
+
+def test_continued_pretraining_carries_the_inits_embedding_defaults_not_its_labels(wiki_prepared, tmp_path):
+    """RUN/embedding.json (cls pooling, normalised, as an imported sentence encoder may say) goes to
+    the continued run, so `ember embed` pools as the init did; labels.json names a task head that
+    a pre-training run does not have, so it stays behind. A checkpoint of the run carries it on."""
+    import ember
+
+    defaults = {"pooling": "cls", "normalize": True, "max_length": 16, "source": "test"}
+    init = encoder_init(tmp_path / "init", wiki_prepared, defaults)
+    run = tmp_path / "run"
+    assert main(["pretrain", "--init", str(init), "--data", str(wiki_prepared), "--out", str(run), "--max-steps",
+                 "2", "--no-progress", *sets(*STEPS[:-2], "train.save_every=1")]) == 0
+    assert json.loads((run / "embedding.json").read_text()) == defaults
+    assert not (run / "labels.json").exists()
+    texts = ["The river flows north.", "A short history of the town and its old bridge."]
+    vectors = ember.embed(run, texts)
+    assert torch.equal(torch.from_numpy(vectors), torch.from_numpy(ember.embed(run, texts, pooling="cls",
+                                                                                normalize=True)))
+    assert not torch.allclose(torch.from_numpy(vectors), torch.from_numpy(ember.embed(run, texts, pooling="mean")))
+    again = tmp_path / "again"
+    assert main(["pretrain", "--init", str(run / "checkpoints" / "step-00000001"), "--data", str(wiki_prepared),
+                 "--out", str(again), "--max-steps", "1", "--no-progress", *sets(*STEPS)]) == 0
+    assert json.loads((again / "embedding.json").read_text()) == defaults
+
+
+def test_continued_pretraining_of_the_real_minilm_folder_keeps_its_sentence_transformers_pooling(tmp_path):
+    """all-MiniLM-L6-v2 as an HF folder: its modules.json says mean pooling and Normalize, its
+    sentence_bert_config.json 256 tokens; the continued run embeds that way by default."""
+    from ember.data.prepare import prepare_corpus
+
+    checkpoint = real_data("checkpoints", "all-MiniLM-L6-v2")
+    prepare_corpus([real_data("wiki-en", "AA", "wiki_00.gz")], checkpoint / "tokenizer.json", tmp_path / "wiki",
+                   max_docs=4, valid_fraction=0.0, progress=False)
+    run = tmp_path / "run"
+    assert main(["pretrain", "--init", str(checkpoint), "--data", str(tmp_path / "wiki"), "--out", str(run),
+                 "--max-steps", "1", "--no-progress", *sets(*STEPS, "train.batch_size=2")]) == 0
+    saved = json.loads((run / "embedding.json").read_text())
+    assert (saved["pooling"], saved["normalize"], saved["max_length"]) == ("mean", True, 256)
