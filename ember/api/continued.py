@@ -14,10 +14,10 @@ HF folder) fixes:
   anything is written; ``ember prepare --tokenizer INIT/tokenizer.json``);
 - the objective, through its family (``CONTINUATIONS``): each family continues with its own
   pre-training objective, from a recipe whose ``model`` section is ignored. Encoders continue
-  with ``continue-mlm``; GPT, T5, BART/MASS, XLNet and XLM with their family's own mini recipe
+  with ``continue-mlm``; GPT, T5, BART/MASS, XLNet, XLM and Dai & Le's LSTM with their family's recipe
   (its objective and objective settings, data layout and optimizer, a fresh schedule). An init
   pre-trained with an objective the family has a recipe for continues with that one (a MASS run
-  with ``mass-mini``); an XLM's objective follows the data, as the xlm recipes say (TLM with
+  with ``mass-mini``, an SA-LSTM with ``sa-lstm``); an XLM's objective follows the data, as the xlm recipes say (TLM with
   MLM when the corpus has parallel pairs; CLM for a causal XLM). ``--recipe`` or ``--set
   objective=`` choose another; one that does not fit the family is refused.
 
@@ -113,8 +113,11 @@ def continued_config(recipe, init: str | Path, overrides: list[str]) -> RunConfi
                                  free=FREE_MODEL_SETTINGS + plan.free)
     length = cfg.data.max_seq_length or model.max_position
     if length > model.max_position and not any(o.startswith("data.max_seq_length=") for o in overrides):
-        print(f"data.max_seq_length {length} ({base.name}) -> {model.max_position}, the init's positions "
-              "(--set data.max_seq_length=N to choose)")
+        from ember.train.distributed import is_first_process
+
+        if is_first_process():  # every rank builds its config; one says so
+            print(f"data.max_seq_length {length} ({base.name}) -> {model.max_position}, the init's positions "
+                  "(--set data.max_seq_length=N to choose)")
         length = model.max_position
     if cfg.data.prepared:
         check_corpus_tokenizer(cfg.data.prepared, start.tokenizer, init)

@@ -1,7 +1,8 @@
 """`ember pretrain --init RUN` (ember.api.continued) for every pre-training family: a GPT-1, a
-GPT-2, a T5, a BART, a MASS run, an XLNet and an XLM, each pre-trained here for a few steps on
-real text (Wikipedia; English + Russian for XLM) and continued with its own objective on the same
-shards, tokenized with the init's tokenizer. The MLM encoders are in test_continued_pretraining.py."""
+GPT-2, a T5, a BART, a MASS run, an XLNet, an XLM and Dai & Le's SA-LSTM, each pre-trained here
+for a few steps on real text (Wikipedia; English + Russian for XLM) and continued with its own
+objective on the same shards, tokenized with the init's tokenizer. The MLM encoders are in
+test_continued_pretraining.py."""
 
 from __future__ import annotations
 
@@ -268,3 +269,28 @@ def test_continued_pretraining_of_the_real_minilm_folder_keeps_its_sentence_tran
                  "--max-steps", "1", "--no-progress", *sets(*STEPS, "train.batch_size=2")]) == 0
     saved = json.loads((run / "embedding.json").read_text())
     assert (saved["pooling"], saved["normalize"], saved["max_length"]) == ("mean", True, 256)
+
+
+def test_continued_t5_keeps_an_untied_lm_head_and_bart_its_final_logits_bias(inits, wiki_t5_prepared, tmp_path):
+    """The heads that are not the embeddings: T5 v1.1's own lm_head (tie_word_embeddings false)
+    and BART's final_logits_bias (a buffer, zeros in a run from scratch: here set to random
+    values, as a released BART's are not zeros) start the continued run as the init has them."""
+    import shutil
+
+    from ember.runs.checkpoint import save_weights
+
+    t5 = tmp_path / "t5-v1.1"
+    assert main(["pretrain", "--recipe", "t5-mini", "--data", str(wiki_t5_prepared), "--out", str(t5), "--max-steps",
+                 "1", "--no-progress", *sets(*SHAPE, "model.head_dim=16", "model.tie_word_embeddings=false",
+                                             "model.hidden_act=gated-gelu_new", *STEPS)]) == 0
+    _, setup = continued_setup(t5, wiki_t5_prepared, tmp_path / "probe-t5")
+    head = load_weights(t5 / "model.safetensors")["backbone.lm_head.weight"]
+    assert torch.equal(setup.module.state_dict()["backbone.lm_head.weight"], head)
+    bart, bpe = inits("bart")
+    changed = tmp_path / "bart"
+    shutil.copytree(bart, changed)
+    state = load_weights(bart / "model.safetensors")
+    state["backbone.final_logits_bias"] = torch.randn_like(state["backbone.final_logits_bias"])
+    save_weights(state, changed / "model.safetensors")
+    _, setup = continued_setup(changed, bpe, tmp_path / "probe-bart")
+    assert torch.equal(setup.module.backbone.final_logits_bias, state["backbone.final_logits_bias"])
