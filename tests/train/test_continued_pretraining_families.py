@@ -294,3 +294,28 @@ def test_continued_t5_keeps_an_untied_lm_head_and_bart_its_final_logits_bias(ini
     save_weights(state, changed / "model.safetensors")
     _, setup = continued_setup(changed, bpe, tmp_path / "probe-bart")
     assert torch.equal(setup.module.backbone.final_logits_bias, state["backbone.final_logits_bias"])
+
+
+@pytest.mark.parametrize("family", ["gpt2", "t5", "bart", "xlnet", "xlm"])
+def test_continued_pretraining_from_a_transformers_folder_starts_from_its_heads_exactly(family, inits, tmp_path):
+    """The init exported with `ember convert --to-hf` (GPT2LMHeadModel, T5ForConditionalGeneration,
+    BartForConditionalGeneration, XLNetLMHeadModel, XLMWithLMHeadModel) and given to --init as an HF
+    folder: the family's objective, and every tensor of the objective - the output biases that
+    travel as final_logits_bias, lm_loss.bias and pred_layer.proj.bias included - is the run's."""
+    from ember.data.prepare import prepare_corpus
+
+    init, prepared = inits(family)
+    hf = tmp_path / "hf"
+    assert main(["convert", "--to-hf", str(init), "--out", str(hf)]) == 0
+    if family != "xlm":  # as documented: shards of the init's own tokenizer (GPT-2's export frames no <s> </s>);
+        # XLM's corpus needs its language streams, and its exported tokenizer.json is the run's
+        prepared = tmp_path / "wiki"
+        prepare_corpus([real_data("wiki-en", "AA", "wiki_00.gz")], hf / "tokenizer.json", prepared, max_docs=4,
+                       valid_fraction=0.0, progress=False)
+    cfg, setup = continued_setup(hf, prepared, tmp_path / "probe")
+    assert cfg.objective == FAMILIES[family][3] and cfg.model.family == load_run_config(init).model.family
+    state = load_weights(init / "model.safetensors")
+    own = setup.module.state_dict()
+    assert set(own) == set(state)
+    for name, tensor in own.items():
+        assert torch.equal(tensor, state[name]), name  # the export and import move tensors, never compute them
