@@ -45,8 +45,10 @@ FREE_MODEL_SETTINGS = ("dropout", "attention_dropout", "initializer_range",
                        "embedding_dropout", "lstm_pooling")  # the LSTM's (Dai & Le): a regulariser, its read-out
 
 
-def model_with_overrides(model_cfg: ModelConfig, overrides: list[str], pretrained: bool) -> ModelConfig:
-    """Apply ``model.K=V`` overrides to the starting point's model config (random init: any)."""
+def model_with_overrides(model_cfg: ModelConfig, overrides: list[str], pretrained: bool,
+                         free: tuple[str, ...] = FREE_MODEL_SETTINGS) -> ModelConfig:
+    """Apply ``model.K=V`` overrides to the starting point's model config (random init: any; a
+    pre-trained one: only the ``free`` settings)."""
     from ember.config import apply_overrides, run_config_from_dict, to_dict
 
     sets = [o for o in overrides if o.startswith("model.")]
@@ -55,12 +57,11 @@ def model_with_overrides(model_cfg: ModelConfig, overrides: list[str], pretraine
     values = apply_overrides(to_dict(RunConfig(kind="finetune", model=model_cfg)), sets)
     changed = run_config_from_dict(values, where="--set").model
     if pretrained:
-        fixed = [k for k in to_dict(model_cfg) if k not in FREE_MODEL_SETTINGS
-                 and getattr(changed, k) != getattr(model_cfg, k)]
+        fixed = [k for k in to_dict(model_cfg) if k not in free and getattr(changed, k) != getattr(model_cfg, k)]
         if fixed:
             raise EmberError(f"--set model.{fixed[0]}: a pre-trained init fixes the model's shape "
                              f"(its checkpoint has {fixed[0]}={getattr(model_cfg, fixed[0])!r}); only "
-                             f"{', '.join('model.' + k for k in FREE_MODEL_SETTINGS)} can change here")
+                             f"{', '.join('model.' + k for k in free)} can change here")
     return changed
 
 

@@ -93,8 +93,9 @@ def pretrain(recipe: str | Path | RunConfig | None = "bert-mini", out: str | Pat
     """Pre-train ``recipe`` (a name in ember/recipes, a YAML path or a RunConfig) on ``data`` (a
     folder written by `ember prepare`; raw text for ELMo) into the run folder ``out``. With
     ``init`` (a run, checkpoint or HF folder) the run continues that model's pre-training: its
-    config, weights and tokenizer, a fresh optimizer and schedule (recipe ``continue-mlm`` by
-    default; ``ember.api.continued``).
+    config, weights and tokenizer, its family's objective, a fresh optimizer and schedule (by
+    default the family's recipe: ``continue-mlm`` for an encoder, ``gpt2-mini``, ``t5-mini``,
+    ``bart-mini``, ...; ``ember.api.continued``).
 
     >>> result = ember.pretrain("bert-mini", "runs/bert-mini", data="runs/wiki",
     ...                         overrides=["train.max_time=600"])  # doctest: +SKIP
@@ -124,7 +125,14 @@ def _record_recipe(out: Path, recipe, data, overrides, resume: bool, init=None) 
     path = out / "recipe.json"
     if resume and path.is_file():
         return
-    default = "bert-mini" if init is None else "continue-mlm"
+    if init is None:
+        default = "bert-mini"
+    else:  # the recipe the init's family continues with (ember.api.continued), from the run's saved settings
+        from ember.api.continued import continuation_recipe
+        from ember.runs.folder import load_run_config
+
+        saved = load_run_config(out)
+        default = continuation_recipe(saved.model.family, saved.objective)
     name = "a RunConfig given from Python" if isinstance(recipe, RunConfig) else str(recipe or default)
     record = {"recipe": name, "data": None if data is None else str(data), "overrides": list(overrides)}
     if init is not None:

@@ -23,21 +23,27 @@ def register(sub) -> None:
         "runs/elmo --max-time 15m`. With --max-time a linear (or stlr) learning-rate schedule still spans the "
         "recipe's max_steps; --set train.schedule=time spans the time budget instead (bert-cram-cpu's "
         "recipe does; T5's inverse_sqrt does not depend on max_steps). "
-        "Continued pre-training (Longformer §5; docs/pretraining.md): --init RUN_OR_CHECKPOINT starts from a "
-        "trained encoder instead of random weights (an ember run, RUN/checkpoints/step-N or an HF folder, e.g. a "
-        "model made long with `ember convert --long`): its config (attention, window, positions, ...), weights "
-        "and tokenizer, its MLM head when it has one (else a fresh one), a fresh optimizer and schedule, and "
-        "recipe continue-mlm unless --recipe names another MLM recipe (its model section is ignored; --set "
-        "model.dropout and the other settings that keep the weights' meaning apply, others are refused). --data "
-        "must be prepared with the init's tokenizer: `ember prepare ../shared/data/wiki-en --tokenizer "
-        "runs/minilm-long/tokenizer.json --out runs/wiki-minilm`, then `ember pretrain --init runs/minilm-long "
-        "--data runs/wiki-minilm --out runs/minilm-long-mlm` (sequences as long as the model's positions, "
-        "data.max_seq_length to choose).",
+        "Continued pre-training (Longformer §5, DAPT; docs/pretraining.md): --init RUN_OR_CHECKPOINT starts "
+        "from a trained model instead of random weights (an ember run, RUN/checkpoints/step-N or an HF folder, "
+        "e.g. a model made long with `ember convert --long`): its config (attention, window, positions, ...), "
+        "weights and tokenizer, its objective's heads when it has them (else fresh ones), its embedding.json, a "
+        "fresh optimizer and schedule. Each family continues with its own objective and recipe unless --recipe "
+        "names another that fits (its model section is ignored): encoders continue-mlm (mlm), gpt gpt1-mini and "
+        "gpt2 gpt2-mini (clm), t5 t5-mini (span_corruption), bart bart-mini (a MASS run mass-mini), xlnet "
+        "xlnet-mini (plm), xlm xlm-mini (xlm_mlm; with parallel pairs xlm_mlm_tlm), lstm lm-lstm (an SA-LSTM "
+        "run sa-lstm). --set model.dropout and the other settings that keep the weights' meaning apply (an "
+        "XLNet's model.mem_len too), others are refused. --data must be prepared with the init's tokenizer: "
+        "`ember prepare ../shared/data/wiki-en --tokenizer runs/minilm-long/tokenizer.json --out "
+        "runs/wiki-minilm`, then `ember pretrain --init runs/minilm-long --data runs/wiki-minilm --out "
+        "runs/minilm-long-mlm` (continue-mlm: sequences as long as the model's positions; a recipe's longer "
+        "length is cut to them; data.max_seq_length to choose).",
     )
-    p.add_argument("--recipe", help="recipe name or YAML path (default: bert-mini, with --init continue-mlm; "
+    p.add_argument("--recipe", help="recipe name or YAML path (default: bert-mini; with --init the init's family's: "
+                   "continue-mlm for an encoder, gpt2-mini, t5-mini, bart-mini, xlnet-mini, xlm-mini, ...; "
                    "with --resume, the run's saved settings)")
     p.add_argument("--init", metavar="RUN_OR_CHECKPOINT", help="continue pre-training this model (an ember run, "
-                   "one of its checkpoints or an HF folder): its config, weights and tokenizer, a fresh optimizer")
+                   "one of its checkpoints or an HF folder) with its family's objective: its config, weights, "
+                   "heads, tokenizer and embedding.json, a fresh optimizer and schedule")
     p.add_argument("--data", help="prepared corpus folder (from `ember prepare`); for "
                    "ELMo (objective bilm) and ernie-dea raw text: a file, folder or glob")
     p.add_argument("--out", required=True, help="run folder to write")

@@ -79,7 +79,6 @@ def setup_from_shards(cfg: RunConfig, run_dir: Path, resume: bool, progress: boo
     """An objective over the token shards of `ember prepare` (``data.prepared``)."""
     from ember.data.shards import TokenCorpus
     from ember.objectives import build_objective
-    from ember.runs.folder import write_run_files
     from ember.tokenizers import end_of_text_id, load_tokenizer, special_token_ids
 
     if not cfg.data.prepared:
@@ -101,14 +100,14 @@ def setup_from_shards(cfg: RunConfig, run_dir: Path, resume: bool, progress: boo
     # Masking schemes beyond single tokens read word boundaries from the tokenizer.
     module = build_objective(cfg, {**special, "eot": end_of_text_id(tokenizer),
                                    "tokenizer_path": str(corpus.tokenizer_path)})
-    started = ""
+    started, embedding = "", None
     if cfg.init:
         from ember.runs.checkpoint import list_checkpoints
 
         if resume and list_checkpoints(run_dir):
             started = f", continuing {cfg.init} (weights from the checkpoint)"
         else:  # a new run, or a torchrun restart before its first checkpoint
-            fresh = load_start_weights(module, cfg.init)
+            fresh, embedding = load_start_weights(module, cfg.init)
             started = f", continuing {cfg.init}" + (f" (fresh heads: {', '.join(fresh)})" if fresh else "")
     train_data = objective_dataset(module, corpus, cfg.data, cfg.train.seed, special["sep"])
     evaluate = None
@@ -125,19 +124,21 @@ def setup_from_shards(cfg: RunConfig, run_dir: Path, resume: bool, progress: boo
     params = sum(p.numel() for p in module.backbone.parameters())
     return PretrainingSetup(
         cfg, module, train_data, evaluate,
-        write_files=lambda folder: write_run_files(folder, cfg, corpus.tokenizer_path),
+        write_files=lambda folder: write_start_files(folder, cfg, corpus.tokenizer_path, embedding),
         description=f"pre-training {cfg.objective} on {corpus.num_tokens:,} tokens ({len(train_data):,} "
                     f"sequences/epoch), backbone {params / 1e6:.1f}M parameters{started}")
 
 
-def load_start_weights(module: nn.Module, init: str) -> list[str]:
+def load_start_weights(module: nn.Module, init: str):
     """Load ``init``'s weights (``ember.runs.init.load_start``: backbone and heads) into the
     objective's ``module``, tensor for tensor; return the heads the init lacks, which keep their
-    fresh initialisation (MiniLM has no MLM head). Every backbone tensor must come from the init
-    with its shape; the init's other heads (a classifier, NSP under objective mlm) are left out."""
+    fresh initialisation (MiniLM has no MLM head), and the init's embedding defaults (or None).
+    Every backbone tensor must come from the init with its shape; the init's other heads (a
+    classifier, NSP under objective mlm) are left out."""
     from ember.runs.init import load_start
 
-    state = load_start(init).state
+    start = load_start(init)
+    state = start.state
     own = module.state_dict()
     missing = [k for k in own if k.startswith("backbone.") and k not in state]
     wrong = [k for k in own if k in state and tuple(own[k].shape) != tuple(state[k].shape)]
@@ -146,7 +147,20 @@ def load_start_weights(module: nn.Module, init: str) -> list[str]:
                                                        f"the model {tuple(own[wrong[0]].shape)}")
         raise EmberError(f"--init {init}: its weights do not fit the model its config describes (it {what})")
     module.load_state_dict({k: v for k, v in state.items() if k in own}, strict=False)
-    return sorted({k.split(".")[0] for k in own if k not in state})
+    return sorted({k.split(".")[0] for k in own if k not in state}), start.embedding
+
+
+def write_start_files(folder: Path, cfg: RunConfig, tokenizer_path: Path, embedding=None) -> None:
+    """config.yaml and tokenizer.json; for a run continuing an init, the init's embedding
+    defaults too (RUN/embedding.json: `ember embed` pools and normalises as the init did). The
+    init's labels.json is not carried: a pre-training run has no task head to name."""
+    from ember.runs.folder import write_run_files
+
+    write_run_files(folder, cfg, tokenizer_path)
+    if embedding is not None:
+        from ember.runs.embedding import write_embedding_defaults
+
+        write_embedding_defaults(folder, embedding)
 
 
 def setup_pretraining(cfg: RunConfig, run_dir: Path, resume: bool, progress: bool) -> PretrainingSetup:

@@ -14,6 +14,7 @@ from typing import NamedTuple
 from ember.config import DECODER_FAMILIES, ENCODER_FAMILIES, SEQ2SEQ_FAMILIES, ModelConfig, model_preset
 from ember.errors import EmberError
 from ember.runs.checkpoint import load_weights
+from ember.runs.embedding import EmbeddingDefaults, read_embedding_defaults
 from ember.runs.folder import check_family, load_run_config
 
 # Every encoder variant fine-tunes the same way; GPT decoders the GPT-1 way (ember.tasks.families.gpt),
@@ -71,6 +72,11 @@ def load_init(init: str | Path | Init, preset: str = "", tokenizer: str = "") ->
 
 def _hf_init(path: Path) -> Init:
     """An HF checkpoint folder: its config, whole state in ember's names and checked tokenizer."""
+    return _hf_checkpoint(path)[0]
+
+
+def _hf_checkpoint(path: Path) -> tuple[Init, EmbeddingDefaults | None]:
+    """``_hf_init`` and the folder's sentence-transformers pooling settings (None: not such a folder)."""
     from ember.interop.hf_folder import check_vocabulary, read_hf_checkpoint
 
     checkpoint = read_hf_checkpoint(path)
@@ -79,20 +85,32 @@ def _hf_init(path: Path) -> Init:
         raise EmberError(f"{checkpoint.model_dir} has no tokenizer.json; import it first with "
                          "`ember convert --from-hf` (which also reads vocab.txt or vocab.json + merges.txt)")
     check_vocabulary(tokenizer_path, checkpoint.model, checkpoint.model_dir, checkpoint.lowercase)
-    return Init(checkpoint.model, dict(checkpoint.state), tokenizer_path)
+    return Init(checkpoint.model, dict(checkpoint.state), tokenizer_path), checkpoint.embedding
 
 
-def load_start(init: str | Path) -> Init:
+class Start(NamedTuple):
+    """Where continued pre-training starts (``load_start``)."""
+
+    model: ModelConfig
+    state: dict  # the whole state in ember's names: backbone.* and the heads it has
+    tokenizer: Path  # tokenizer.json
+    objective: str  # what an ember pre-training run was trained with; "" otherwise (an HF folder, a fine-tuned run)
+    embedding: EmbeddingDefaults | None  # its sentence-vector defaults (RUN/embedding.json, sentence-transformers')
+
+
+def load_start(init: str | Path) -> Start:
     """Where continued pre-training (`ember pretrain --init`) starts: ``load_init``'s model config
     and tokenizer with the *whole* state in ember's names (``backbone.*`` and the heads it has:
-    ``mlm.*``, ``nsp.*``, ...), so an MLM head trained before is trained on, not redrawn. ``init``
-    is an ember run, one of its checkpoints (``RUN/checkpoints/step-N``, sharded or not) or an HF
-    checkpoint folder."""
+    ``mlm.*``, ``nsp.*``, ``lm.bias``, ``backbone.final_logits_bias``, ...), so a head trained
+    before is trained on, not redrawn; the objective it was pre-trained with and its embedding
+    defaults. ``init`` is an ember run, one of its checkpoints (``RUN/checkpoints/step-N``, sharded
+    or not) or an HF checkpoint folder."""
     from ember.runs.sharded import weights_view
 
     path = Path(init)
     if (path / "config.json").is_file() or (path / "modules.json").is_file():
-        return _hf_init(path)
+        start, embedding = _hf_checkpoint(path)
+        return Start(*start, "", embedding)
     if not path.is_dir():
         raise EmberError(f"--init {init}: no such folder; give an ember run folder, one of its checkpoints "
                          "(RUN/checkpoints/step-N) or an HF checkpoint folder")
@@ -101,4 +119,5 @@ def load_start(init: str | Path) -> Init:
             load_init(folder)  # the error that names what the folder is not
         run_cfg = load_run_config(folder)
         check_family(path, run_cfg, SUPPORTED_FAMILIES)
-        return Init(run_cfg.model, load_weights(folder / "model.safetensors"), (folder / "tokenizer.json").resolve())
+        return Start(run_cfg.model, load_weights(folder / "model.safetensors"), (folder / "tokenizer.json").resolve(),
+                     run_cfg.objective if run_cfg.kind == "pretrain" else "", read_embedding_defaults(folder))

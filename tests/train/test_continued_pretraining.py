@@ -153,20 +153,18 @@ def test_continued_pretraining_refuses_what_contradicts_the_init_before_writing(
     assert not out.exists()  # nothing half-written
 
 
-def test_continued_pretraining_refuses_a_decoder_init(tmp_path, tiny_tokenizer_path, wiki_prepared, capsys):
-    from ember.config import ModelConfig, RunConfig
-    from ember.models import build_backbone
+def test_continued_pretraining_refuses_an_elmo_init(tmp_path, tiny_tokenizer_path, wiki_prepared, capsys):
+    """Every family on `ember prepare` shards continues (test_continued_pretraining_families.py);
+    ELMo reads raw text with its own word vocabulary, so its run is refused in one line."""
+    from ember.config import RunConfig
     from ember.runs.checkpoint import save_weights
     from ember.runs.folder import write_run_files
 
-    cfg = ModelConfig(family="gpt2", vocab_size=96, hidden_size=16, num_layers=1, num_heads=2,
-                      intermediate_size=32, max_position=16)
-    write_run_files(tmp_path / "gpt", RunConfig(model=cfg, objective="clm"), tiny_tokenizer_path)
-    save_weights({f"backbone.{k}": v for k, v in build_backbone(cfg).state_dict().items()},
-                 tmp_path / "gpt" / "model.safetensors")
-    err = refused(["pretrain", "--init", str(tmp_path / "gpt"), "--data", str(wiki_prepared), "--out",
+    write_run_files(tmp_path / "elmo", RunConfig(objective="bilm"), tiny_tokenizer_path)
+    save_weights({"elmo.softmax.bias": torch.zeros(3)}, tmp_path / "elmo" / "model.safetensors")
+    err = refused(["pretrain", "--init", str(tmp_path / "elmo"), "--data", str(wiki_prepared), "--out",
                    str(tmp_path / "out")], capsys)
-    assert "continued pre-training is for encoders" in err and "gpt2" in err
+    assert "is an ELMo run" in err and not (tmp_path / "out").exists()
 
 
 # ---- the real all-MiniLM-L6-v2, imported and made long, on real Wikipedia text ----
