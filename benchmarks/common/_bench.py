@@ -68,6 +68,21 @@ def machine() -> str:
     return f"{model}, {os.cpu_count()} cores, torch {torch.__version__}, {torch.get_num_threads()} threads"
 
 
+SMOKE_NOTE = ["", "(smoke run: a random small model; these are not measurements)"]  # under a smoke run's table
+
+
+def pyplot():
+    """matplotlib's pyplot drawing to files (the Agg backend), or None where matplotlib is missing."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    return plt
+
+
 def load() -> str:
     """The 1/5/15-minute load averages: other work on the machine skews absolute numbers."""
     try:

@@ -35,7 +35,7 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "common"))  # the shared helpers
 import _seed_table  # noqa: E402
-from _bench import load, machine, run_cli  # noqa: E402
+from _bench import SMOKE_NOTE, load, machine, pyplot, run_cli  # noqa: E402
 from _checkpoint_study import choices, prepare_init, start_study  # noqa: E402
 
 import ember  # noqa: E402
@@ -184,18 +184,14 @@ def render(result: dict) -> str:
                      f"{e['grid_range'] * 100:.2f} | {sd(e['seed_spread_default'])} / {sd(e['seed_spread_winner'])} | "
                      f"{r['grid']['cpu']:.0f}; {r['grid']['cpu'] + r['default']['cpu'] + (0 if r['winner_is_default'] else r['winner']['cpu']):.0f} |")
     if meta["smoke"]:
-        lines += ["", "(smoke run: a random small model; these are not measurements)"]
+        lines += SMOKE_NOTE
     return "\n".join(lines) + "\n"
 
 
 def chart(result: dict, path: Path) -> None:
     """Each task: the grid's settings at one seed (dots), the defaults and the winner at fresh seeds."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+    plt = pyplot()
+    if plt is None:
         return
     fig, ax = plt.subplots(figsize=(2.2 + 2.0 * len(result["tasks"]), 3.6))
     for k, r in enumerate(result["tasks"]):

@@ -41,7 +41,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "common"))  # the shared helpers
-from _bench import load, machine, run_cli  # noqa: E402
+from _bench import SMOKE_NOTE, load, machine, pyplot, run_cli  # noqa: E402
 from _checkpoint_study import prepare_init, start_study  # noqa: E402
 
 import ember  # noqa: E402
@@ -223,17 +223,13 @@ def render(result: dict) -> str:
         lines.append(f"| {names[v][0]} | {names[v][1]} | {s['exact']['mean']:.2f}{sd(s['exact'])} | "
                      f"{s['f1']['mean']:.2f}{sd(s['f1'])} | {s['cpu_per_question']['mean']:.3f} |")
     if m["smoke"]:
-        lines += ["", "(smoke run: a random small model; these are not measurements)"]
+        lines += SMOKE_NOTE
     return "\n".join(lines) + "\n"
 
 
 def chart(result: dict, path: Path) -> None:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+    plt = pyplot()
+    if plt is None:
         return
     fig, (left, right) = plt.subplots(1, 2, figsize=(8, 3.4))
     for ax, key, label in ((left, "f1", "dev F1"), (right, "cpu_per_question", "CPU s per question")):
