@@ -27,8 +27,9 @@ rarely fit the next, and the heap fragments and grows (a served MiniLM: 349 -> 9
 (glibc's ``malloc_trim``) after each batch; ``ember serve`` calls it.
 
 Reading a weight that does not fit the caches (a decoding step at batch 1: every weight once per
-token) is bound by memory bandwidth, and 4 KiB pages cost there: the hardware prefetchers stop
-at every page boundary and each page needs its own TLB entry. ``huge_page_empty`` gives a
+token) is bound by memory bandwidth, and 4 KiB pages cost there: each page needs its own address
+translation, ~120,000 TLB misses (page walks) per token for GPT-2's 500 MB against ~250 with
+2 MiB pages. ``huge_page_empty`` gives a
 tensor in memory the kernel is asked to back with 2 MiB pages (``madvise(MADV_HUGEPAGE)``, which
 Linux honours in its default transparent-huge-page mode ``madvise``); ember's one-row weight
 copies (``ember.nn.onednn.columns``) live there. Measured on an AMD EPYC (Zen 4, one thread):
