@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from ember.nn.dropout import Dropout, attend, dropout
+from ember.nn.dropout import Dropout, attend, attention_scores, dropout
 
 
 def test_fast_dropout_drops_a_fraction_p_and_keeps_the_expectation():
@@ -152,3 +152,42 @@ def test_attention_scores_add_a_bool_mask_with_masked_fills_values_and_gradients
         for a, b in zip(torch.autograd.grad((got * upstream).sum(), (q, k)),
                         torch.autograd.grad((want * upstream).sum(), (q, k))):
             assert torch.equal(a, b)
+
+
+def _saved_bytes(fn) -> tuple[int, torch.Tensor]:
+    """Bytes of the distinct tensors autograd keeps for the backward of ``fn()``, and its output."""
+    kept: dict[int, int] = {}
+
+    def pack(t):
+        kept[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        out = fn()
+    return sum(kept.values()), out
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_attention_dropout_product_equals_the_plain_ops_and_keeps_less_for_the_backward(dtype):
+    """attend's dropout on CPU (softmax -> dropout -> @ v) runs as one autograd function that keeps
+    the probabilities and a 2-byte mask instead of the dropped probabilities and a 4-byte
+    multiplier: the same draws, outputs and gradients as the plain ops, bit for bit, and less
+    kept for the backward."""
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 3, 64, 16, dtype=dtype, requires_grad=True) for _ in range(3))
+    mask = torch.rand(2, 1, 64, 64) > 0.2
+
+    def plain():
+        return dropout(attention_scores(q, k, mask).softmax(-1), 0.3) @ v
+
+    results = {}
+    for name, fn in (("fused", lambda: attend(q, k, v, mask, 0.3)), ("plain", plain)):
+        torch.manual_seed(7)
+        kept, out = _saved_bytes(fn)
+        out.backward(torch.randn(out.shape, generator=torch.Generator().manual_seed(1)).to(dtype))
+        results[name] = (kept, out.detach(), q.grad, k.grad, v.grad)
+        q.grad = k.grad = v.grad = None
+    for fused, plain_value in zip(results["fused"][1:], results["plain"][1:]):
+        assert torch.equal(fused, plain_value)  # the same operations on the same draws
+    probs_bytes = 2 * 3 * 64 * 64 * torch.empty((), dtype=dtype).element_size()
+    assert results["fused"][0] <= results["plain"][0] - probs_bytes  # the dropped probabilities are not kept
