@@ -78,8 +78,11 @@ class _DroppedProduct(torch.autograd.Function):
 
 
 def dropped_product(probs: torch.Tensor, v: torch.Tensor, p: float) -> torch.Tensor:
-    """``dropout(probs, p) @ v`` on CPU (the same numbers and gradients), storing less for the backward."""
-    if p == 0.0 or p >= 1.0 or probs.device.type != "cpu" or not torch.is_grad_enabled():
+    """``dropout(probs, p) @ v`` on CPU (the same numbers and gradients), storing less for the backward.
+    Under autocast the plain ops run: autocast casts the product's operands, and a backward outside
+    it would multiply other dtypes than the forward did."""
+    if (p == 0.0 or p >= 1.0 or probs.device.type != "cpu" or not torch.is_grad_enabled()
+            or torch.is_autocast_enabled("cpu")):
         return dropout(probs, p) @ v
     return _DroppedProduct.apply(probs, v, p)
 

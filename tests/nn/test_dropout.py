@@ -191,3 +191,24 @@ def test_attention_dropout_product_equals_the_plain_ops_and_keeps_less_for_the_b
         assert torch.equal(fused, plain_value)  # the same operations on the same draws
     probs_bytes = 2 * 3 * 64 * 64 * torch.empty((), dtype=dtype).element_size()
     assert results["fused"][0] <= results["plain"][0] - probs_bytes  # the dropped probabilities are not kept
+
+
+def test_attention_dropout_under_autocast_trains_as_the_plain_ops():
+    """Under bf16 autocast (AMX training) attend's dropout runs the plain ops: the same outputs and
+    gradients as them, in the dtypes autocast gives."""
+    q, k, v = (torch.randn(2, 3, 16, 8, requires_grad=True) for _ in range(3))
+
+    def run(fn):
+        torch.manual_seed(3)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            out = fn()
+        out.float().sum().backward()
+        grads = (q.grad, k.grad, v.grad)
+        q.grad = k.grad = v.grad = None
+        return (out.detach(), *grads)
+
+    fused = run(lambda: attend(q, k, v, None, 0.2))
+    plain = run(lambda: dropout(attention_scores(q, k, None).softmax(-1), 0.2) @ v)
+    assert fused[0].dtype == torch.bfloat16 and fused[1].dtype == torch.float32
+    for a, b in zip(fused, plain):
+        assert torch.equal(a, b)
