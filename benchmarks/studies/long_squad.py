@@ -103,12 +103,6 @@ def whole_article(article: dict) -> dict:
     return {"title": article["title"], "paragraphs": [{"context": context, "qas": qas}]}
 
 
-def dev_titles(titles: list[str], eval_fraction: float = 0.25) -> set[str]:
-    """The dev articles, chosen as ``ember.tasks.qa.squad.split_by_article`` chooses them."""
-    ordered = sorted(titles, key=lambda t: hashlib.sha1(t.encode("utf-8")).hexdigest())
-    return set(ordered[:min(len(titles) - 1, max(1, -(-int(eval_fraction * 100) * len(titles) // 100)))])
-
-
 def asked(article: dict, n: int) -> set[str]:
     """``n`` question ids of the article, spread over it (ordered by a hash of the id)."""
     ids = [q["id"] for p in article["paragraphs"] for q in p["qas"]]
@@ -133,7 +127,9 @@ def write_data(args, out: Path) -> dict[str, Path]:
     articles = [answerable(a) for a in json.loads(source.read_text(encoding="utf-8"))["data"]]
     if args.paragraphs:
         articles = [{**a, "paragraphs": a["paragraphs"][:args.paragraphs]} for a in articles]
-    dev = dev_titles([a["title"] for a in articles])
+    from ember.tasks.qa.squad import read_squad, split_by_article
+
+    dev = {ex.title for ex in split_by_article(read_squad(source), "dev")}  # the split `--task squad` makes
     train = [keep_questions(a) for a in articles if a["title"] not in dev]
     tests = [(a, asked(a, args.questions)) for a in articles if a["title"] in dev]
     paragraphs = [keep_questions(a, ids) for a, ids in tests]
