@@ -15,7 +15,8 @@ positions count real tokens only and padding is masked, so a prompt's continuati
 depend on the batch it is in. A key/value cache (ember.nn.kv_cache), allocated once for prompt
 + new tokens and written in place, makes each new token cost one position: the prompt is run
 once, then one token per step. At batch 1 a step is bound by reading the weights; one-row
-products go through column copies of them (ember.nn.onednn.row_product; docs/performance.md).
+products go through copies of them laid out for one row, layer-sized ones through numpy's
+OpenBLAS (ember.nn.onednn.row_product, ember.host_blas; docs/performance.md).
 
 TL;DR mode (Radford et al. 2019, §3.6): the article followed by "\\nTL;DR:", top-k sampling
 with k = 2, 100 new tokens, of which the first three sentences are the summary.

@@ -32,7 +32,7 @@ translation, ~120,000 TLB misses (page walks) per token for GPT-2's 500 MB again
 2 MiB pages. ``huge_page_empty`` gives a
 tensor in memory the kernel is asked to back with 2 MiB pages (``madvise(MADV_HUGEPAGE)``, which
 Linux honours in its default transparent-huge-page mode ``madvise``); ember's one-row weight
-copies (``ember.nn.onednn.columns``) live there. Measured on an AMD EPYC (Zen 4, one thread):
+copies (``ember.nn.onednn.row_copy``) live there. Measured on an AMD EPYC (Zen 4, one thread):
 summing 512 MB 24.6 -> 20.4 ms, GPT-2-small greedy decoding at batch 1 ~10% faster
 (BENCHMARKS.md, "Decoding speed").
 """

@@ -191,7 +191,7 @@ def test_onednn_one_row_without_gradient_uses_a_cached_column_copy_that_follows_
     x = torch.randn(1, 1, 24)
     with torch.no_grad():
         y = onednn.dense(layer, x)
-        assert id(layer.weight) in onednn._COLUMNS  # the copy was made
+        assert id(layer.weight) in onednn._COPIES  # the copy was made
         torch.testing.assert_close(y, F.linear(x, layer.weight, layer.bias), rtol=1e-5, atol=1e-6)
         layer.weight.mul_(-2.0)  # an optimizer step would change it in place
         torch.testing.assert_close(onednn.dense(layer, x), F.linear(x, layer.weight, layer.bias),
@@ -206,7 +206,7 @@ def test_onednn_one_row_without_gradient_uses_a_cached_column_copy_that_follows_
     import gc
 
     gc.collect()
-    assert key not in onednn._COLUMNS  # the copy went with its weight
+    assert key not in onednn._COPIES  # the copy went with its weight
 
 
 def test_onednn_column_copy_of_a_large_weight_sits_on_huge_pages_and_equals_its_transpose(forced_on):
@@ -218,6 +218,46 @@ def test_onednn_column_copy_of_a_large_weight_sits_on_huge_pages_and_equals_its_
     layer = nn.Linear(768, 3072)
     with torch.no_grad():
         onednn.dense(layer, torch.randn(1, 768))
-    copy = onednn._COLUMNS[id(layer.weight)][1]
+    copy = onednn._COPIES[id(layer.weight)][1]
     assert copy.data_ptr() % HUGE_PAGE_BYTES == 0 and copy.is_contiguous()
     assert torch.equal(copy, layer.weight.t())
+
+
+@pytest.mark.parametrize("inputs, outputs", [(96, 40), (40, 96)])
+def test_onednn_one_row_copy_layout_follows_the_weight_shape_and_every_kernel_agrees(forced_on, monkeypatch,
+                                                                                     inputs, outputs):
+    """More inputs than outputs (an FFN's output projection): the copy is the weight itself, read
+    one dot product per output; otherwise its transpose. OpenBLAS (ember.host_blas) and PyTorch's
+    kernels give F.linear within float rounding, with and without bias."""
+    torch.manual_seed(0)
+    layer = nn.Linear(inputs, outputs)
+    x = torch.randn(1, 1, inputs)
+    expected = F.linear(x, layer.weight, layer.bias)
+    for host in ("1", "0"):
+        monkeypatch.setenv("EMBER_HOST_BLAS", host)
+        with torch.no_grad():
+            torch.testing.assert_close(onednn.dense(layer, x), expected, rtol=1e-5, atol=1e-6)
+            torch.testing.assert_close(onednn.linear(x, layer.weight), x @ layer.weight.t(), rtol=1e-5, atol=1e-6)
+    copy = onednn._COPIES[id(layer.weight)][1]
+    assert torch.equal(copy, layer.weight if inputs > outputs else layer.weight.t())
+
+
+def test_onednn_one_row_sends_layer_products_to_openblas_and_vocabulary_heads_to_torch(forced_on, monkeypatch):
+    """A layer-sized weight goes through ember.host_blas; one wider than HOST_BLAS_MAX_OUTPUTS (a
+    vocabulary head, where MKL streams faster) and everything with EMBER_HOST_BLAS=0 does not."""
+    from ember import host_blas
+
+    if not host_blas.available():
+        pytest.skip("numpy's BLAS here is not an OpenBLAS whose threads ember can set")
+    calls = []
+    real = host_blas.matmul
+    monkeypatch.setattr(host_blas, "matmul", lambda a, b: calls.append(b.shape) or real(a, b))
+    layer, head = nn.Linear(64, 256), nn.Linear(64, onednn.HOST_BLAS_MAX_OUTPUTS + 1, bias=False)
+    with torch.no_grad():
+        onednn.dense(layer, torch.randn(1, 64))
+        assert len(calls) == 1
+        y = onednn.linear(torch.randn(1, 64), head.weight)
+        assert len(calls) == 1 and y.shape == (1, onednn.HOST_BLAS_MAX_OUTPUTS + 1)
+        monkeypatch.setenv("EMBER_HOST_BLAS", "0")
+        onednn.dense(layer, torch.randn(1, 64))
+        assert len(calls) == 1

@@ -1,0 +1,47 @@
+"""ember.host_blas: one-row products through numpy's OpenBLAS run on the calling thread only and
+leave OpenBLAS's thread count as they found it."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import torch
+
+from ember import host_blas
+
+pytestmark = pytest.mark.skipif(not host_blas.available(),
+                                reason="numpy's BLAS here is not an OpenBLAS whose threads ember can set")
+
+
+def test_host_blas_matmul_equals_torch_and_restores_the_thread_count():
+    torch.manual_seed(0)
+    a, b = torch.randn(1, 300), torch.randn(300, 700)
+    get, set_ = host_blas._openblas()
+    before = get()
+    out = host_blas.matmul(a, b)
+    assert out.dtype == torch.float32 and out.shape == (1, 700)
+    torch.testing.assert_close(out, a @ b, rtol=1e-5, atol=1e-5)
+    assert get() == before
+    set_(2)  # whatever the process had, it gets it back
+    host_blas.matmul(a, b)
+    assert get() == 2
+    set_(before)
+
+
+def test_host_blas_matmul_runs_on_the_calling_thread_only():
+    """With OpenBLAS allowed two threads, a large product still costs the calling thread all of
+    the process's CPU time (a second BLAS thread would add process time the caller's clock misses)."""
+    get, set_ = host_blas._openblas()
+    before = get()
+    set_(2)
+    try:
+        a, b = torch.randn(1024, 1024), torch.randn(1024, 1024)
+        host_blas.matmul(a, b)
+        thread, process = time.thread_time(), time.process_time()
+        for _ in range(5):
+            host_blas.matmul(a, b)
+        thread, process = time.thread_time() - thread, time.process_time() - process
+    finally:
+        set_(before)
+    assert process < 1.25 * thread, (thread, process)
