@@ -54,6 +54,7 @@ def register(sub) -> None:
 def run(args) -> int:
     from ember.errors import EmberError
     from ember.serve.app import create_app, run_server
+    from ember.serve.inputs import SERVED_WIDTH_STEP
     from ember.serve.predictor import load_predictor
     from ember.serve.requests import Limits
 
@@ -63,7 +64,8 @@ def run(args) -> int:
     if args.max_length is not None and args.max_length < 8:
         raise EmberError("--max-length must be at least 8 tokens")
     check_port_free(args.host, args.port)  # before the model loads and the "serving" line is printed
-    predictor = load_predictor(args.run_dir, backend_of(args), args.threads, args.max_length, args.max_batch)
+    predictor = load_predictor(args.run_dir, backend_of(args), args.threads, args.max_length, args.max_batch,
+                               pad_multiple=SERVED_WIDTH_STEP)
     info = predictor.info
     limits = Limits(max_body_bytes=args.max_body_bytes, max_texts=args.max_texts,
                     max_new_tokens=args.max_new_tokens)

@@ -28,6 +28,10 @@ def pad_arrays(rows: Sequence[tuple[Sequence[int], Sequence[int]]], pad_id: int,
     return out
 
 
+# ``ember serve`` pads every batch to a width in steps of this many tokens (see ``padded_width``)
+SERVED_WIDTH_STEP = 16
+
+
 def padded_width(longest: int, multiple: int = 1, cap: int | None = None) -> int:
     """``longest`` rounded up to a multiple, at most ``cap`` (and never below ``longest``).
 

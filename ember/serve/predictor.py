@@ -48,13 +48,17 @@ def build_methods(info: ServeInfo, ctx) -> list:
 
 
 class Predictor:
-    # padded widths in steps of this many tokens: a long-lived server meets a bounded set of batch
-    # shapes, so its memory stays flat (ember.serve.inputs.padded_width, docs/reliability.md)
-    pad_multiple = 16
+    """Runs a model's inference methods over batches of rows. ``pad_multiple``: batches are padded
+    to widths in steps of this many tokens. ``ember serve`` asks for ``SERVED_WIDTH_STEP`` (16), so
+    a long-lived server meets a bounded set of batch shapes and its memory stays flat
+    (ember.serve.inputs.padded_width, docs/reliability.md); batch jobs (``ember embed``,
+    ``ember.load(run)``, evaluation) keep 1, each batch as wide as its longest row: steps of 16 cost
+    STS-B's short sentences 1.4x the tokens (BENCHMARKS.md, "Embeddings: the serving width step")."""
 
     def __init__(self, runner, info: ServeInfo, tokenizer, max_length: int | None = None,
-                 max_batch: int = 32, model=None, backend: str = "") -> None:
+                 max_batch: int = 32, model=None, backend: str = "", pad_multiple: int = 1) -> None:
         self.runner, self.info, self.tokenizer = runner, info, tokenizer
+        self.pad_multiple = pad_multiple
         self.ctx = inference_context(info, tokenizer, max_length, max_batch, model)
         self.max_length, self.max_batch = self.ctx.max_length, max_batch
         self.methods = {m.name: m for m in build_methods(info, self.ctx)}
@@ -127,9 +131,10 @@ def side_model(info: ServeInfo, runner, path: str | Path):
 
 
 def load_predictor(path: str | Path, backend: str = "", threads: int = 0, max_length: int | None = None,
-                   max_batch: int = 32) -> Predictor:
+                   max_batch: int = 32, pad_multiple: int = 1) -> Predictor:
     """A Predictor for a run or export folder: a graph on ``backend`` (torch, int8, bf16, onnx,
-    onnx-int8), or, for a model served by its own decoding loop, the PyTorch model (fp32 or int8)."""
+    onnx-int8), or, for a model served by its own decoding loop, the PyTorch model (fp32 or int8).
+    ``pad_multiple``: see ``Predictor`` (``ember serve`` passes ``SERVED_WIDTH_STEP``)."""
     from ember.serve.runners import load_runner
 
     from ember.serve.graph import describe
@@ -139,11 +144,12 @@ def load_predictor(path: str | Path, backend: str = "", threads: int = 0, max_le
         from ember.serve.multitask import load_multitask_predictor
 
         return load_multitask_predictor(Path(path), lambda run: load_predictor(run, backend, threads, max_length,
-                                                                               max_batch))
+                                                                               max_batch, pad_multiple))
     info, tokenizer = describe(path)
     if info.has_graph:
         runner, info, tokenizer = load_runner(path, backend, threads)
-        return Predictor(runner, info, tokenizer, max_length, max_batch, model=side_model(info, runner, path))
+        return Predictor(runner, info, tokenizer, max_length, max_batch, model=side_model(info, runner, path),
+                         pad_multiple=pad_multiple)
     import torch
 
     backend = backend or "torch"
@@ -157,5 +163,6 @@ def load_predictor(path: str | Path, backend: str = "", threads: int = 0, max_le
         from ember.serve.quantize import quantize_int8
 
         model = quantize_int8(model)
-    return Predictor(None, info, tokenizer, max_length, max_batch, model=model, backend=backend)
+    return Predictor(None, info, tokenizer, max_length, max_batch, model=model, backend=backend,
+                     pad_multiple=pad_multiple)
 

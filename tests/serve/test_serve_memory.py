@@ -41,6 +41,7 @@ def test_padded_width_rounds_up_to_the_multiple_but_never_past_the_cap_or_below_
 
 def test_served_batches_of_real_sentences_are_padded_in_steps_of_16_and_answer_as_unpadded(run):
     from ember.serve.app import create_app
+    from ember.serve.inputs import SERVED_WIDTH_STEP
     from ember.serve.predictor import Predictor
     from ember.serve.runners import load_runner
 
@@ -53,9 +54,8 @@ def test_served_batches_of_real_sentences_are_padded_in_steps_of_16_and_answer_a
             return self.inner(arrays, need_hidden)
 
     runner, info, tok = load_runner(run, "")
-    predictor = Predictor(Recorder(runner), info, tok)
-    exact = Predictor(runner, info, tok)
-    exact.pad_multiple = 1  # the batch's longest row: the width used before
+    predictor = Predictor(Recorder(runner), info, tok, pad_multiple=SERVED_WIDTH_STEP)  # as `ember serve` builds it
+    exact = Predictor(runner, info, tok)  # the batch's longest row: batch jobs' width
     texts = sst2_dev_sentences(40)
     with TestClient(create_app(predictor)) as c:
         got = [c.post("/classify", json={"texts": texts[i:i + 5]}).json()["results"] for i in range(0, 40, 5)]
@@ -103,3 +103,37 @@ def test_return_freed_host_memory_gives_free_heap_pages_back_to_the_os():
     assert return_freed_host_memory()
     assert kept - rss_mb() > 100, (before, kept, rss_mb())
     del last
+
+
+def test_batch_jobs_pad_each_batch_to_its_longest_row_and_ember_serve_in_steps_of_16(run, monkeypatch):
+    """The width step is a server's (its memory); ``ember embed`` / ``ember.embed`` batches of real
+    sentences are exactly as wide as their longest row (steps of 16 cost short sentences ~1.4x
+    the tokens), and `ember serve` builds its predictor with the step."""
+    from ember.api.embed import embed_with, load_embedder
+    from ember.serve.inputs import SERVED_WIDTH_STEP
+
+    predictor = load_embedder(run, "torch", batch_size=8)
+    inner, widths = predictor.runner, []
+
+    def recorded(arrays, need_hidden=False):
+        widths.append((arrays["input_ids"].shape[1], int(arrays["attention_mask"].sum(1).max())))
+        return inner(arrays, need_hidden)
+
+    monkeypatch.setattr(predictor, "runner", recorded)
+    embed_with(predictor, sst2_dev_sentences(40))
+    assert len(widths) == 5 and all(width == longest for width, longest in widths)
+    assert len({width for width, _ in widths}) > 1 and any(width % 16 for width, _ in widths)
+
+    import ember.serve.predictor as predictor_module
+    from ember.cli import main
+
+    class Built(Exception):
+        pass
+
+    def fake_load(*args, **kwargs):
+        raise Built(kwargs.get("pad_multiple"))
+
+    monkeypatch.setattr(predictor_module, "load_predictor", fake_load)
+    with pytest.raises(Built) as built:
+        main(["serve", str(run), "--port", "0"])
+    assert built.value.args == (SERVED_WIDTH_STEP,)
