@@ -19,7 +19,8 @@ batch 1 went ~9% faster (BENCHMARKS.md, "Decoding speed"). Vocabulary-sized head
 which leads there.
 
 OpenBLAS runs a product on as many threads as the machine has cores. ``matmul`` sets its thread
-count to 1 for the call and puts it back (the setting is process-wide while the call lasts),
+count to 1 for the call and puts it back (the setting is process-wide while the call lasts; calls
+from several threads at once share one pinning, and the last to finish restores the count),
 so the product runs on the core PyTorch's own one-row product would have used (MKL does not split
 a one-row product over threads either: 2 threads, no faster) and the caller's thread time is all
 of its cost. Where numpy's BLAS is not an OpenBLAS whose thread count can be set (a numpy built
@@ -32,6 +33,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import os
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -44,6 +46,9 @@ _BUNDLE_DIRS = ("../numpy.libs", ".dylibs")
 # (scipy-openblas prefixes "scipy_" and, for 64-bit integers, suffixes "64_")
 _SETTERS = ("scipy_openblas_set_num_threads64_", "scipy_openblas_set_num_threads", "openblas_set_num_threads")
 _GETTERS = ("scipy_openblas_get_num_threads64_", "scipy_openblas_get_num_threads", "openblas_get_num_threads")
+# how many matmul calls are running, and the thread count the first of them found
+_PINNING = {"calls": 0, "saved": 1}
+_PINNING_LOCK = threading.Lock()
 
 
 def _first(lib, names: tuple[str, ...]):
@@ -81,10 +86,16 @@ def matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """``a @ b`` for 2-D fp32 CPU tensors without gradient, through numpy's OpenBLAS on one thread.
     The result is a new tensor (numpy's memory)."""
     get, set_ = _openblas()
-    threads = get()
-    set_(1)
+    with _PINNING_LOCK:
+        if _PINNING["calls"] == 0:
+            _PINNING["saved"] = get()
+            set_(1)
+        _PINNING["calls"] += 1
     try:
         out = np.matmul(a.detach().numpy(), b.detach().numpy())
     finally:
-        set_(threads)
+        with _PINNING_LOCK:
+            _PINNING["calls"] -= 1
+            if _PINNING["calls"] == 0:
+                set_(_PINNING["saved"])
     return torch.from_numpy(out)

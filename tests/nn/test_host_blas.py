@@ -45,3 +45,32 @@ def test_host_blas_matmul_runs_on_the_calling_thread_only():
     finally:
         set_(before)
     assert process < 1.25 * thread, (thread, process)
+
+
+def test_host_blas_matmul_from_several_threads_at_once_restores_the_thread_count():
+    """Decoding threads that overlap share one pinning: whichever order they finish in, OpenBLAS
+    gets back the count it had (a save/restore per call would leave 1 behind)."""
+    import threading
+
+    get, set_ = host_blas._openblas()
+    before = get()
+    set_(2)
+    a, b = torch.randn(1, 256), torch.randn(256, 512)
+    errors = []
+
+    def work():
+        try:
+            for _ in range(300):
+                torch.testing.assert_close(host_blas.matmul(a, b), a @ b, rtol=1e-5, atol=1e-5)
+        except AssertionError as error:  # pragma: no cover - reported below
+            errors.append(error)
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert not errors and get() == 2
+    finally:
+        set_(before)
