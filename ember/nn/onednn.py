@@ -202,13 +202,13 @@ def row_copy(weight: torch.Tensor) -> torch.Tensor:
 def row_product(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
     """(..., K) one row x (N, K) -> (..., N) through ``row_copy`` (see the module docstring)."""
     n, k = weight.shape
-    row, copy = x.reshape(1, k), row_copy(weight)
+    row, copy, by_rows = x.reshape(1, k), row_copy(weight), reads_rows(weight)
     if n <= HOST_BLAS_MAX_OUTPUTS and host_blas.available():
-        out = host_blas.matmul(copy, row.reshape(k, 1)) if reads_rows(weight) else host_blas.matmul(row, copy)
+        out = host_blas.matmul(copy, row.reshape(k, 1)) if by_rows else host_blas.matmul(row, copy)
         out = out.view(1, n)
         if bias is not None:
             out.add_(bias)
-    elif reads_rows(weight):
+    elif by_rows:
         out = torch.mv(copy, row[0]) if bias is None else torch.addmv(bias, copy, row[0])
     else:
         out = row @ copy if bias is None else torch.addmm(bias, row, copy)
