@@ -20,7 +20,7 @@ arguments in the table's last column:
               a plain transformers loop (whole runs, seeds alternated)
   embed       speed/embed_throughput.py: MiniLM fp32 sentence vectors against sentence-transformers'
               ``encode`` on STS-B dev and wiki-en
-  family      speed/family_step.py: GPT-2, T5 and XLNet training steps against transformers
+  family      speed/family_step.py: GPT-2, T5, BART and XLNet training steps against transformers
   generation  speed/generate_speed.py's ``generation_rows(quick)``, see below
   serving     speed/inference.py: the classification forward `ember serve` runs (fixed shapes,
               batch 32 x 128 and one 1 x 32 request) against transformers, fp32 and int8

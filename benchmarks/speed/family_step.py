@@ -1,7 +1,7 @@
-"""Training steps of the families after BERT (GPT-2, T5, XLNet): ember against transformers.
+"""Training steps of the families after BERT (GPT-2, T5, BART, XLNet): ember against transformers.
 
     PYTHONPATH=. OMP_NUM_THREADS=1 .venv/bin/python benchmarks/speed/family_step.py --cpu-time \\
-        [--families gpt2 t5 xlnet] [--repeats 7] [--steps 1]
+        [--families gpt2 t5 bart xlnet] [--repeats 7] [--steps 1]
 
 One training step (forward, backward, the recipe's clipping and optimizer) at each family's recipe
 shape, ember and transformers in turn in one process. Both start from the same weights: ember's
@@ -18,6 +18,12 @@ sides compute the same thing; then both train with the recipe's dropout (0.1).
          sentinels; ember's span-corruption step against T5ForConditionalGeneration(labels=...);
          Adafactor on both sides (ember's; transformers' with the recipe's settings:
          lr 0.01, scale_parameter, decay 0.8, update clipping 1.0, no momentum), no gradient clipping
+  bart   recipe bart-mini: micro-batches of 32 blocks of 128 tokens in 4 sentences, vocabulary
+         8,000, noised by ember's BART objective (text infilling of 30% in Poisson(3) spans +
+         sentence permutation, Lewis et al. 2020 §5.1); ember's seq2seq loss (fused head and
+         loss) against BartForConditionalGeneration(labels=...) (spans count tokens: the ids are
+         random, so there are no words); fused AdamW (betas 0.9/0.98,
+         eps 1e-6) and clipping at 1.0 on both sides
   xlnet  recipe xlnet-mini: 32 sequences of 128 tokens with 96 memory tokens, 21 targets each
          (K = 6), vocabulary 30,522; ember's PermutationLM against XLNetLMHeadModel(perm_mask,
          target_mapping, labels, mems), the memory computed without gradient on both sides;
@@ -44,23 +50,27 @@ from torch import nn
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "common"))  # the shared helpers
 from _bench import add_common_args, alternate, apply_common_args, clock, load, median, run_cli  # noqa: E402
 
-from ember.config import DenoisingConfig, PlmConfig, TrainConfig, model_preset  # noqa: E402
+from ember.config import DenoisingConfig, NoisingConfig, PlmConfig, TrainConfig, model_preset  # noqa: E402
+from ember.data.sentence_blocks import SentenceBlock  # noqa: E402
 from ember.data.memory_pairs import MemoryPair  # noqa: E402
 from ember.interop.families import interop_for_family  # noqa: E402
 from ember.models import build_backbone  # noqa: E402
 from ember.objectives import noise  # noqa: E402
+from ember.objectives.bart import BartDenoising, BartNoise  # noqa: E402
 from ember.objectives.clm import CausalLM  # noqa: E402
 from ember.objectives.plm import STRUCTURE_TOKENS, PermutationLM  # noqa: E402
 from ember.objectives.span_corruption import Corruption, Seq2SeqDenoising  # noqa: E402
 from ember.host_memory import keep_freed_host_memory  # noqa: E402
 from ember.train.optim import build_optimizer  # noqa: E402
 
-FAMILIES = ("gpt2", "t5", "xlnet")
+FAMILIES = ("gpt2", "t5", "bart", "xlnet")
 # family -> (preset, vocabulary, batch, sequence length, memory length)
 SHAPES = {"gpt2": ("gpt2-mini", 8192, 32, 256, 0), "t5": ("t5-mini", 8100, 32, 128, 0),
-          "xlnet": ("xlnet-mini", 30522, 32, 128, 96)}
-SMOKE = {"gpt2": ("gpt2-tiny", 500, 2, 32, 0), "t5": ("t5-tiny", 500, 2, 32, 0), "xlnet": ("xlnet-mini", 500, 2, 32, 8)}
+          "bart": ("bart-mini", 8000, 32, 128, 0), "xlnet": ("xlnet-mini", 30522, 32, 128, 96)}
+SMOKE = {"gpt2": ("gpt2-tiny", 500, 2, 32, 0), "t5": ("t5-tiny", 500, 2, 32, 0), "bart": ("bart-tiny", 500, 2, 32, 0),
+         "xlnet": ("xlnet-mini", 500, 2, 32, 8)}
 ADAMW = TrainConfig(lr=5e-4, weight_decay=0.01, max_grad_norm=1.0)
+BART_ADAMW = TrainConfig(lr=5e-4, weight_decay=0.01, max_grad_norm=1.0, adam_beta2=0.98, adam_eps=1e-6)  # bart-mini's
 ADAFACTOR = TrainConfig(optimizer="adafactor", lr=0.01, weight_decay=0.0, max_grad_norm=0.0)
 
 
@@ -124,6 +134,20 @@ def t5_race(preset: str, vocab: int, batch: int, length: int, _mem: int) -> Race
                 data, ADAFACTOR, int(data["input_ids"].numel()))
 
 
+def bart_race(preset: str, vocab: int, batch: int, length: int, _mem: int) -> Race:
+    backbone = build_backbone(dataclasses.replace(model_preset(preset), vocab_size=vocab))
+    noising = BartNoise(NoisingConfig(), mask_id=4, ordinary=np.arange(5, vocab))  # ids 0-4: <s> <pad> </s> <unk> <mask>
+    module = BartDenoising(backbone, noising, bos_id=0, eos_id=2, pad_id=1, block_size=length - 2)
+    rng = np.random.default_rng(0)
+    n = length - 2  # <s> ... </s> around each block
+    blocks = [SentenceBlock(rng.integers(5, vocab, n), np.linspace(n // 4, n, 4).astype(np.int64)) for _ in range(batch)]
+    data = module.make_batch(blocks, rng)
+    hf = to_transformers(backbone)
+    return Race("bart", module, lambda b: module(b)[0], hf,
+                lambda b: hf(input_ids=b["input_ids"], attention_mask=b["attention_mask"], labels=b["labels"]).loss,
+                data, BART_ADAMW, int(data["input_ids"].numel()))
+
+
 def xlnet_race(preset: str, vocab: int, batch: int, length: int, mem: int) -> Race:
     cfg = dataclasses.replace(model_preset(preset), vocab_size=vocab, mem_len=mem)
     backbone = build_backbone(cfg)
@@ -147,7 +171,7 @@ def xlnet_race(preset: str, vocab: int, batch: int, length: int, mem: int) -> Ra
     return Race("xlnet", module, lambda b: module(b)[0], hf, hf_loss, data, ADAMW, batch * length)
 
 
-RACES = {"gpt2": gpt2_race, "t5": t5_race, "xlnet": xlnet_race}
+RACES = {"gpt2": gpt2_race, "t5": t5_race, "bart": bart_race, "xlnet": xlnet_race}
 
 
 def reference_optimizer(model: nn.Module, train: TrainConfig) -> torch.optim.Optimizer:
