@@ -51,40 +51,68 @@ def _keep_scale(shape: torch.Size, p: float, device, dtype) -> torch.Tensor:
     return _scale_of(_keep_bits(shape, p, device), p, dtype)
 
 
-class _DroppedProduct(torch.autograd.Function):
-    """dropout(probs, p) @ v keeping, for the backward, the probabilities (which the softmax
-    keeps anyway) and the 2-byte keep mask instead of the dropped probabilities and a 4-byte
-    multiplier: the attention's largest tensors are stored once, not three times (a Longformer
-    layer training 4,096 tokens: 1,057 -> ~830 MB). The backward rebuilds the dropped
-    probabilities with the same operations, so values and gradients are those of the plain ops."""
+class _SoftmaxDroppedProduct(torch.autograd.Function):
+    """dropout(softmax(scores), p) @ v keeping, for the backward, the probabilities (which the
+    softmax keeps anyway) and the 2-byte keep mask instead of the dropped probabilities and a
+    4-byte multiplier: the attention's largest tensors are stored once, not three times (a
+    Longformer layer training 4,096 tokens: 1,057 -> ~830 MB). The backward rebuilds the dropped
+    probabilities with the same operations and runs the softmax's own backward kernel in place on
+    the probabilities' gradient, so values and gradients are those of the plain ops, bit for bit,
+    with one probabilities-sized buffer alive at a time beside the saved ones (full attention over
+    4,096 tokens: 805 MB a buffer)."""
 
     @staticmethod
-    def forward(ctx, probs: torch.Tensor, v: torch.Tensor, p: float):
+    def forward(ctx, scores: torch.Tensor, v: torch.Tensor, p: float):
+        # the softmax written over the scores (the caller's fresh product; the same kernel and numbers as
+        # scores.softmax(-1)): the scores, probabilities, mask and multiplier are not all alive at once
+        probs = torch.ops.aten._softmax.out(scores, -1, False, out=scores)
+        ctx.mark_dirty(scores)  # so the probabilities are an output too (returned, unused by the caller)
+        ctx.set_materialize_grads(False)  # and get no zero gradient the size of the probabilities
         keep = _keep_bits(probs.shape, p, probs.device)
         ctx.save_for_backward(probs, v, keep)
         ctx.p = p
-        return _scale_of(keep, p, probs.dtype).mul_(probs) @ v  # the multiplier's buffer becomes the dropped probs
+        return _scale_of(keep, p, probs.dtype).mul_(probs) @ v, probs  # the multiplier's buffer becomes the dropped probs
 
     @staticmethod
-    def backward(ctx, grad: torch.Tensor):
+    def backward(ctx, grad: torch.Tensor, _unused_grad_probs: None):
         probs, v, keep = ctx.saved_tensors
-        scale = _scale_of(keep, ctx.p, probs.dtype)  # one probabilities-sized buffer, reused below
-        grad_probs = grad_v = None
+        grad_scores = grad_v = None
+        if grad is None:  # the context was not used
+            return None, None, None
+        if ctx.needs_input_grad[1]:  # the dropped probabilities, rebuilt as the forward built them
+            grad_v = _scale_of(keep, ctx.p, probs.dtype).mul_(probs).transpose(-1, -2) @ grad
         if ctx.needs_input_grad[0]:
-            grad_probs = (grad @ v.transpose(-1, -2)).mul_(scale)
-        if ctx.needs_input_grad[1]:
-            grad_v = scale.mul_(probs).transpose(-1, -2) @ grad  # scale x probs: the dropped probabilities
-        return grad_probs, grad_v, None
+            # the probabilities' gradient (grad @ v^T) x keep x (1 / keep rate): the same numbers as
+            # x multiplier (x 1 and x 0 are exact) without a multiplier-sized buffer beside it ...
+            inverse = _scale_of(keep.new_ones(()), ctx.p, probs.dtype).item()  # 1 / keep rate, in the dtype
+            grad_scores = _mul_keep_(grad @ v.transpose(-1, -2), keep).mul_(inverse)
+            # ... then the softmax's backward kernel, writing over its input row by row (each row's
+            # sum of grad x probs is taken before the row is written): autograd's own numbers
+            torch.ops.aten._softmax_backward_data.out(grad_scores, probs, -1, probs.dtype, grad_input=grad_scores)
+        return grad_scores, grad_v, None
 
 
-def dropped_product(probs: torch.Tensor, v: torch.Tensor, p: float) -> torch.Tensor:
-    """``dropout(probs, p) @ v`` on CPU (the same numbers and gradients), storing less for the backward.
-    Under autocast the plain ops run: autocast casts the product's operands, and a backward outside
-    it would multiply other dtypes than the forward did."""
-    if (p == 0.0 or p >= 1.0 or probs.device.type != "cpu" or not torch.is_grad_enabled()
+def _mul_keep_(x: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+    """x *= keep (int16 0 / 1) in place, some rows at a time: a mixed-dtype in-place product casts
+    its whole right side first (an x-sized temporary, 805 MB for full attention's gradient over
+    4,096 tokens); slices keep that cast to ~4 MB."""
+    width = x.shape[-1]
+    flat_x, flat_keep = x.view(-1, width), keep.view(-1, width)
+    step = max(1, (1 << 20) // width)
+    for start in range(0, flat_x.shape[0], step):
+        flat_x[start:start + step].mul_(flat_keep[start:start + step])
+    return x
+
+
+def softmax_dropped_product(scores: torch.Tensor, v: torch.Tensor, p: float) -> torch.Tensor:
+    """``dropout(scores.softmax(-1), p) @ v`` on CPU (the same numbers and gradients), storing less
+    for the backward; ``scores`` must be a fresh tensor nothing else reads (the softmax overwrites
+    it while autograd records gradients, e.g. ``attention_scores``'s product). Under autocast the plain ops run: autocast casts the product's operands, and
+    a backward outside it would multiply other dtypes than the forward did."""
+    if (p == 0.0 or p >= 1.0 or scores.device.type != "cpu" or not torch.is_grad_enabled()
             or torch.is_autocast_enabled("cpu")):
-        return dropout(probs, p) @ v
-    return _DroppedProduct.apply(probs, v, p)
+        return dropout(scores.softmax(-1), p) @ v
+    return _SoftmaxDroppedProduct.apply(scores, v, p)[0]
 
 
 def dropout(x: torch.Tensor, p: float, training: bool = True) -> torch.Tensor:
@@ -141,7 +169,7 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: torch.T
             attn_mask = causal if attn_mask is None else attn_mask & causal
         else:
             attn_mask = attn_mask.masked_fill(~causal, torch.finfo(attn_mask.dtype).min)
-    return dropped_product(attention_scores(q, k, attn_mask, scale).softmax(-1), v, dropout_p)
+    return softmax_dropped_product(attention_scores(q, k, attn_mask, scale), v, dropout_p)
 
 
 def attention_scores(q: torch.Tensor, k: torch.Tensor, attn_mask: torch.Tensor | None = None,
@@ -161,6 +189,8 @@ def attention_scores(q: torch.Tensor, k: torch.Tensor, attn_mask: torch.Tensor |
         # that masks every key, which no real input has, is uniform in both; only its gradient differs).
         blocked = torch.zeros(attn_mask.shape, dtype=scores.dtype, device=scores.device)
         return scores.add_(blocked.masked_fill_(~attn_mask, torch.finfo(scores.dtype).min))
+    if attn_mask.dtype == scores.dtype and torch.broadcast_shapes(attn_mask.shape, scores.shape) == scores.shape:
+        return scores.add_(attn_mask)  # in place on the fresh product, as above (a band's scores: 126 MB)
     return scores + attn_mask
 
 
