@@ -136,11 +136,13 @@ def t5_race(preset: str, vocab: int, batch: int, length: int, _mem: int) -> Race
 
 def bart_race(preset: str, vocab: int, batch: int, length: int, _mem: int) -> Race:
     backbone = build_backbone(dataclasses.replace(model_preset(preset), vocab_size=vocab))
-    noising = BartNoise(NoisingConfig(), mask_id=4, ordinary=np.arange(5, vocab))  # ids 0-4: <s> <pad> </s> <unk> <mask>
+    # ids 0-4: <s> <pad> </s> <unk> <mask>, as BART's byte-level BPE
+    noising = BartNoise(NoisingConfig(), mask_id=4, ordinary=np.arange(5, vocab))
     module = BartDenoising(backbone, noising, bos_id=0, eos_id=2, pad_id=1, block_size=length - 2)
     rng = np.random.default_rng(0)
     n = length - 2  # <s> ... </s> around each block
-    blocks = [SentenceBlock(rng.integers(5, vocab, n), np.linspace(n // 4, n, 4).astype(np.int64)) for _ in range(batch)]
+    ends = np.linspace(n // 4, n, 4).astype(np.int64)  # 4 sentences a block, for the permutation
+    blocks = [SentenceBlock(rng.integers(5, vocab, n), ends) for _ in range(batch)]
     data = module.make_batch(blocks, rng)
     hf = to_transformers(backbone)
     return Race("bart", module, lambda b: module(b)[0], hf,

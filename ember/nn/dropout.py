@@ -71,7 +71,8 @@ class _SoftmaxDroppedProduct(torch.autograd.Function):
         keep = _keep_bits(probs.shape, p, probs.device)
         ctx.save_for_backward(probs, v, keep)
         ctx.p = p
-        return _scale_of(keep, p, probs.dtype).mul_(probs) @ v, probs  # the multiplier's buffer becomes the dropped probs
+        dropped = _scale_of(keep, p, probs.dtype).mul_(probs)  # the multiplier's buffer becomes the dropped probs
+        return dropped @ v, probs
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor, _unused_grad_probs: None):
@@ -106,9 +107,10 @@ def _mul_keep_(x: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
 
 def softmax_dropped_product(scores: torch.Tensor, v: torch.Tensor, p: float) -> torch.Tensor:
     """``dropout(scores.softmax(-1), p) @ v`` on CPU (the same numbers and gradients), storing less
-    for the backward; ``scores`` must be a fresh tensor nothing else reads (the softmax overwrites
-    it while autograd records gradients, e.g. ``attention_scores``'s product). Under autocast the plain ops run: autocast casts the product's operands, and
-    a backward outside it would multiply other dtypes than the forward did."""
+    for the backward; ``scores`` must be a fresh tensor nothing else reads (while gradients are
+    recorded the softmax overwrites it), e.g. ``attention_scores``'s product. Under autocast the
+    plain ops run: autocast casts the product's operands, and a backward outside it would
+    multiply other dtypes than the forward did."""
     if (p == 0.0 or p >= 1.0 or scores.device.type != "cpu" or not torch.is_grad_enabled()
             or torch.is_autocast_enabled("cpu")):
         return dropout(scores.softmax(-1), p) @ v
