@@ -42,3 +42,18 @@ def test_long_attention_benchmark_smoke_measures_reformer(tmp_path):
     assert {(r["impl"], r["length"], r["pass"]) for r in rows} == {(i, n, p) for i in ("full", "ember-reformer")
                                                                   for n in (64, 256) for p in ("fwd", "train")}
     assert all(r["seconds"] > 0 for r in rows)
+
+
+def test_long_stack_memory_smoke_measures_both_window_layouts(tmp_path):
+    """benchmarks/speed/long_stack_memory.py --smoke: a tiny Longformer stack trains one step with the
+    band's windows kept and rebuilt, each in its own process, and the table names both. Not a measurement."""
+    script = SCRIPT.parent / "long_stack_memory.py"
+    out = tmp_path / "rows.json"
+    done = subprocess.run([sys.executable, str(script), "--smoke", "--json", str(out)],
+                          env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows = json.loads(out.read_text())
+    assert [r["hidden"] for r in rows] == [32]
+    for layout in ("kept", "rebuilt"):
+        assert rows[0][layout]["peak_mb"] >= 0 and rows[0][layout]["cpu_s"] > 0
+    assert "| H = 32 |" in done.stdout

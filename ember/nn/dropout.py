@@ -63,34 +63,51 @@ class _SoftmaxDroppedProduct(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, scores: torch.Tensor, v: torch.Tensor, p: float):
-        # the softmax written over the scores (the caller's fresh product; the same kernel and numbers as
-        # scores.softmax(-1)): the scores, probabilities, mask and multiplier are not all alive at once
-        probs = torch.ops.aten._softmax.out(scores, -1, False, out=scores)
-        ctx.mark_dirty(scores)  # so the probabilities are an output too (returned, unused by the caller)
+        out, probs, keep = softmax_dropout_forward(scores, v, p)
+        ctx.mark_dirty(scores)  # the softmax wrote over them: the probabilities are an output too (unused)
         ctx.set_materialize_grads(False)  # and get no zero gradient the size of the probabilities
-        keep = _keep_bits(probs.shape, p, probs.device)
         ctx.save_for_backward(probs, v, keep)
         ctx.p = p
-        dropped = _scale_of(keep, p, probs.dtype).mul_(probs)  # the multiplier's buffer becomes the dropped probs
-        return dropped @ v, probs
+        return out, probs
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor, _unused_grad_probs: None):
-        probs, v, keep = ctx.saved_tensors
-        grad_scores = grad_v = None
         if grad is None:  # the context was not used
             return None, None, None
-        if ctx.needs_input_grad[1]:  # the dropped probabilities, rebuilt as the forward built them
-            grad_v = _scale_of(keep, ctx.p, probs.dtype).mul_(probs).transpose(-1, -2) @ grad
-        if ctx.needs_input_grad[0]:
-            # the probabilities' gradient (grad @ v^T) x keep x (1 / keep rate): the same numbers as
-            # x multiplier (x 1 and x 0 are exact) without a multiplier-sized buffer beside it ...
-            inverse = _scale_of(keep.new_ones(()), ctx.p, probs.dtype).item()  # 1 / keep rate, in the dtype
-            grad_scores = _mul_keep_(grad @ v.transpose(-1, -2), keep).mul_(inverse)
-            # ... then the softmax's backward kernel, writing over its input row by row (each row's
-            # sum of grad x probs is taken before the row is written): autograd's own numbers
-            torch.ops.aten._softmax_backward_data.out(grad_scores, probs, -1, probs.dtype, grad_input=grad_scores)
-        return grad_scores, grad_v, None
+        probs, v, keep = ctx.saved_tensors
+        return (*softmax_dropout_backward(grad, probs, v, keep, ctx.p, *ctx.needs_input_grad[:2]), None)
+
+
+def softmax_dropout_forward(scores: torch.Tensor, v: torch.Tensor, p: float
+                            ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(dropout(softmax(scores)) @ v, the probabilities, the keep mask): the forward arithmetic of
+    ``softmax_dropped_product``, for autograd functions (no gradient is recorded here). The softmax
+    is written over ``scores`` (the same kernel and numbers as scores.softmax(-1)), so the scores,
+    probabilities, mask and multiplier are never all alive at once."""
+    probs = torch.ops.aten._softmax.out(scores, -1, False, out=scores)
+    keep = _keep_bits(probs.shape, p, probs.device)
+    dropped = _scale_of(keep, p, probs.dtype).mul_(probs)  # the multiplier's buffer becomes the dropped probs
+    return dropped @ v, probs, keep
+
+
+def softmax_dropout_backward(grad: torch.Tensor, probs: torch.Tensor, v: torch.Tensor, keep: torch.Tensor,
+                             p: float, need_scores: bool = True, need_v: bool = True
+                             ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """(gradient of the scores, of v) given the output's ``grad``: ``softmax_dropout_forward``'s
+    backward, autograd's numbers for the plain ops, with one probabilities-sized buffer alive at a
+    time beside ``probs`` and ``keep``."""
+    grad_scores = grad_v = None
+    if need_v:  # the dropped probabilities, rebuilt as the forward built them
+        grad_v = _scale_of(keep, p, probs.dtype).mul_(probs).transpose(-1, -2) @ grad
+    if need_scores:
+        # the probabilities' gradient (grad @ v^T) x keep x (1 / keep rate): the same numbers as
+        # x multiplier (x 1 and x 0 are exact) without a multiplier-sized buffer beside it ...
+        inverse = _scale_of(keep.new_ones(()), p, probs.dtype).item()  # 1 / keep rate, in the dtype
+        grad_scores = _mul_keep_(grad @ v.transpose(-1, -2), keep).mul_(inverse)
+        # ... then the softmax's backward kernel, writing over its input row by row (each row's
+        # sum of grad x probs is taken before the row is written): autograd's own numbers
+        torch.ops.aten._softmax_backward_data.out(grad_scores, probs, -1, probs.dtype, grad_input=grad_scores)
+    return grad_scores, grad_v
 
 
 def _mul_keep_(x: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
