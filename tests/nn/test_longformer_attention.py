@@ -197,6 +197,8 @@ def test_band_attention_training_rebuilds_windows_with_attends_outputs_and_gradi
     gradients equal to float rounding (the windows' gradients are added back by hand)."""
     out, grads = _band_training_run(True, radius, dilation, with_globals)
     reference, reference_grads = _band_training_run(False, radius, dilation, with_globals)
+    # exact: both forwards call attention_scores and the softmax-dropout product on the same window
+    # tensors of the same shapes (the same kernels and draws); only the backward differs
     assert torch.equal(out, reference)
     for got, want in zip(grads, reference_grads):
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
