@@ -37,6 +37,7 @@ import math
 
 import torch
 import torch.nn.functional as F
+from torch.autograd.function import once_differentiable
 
 from ember.nn.dropout import (attend, attention_scores, forms_probabilities, softmax_dropout_backward,
                               softmax_dropout_forward)
@@ -174,8 +175,12 @@ class _WindowAttention(torch.autograd.Function):
         return out
 
     @staticmethod
+    @once_differentiable  # no double backward: a create_graph=True caller gets an error, not wrong numbers
     def backward(ctx, grad):
         qs, k, v, global_k, global_v = ctx.saved_tensors
+        if not hasattr(ctx, "probs"):
+            raise RuntimeError("a second backward through a training Longformer attention (retain_graph=True): it "
+                               "lets its probabilities go in the first; run one backward per forward")
         probs, keep, windows = ctx.probs, ctx.keep, ctx.windows
         del ctx.probs, ctx.keep
         globals_ = 0 if global_k is None else global_k.shape[1]

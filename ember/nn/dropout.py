@@ -25,6 +25,7 @@ import math
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.autograd.function import once_differentiable
 
 _LEVELS = 32768  # 15 bits per uniform draw
 
@@ -71,6 +72,7 @@ class _SoftmaxDroppedProduct(torch.autograd.Function):
         return out, probs
 
     @staticmethod
+    @once_differentiable  # no double backward: a create_graph=True caller gets an error, not wrong numbers
     def backward(ctx, grad: torch.Tensor, _unused_grad_probs: None):
         if grad is None:  # the context was not used
             return None, None, None

@@ -234,3 +234,15 @@ def test_band_attention_training_keeps_the_keys_not_their_windows():
             for rebuild in (True, False)}
     assert kept[True] <= kept[False] - 50, kept  # the key windows' copy (63 MB) is not kept (measured: 243 vs 316)
     assert kept[True] >= 126 + 63 - 10, kept  # the probabilities and the keep mask are
+
+
+def test_band_attention_training_refuses_a_second_backward_with_one_line():
+    """The training band lets its probabilities go in the backward, so a second backward through the
+    same graph (retain_graph=True) is refused with a message, not answered with wrong gradients."""
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(1, 64, 2, 8, requires_grad=True) for _ in range(3))
+    bias = window_bias(torch.ones(1, 64, dtype=torch.bool), None, 8, 1, torch.float32)
+    out = band_attention(q, k, v, bias, 8, 1, None, None, 0.1).sum()
+    out.backward(retain_graph=True)
+    with pytest.raises(RuntimeError, match="one backward per forward"):
+        out.backward()
