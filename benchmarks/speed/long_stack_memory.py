@@ -8,9 +8,12 @@ model (ember convert --long, then ember pretrain --init / finetune) pays per ste
     python benchmarks/speed/long_stack_memory.py --smoke                # seconds: tiny sizes
 
 Each (mode, width) runs in its own process, one thread: a warm-up step, then one measured step
-(forward through the layers with dropout 0.1, window 512, the first token global, then backward),
-its peak the process's high-water mark (VmHWM, reset through /proc/self/clear_refs) over what was
-resident before the step, its time the process's CPU time. Linux only (/proc).
+(forward through the layers with dropout 0.1, window 512, the first token global, then backward).
+Its peak is the process's high-water mark over both steps (VmHWM, reset through
+/proc/self/clear_refs once the layers are built) above what was resident before them: the memory a
+user's run needs. (Measured over the second step alone, above what the first left resident, the
+figure would leave out what the allocator kept from the first step and reused.) Its time is the
+measured step's CPU time. Linux only (/proc).
 """
 
 from __future__ import annotations
@@ -51,9 +54,10 @@ def step():
     y.sum().backward()
 def high_water_mb():
     return int(open("/proc/self/status").read().split("VmHWM:")[1].split()[0]) / 1024
-step()
 open("/proc/self/clear_refs", "w").write("5")
-before, start = high_water_mb(), time.process_time()
+before = high_water_mb()
+step()
+start = time.process_time()
 step()
 print(json.dumps({{"peak_mb": high_water_mb() - before, "cpu_s": time.process_time() - start}}))
 """

@@ -26,9 +26,11 @@ a query with nothing to read (a pad) gets a finite uniform row, never NaN.
 
 Training with dropout on CPU the probabilities are formed explicitly (``ember.nn.dropout``); the
 windows are then kept out of the autograd graph (``_WindowAttention``): the backward unfolds
-them again from the keys and values and adds their gradients back (``_Windows.adjoint``), so a
-stack of layers does not hold every layer's 5 copies of its keys (six layers at 4,096 tokens:
--32% peak memory at H = 384).
+them again from the keys and values and adds their gradients back (``_Windows.add_adjoint``), so a
+stack of layers does not hold every layer's 5 copies of its keys, and forward and backward take
+the query blocks a few at a time, so no window and no probabilities-sized temporary exists whole
+(one layer at 4,096 tokens, H = 384: peak 620 -> 470 MB, 4.4x less than full attention; six
+layers: -19% against keeping the windows).
 """
 
 from __future__ import annotations
@@ -39,8 +41,8 @@ import torch
 import torch.nn.functional as F
 from torch.autograd.function import once_differentiable
 
-from ember.nn.dropout import (attend, attention_scores, forms_probabilities, softmax_dropout_backward,
-                              softmax_dropout_forward)
+from ember.nn.dropout import (attend, attention_scores, dropped_product, forms_probabilities, keep_mask,
+                              softmax_dropout_backward)
 
 
 def query_block(radius: int) -> int:
@@ -120,40 +122,81 @@ def band_attention(
 
 
 class _Windows:
-    """The key/value windows of ``band_attention`` and their adjoint. Calling it: (B, T, h, d) keys
-    [+ (B, G, h, d) global keys] -> (rows, h, G + b + 2 radius, d), block c's G global keys and the
-    positions from radius before its first query to radius after its last (an unfold of the
-    interleaved, zero-padded keys). ``adjoint``: a gradient of that shape -> the keys' (and global
-    keys') gradients, each window added back where it was read (overlap-add, in place)."""
+    """The key/value windows of ``band_attention`` and their adjoint. ``pad``: (B, T, h, d) keys ->
+    the B x dilation interleaved sequences, zero-padded by radius at both ends. ``of_blocks``: the
+    windows of some blocks, (rows, h, G + b + 2 radius, d): block c's G global keys and the
+    positions from radius before its first query to radius after its last (an unfold of the padded
+    sequence); calling the object gives every block's. ``add_adjoint`` adds such windows' gradient
+    back where they were read (overlap-add) and ``unpad`` turns the sum into the keys' gradient:
+    the backward of the training band walks the blocks a few at a time with them, never holding
+    every window at once."""
 
     def __init__(self, batch: int, length: int, heads: int, dim: int, radius: int, dilation: int) -> None:
         self.batch, self.length, self.heads, self.dim = batch, length, heads, dim
         self.radius, self.dilation = radius, dilation
         self.block, self.n, self.blocks = _sizes(length, radius, dilation)
+        self.sequences = batch * dilation
+        self.spans = (self.block + 2 * radius) // self.block  # a window is this many blocks (5 or 3: query_block)
+
+    def pad(self, x: torch.Tensor) -> torch.Tensor:
+        """(B, T, h, d) -> (B x dilation, n + 2 radius, h, d): sequence i x dilation + m holds the
+        positions m, m + dilation, ... of batch row i, between radius zeros at each end."""
+        x = F.pad(_interleave(x, self.dilation, self.n), (0, 0, 0, 0, self.radius, self.radius))
+        return x.view(self.sequences, self.n + 2 * self.radius, self.heads, self.dim)
 
     def __call__(self, x: torch.Tensor, g: torch.Tensor | None) -> torch.Tensor:
-        b, h, d, r, s, dil = self.batch, self.heads, self.dim, self.radius, self.block, self.dilation
-        blocks = self.blocks
-        x = F.pad(_interleave(x, dil, self.n), (0, 0, 0, 0, r, r))  # (B, dil, n + 2r, h, d)
-        x = x.unfold(2, s + 2 * r, s).permute(0, 1, 2, 3, 5, 4)  # (B, dil, blocks, h, s + 2r, d)
-        if g is not None:
-            g = g.transpose(1, 2)[:, None, None].expand(b, dil, blocks, h, -1, d)
-            x = torch.cat([g, x], dim=-2)
-        return x.reshape(b * dil * blocks, h, -1, d)
+        return self.of_blocks(self.pad(x), g, (0, self.sequences, 0, self.blocks))
 
-    def adjoint(self, grad: torch.Tensor, globals_: int) -> tuple[torch.Tensor, torch.Tensor | None]:
-        b, h, d, r, s, dil = self.batch, self.heads, self.dim, self.radius, self.block, self.dilation
-        blocks = self.blocks
-        grad = grad.view(b, dil, blocks, h, -1, d)
-        grad_g = grad[..., :globals_, :].sum(dim=(1, 2)).transpose(1, 2) if globals_ else None  # (B, G, h, d)
-        spans = (s + 2 * r) // s  # a window is this many blocks of s positions (5 or 3: query_block)
-        local = grad[..., globals_:, :].unflatten(4, (spans, s))  # (B, dil, blocks, h, spans, s, d)
-        padded = grad.new_zeros(b, dil, blocks + spans - 1, s, h, d)  # the n + 2r padded positions
-        for j in range(spans):  # window c's j-th block of positions is padded block c + j
-            padded[:, :, j:j + blocks] += local[:, :, :, :, j].transpose(3, 4)
-        padded = padded.view(b, dil, (blocks + spans - 1) * s, h, d)[:, :, r:r + self.n]  # (B, dil, n, h, d)
-        grad_x = padded.transpose(1, 2).reshape(b, self.n * dil, h, d)[:, :self.length]
-        return grad_x, grad_g
+    def chunks(self, rows: int):
+        """(first sequence, stop, first block, stop) covering every block about ``rows`` at a time:
+        whole sequences together while a sequence has fewer blocks, else blocks of one sequence."""
+        if rows >= self.blocks:
+            step = rows // self.blocks
+            for first in range(0, self.sequences, step):
+                yield first, min(self.sequences, first + step), 0, self.blocks
+        else:
+            for sequence in range(self.sequences):
+                for first in range(0, self.blocks, rows):
+                    yield sequence, sequence + 1, first, min(self.blocks, first + rows)
+
+    def rows(self, part) -> slice:
+        """The rows (of the queries, the windows, the probabilities) of one of ``chunks``."""
+        s0, s1, first, stop = part
+        return slice(s0 * self.blocks + first, (s1 - 1) * self.blocks + stop)
+
+    def of_blocks(self, padded: torch.Tensor, g: torch.Tensor | None, part) -> torch.Tensor:
+        """The windows of one of ``chunks`` from ``pad``'s output [+ the (B, G, h, d) global keys]."""
+        r, s = self.radius, self.block
+        s0, s1, first, stop = part
+        x = padded[s0:s1, first * s:(stop - 1) * s + s + 2 * r].unfold(1, s + 2 * r, s).transpose(-1, -2)
+        if g is not None:  # (sequences, blocks, h, s + 2r, d) after the sequences' global keys
+            g = g[torch.arange(s0, s1, device=g.device) // self.dilation].transpose(1, 2)  # (sequences, h, G, d)
+            x = torch.cat([g[:, None].expand(-1, stop - first, -1, -1, -1), x], dim=-2)
+        return x.reshape(-1, self.heads, x.shape[-2], self.dim)
+
+    def add_adjoint(self, grad: torch.Tensor, grad_padded: torch.Tensor, grad_g: torch.Tensor | None, part) -> None:
+        """Adds the gradient of one chunk's windows (``of_blocks``' shape) into ``grad_padded``
+        (``pad``'s shape) and ``grad_g`` (B, G, h, d), in place."""
+        s = self.block
+        s0, s1, first, stop = part
+        grad = grad.view(s1 - s0, stop - first, self.heads, -1, self.dim)
+        globals_ = grad.shape[3] - s - 2 * self.radius
+        if globals_:
+            index = torch.arange(s0, s1, device=grad.device) // self.dilation
+            grad_g.index_add_(0, index, grad[:, :, :, :globals_].sum(1).transpose(1, 2))
+        for j in range(self.spans):  # the windows' j-th blocks of positions start j blocks further on
+            part_j = grad[:, :, :, globals_ + j * s:globals_ + (j + 1) * s].transpose(2, 3)  # (seqs, c, s, h, d)
+            grad_padded[s0:s1, (first + j) * s:(stop + j) * s] += part_j.reshape(s1 - s0, -1, self.heads, self.dim)
+
+    def unpad(self, grad_padded: torch.Tensor) -> torch.Tensor:
+        """``pad``'s adjoint: (B x dilation, n + 2 radius, h, d) -> (B, T, h, d)."""
+        inner = grad_padded.view(self.batch, self.dilation, -1, self.heads, self.dim)[:, :, self.radius:self.radius + self.n]
+        return inner.transpose(1, 2).reshape(self.batch, self.n * self.dilation, self.heads, self.dim)[:, :self.length]
+
+
+def _chunk_rows(probs: torch.Tensor) -> int:
+    """Query blocks per step of ``_WindowAttention``'s forward and backward: ~16 MB of probabilities."""
+    return max(1, (16 << 20) // max(1, probs[0].numel() * probs.element_size()))
 
 
 class _WindowAttention(torch.autograd.Function):
@@ -161,13 +204,26 @@ class _WindowAttention(torch.autograd.Function):
     of ``attend`` (``ember.nn.dropout``), keeping for the backward the keys and values themselves
     rather than their windows, which hold each key (b + 2 radius) / b times (5 with b = radius / 2)
     and are unfolded again in the backward: a 384-wide layer at 4,096 tokens keeps 60 MB less per
-    layer, for two unfold copies more. The forward's outputs are ``attend``'s, bit for bit; the
-    gradients agree to float rounding (the windows' gradients are added back here, not by autograd)."""
+    layer, for two unfold copies more. Both passes go ``_Windows.chunks`` at a time. The forward's
+    outputs are ``attend``'s, bit for bit; the gradients agree to float rounding (the windows'
+    gradients are added back here, not by autograd)."""
 
     @staticmethod
     def forward(ctx, qs, k, v, global_k, global_v, bias, p, windows):
-        out, probs, keep = softmax_dropout_forward(attention_scores(qs, windows(k, global_k), bias),
-                                                   windows(v, global_v), p)
+        # A few query blocks at a time (``_chunk_rows``), as in the backward: the windows and the
+        # dropped probabilities of every block at once would be the forward's peak (at 4,096
+        # tokens, H = 384: 2 x 31 + 126 MB). The keep mask is drawn whole, before, so the random
+        # stream and every number are ``attend``'s.
+        padded_k, padded_v = windows.pad(k), windows.pad(v)
+        width = bias.shape[-1]
+        probs = qs.new_empty(qs.shape[0], qs.shape[1], qs.shape[2], width)
+        keep = keep_mask(probs.shape, p, probs.device)
+        out = torch.empty_like(qs)
+        for part in windows.chunks(_chunk_rows(probs)):
+            at = windows.rows(part)
+            scores = attention_scores(qs[at], windows.of_blocks(padded_k, global_k, part), bias[at])
+            torch.ops.aten._softmax.out(scores, -1, False, out=probs[at])
+            dropped_product(probs[at], keep[at], windows.of_blocks(padded_v, global_v, part), p, out=out[at])
         ctx.save_for_backward(qs, k, v, global_k, global_v)
         # intermediates, not inputs or outputs: held as attributes so the backward can let them go
         # as soon as it has used them
@@ -183,12 +239,21 @@ class _WindowAttention(torch.autograd.Function):
                                "lets its probabilities go in the first; run one backward per forward")
         probs, keep, windows = ctx.probs, ctx.keep, ctx.windows
         del ctx.probs, ctx.keep
-        globals_ = 0 if global_k is None else global_k.shape[1]
-        grad_scores, grad_vw = softmax_dropout_backward(grad, probs, windows(v, global_v), keep, ctx.p)
-        del probs, keep
-        grad_v, grad_gv = windows.adjoint(grad_vw, globals_)
-        del grad_vw
         scale = 1.0 / math.sqrt(qs.shape[-1])
-        grad_q = (grad_scores @ windows(k, global_k)).mul_(scale)  # scores = (qs x scale) @ kw^T (attention_scores)
-        grad_k, grad_gk = windows.adjoint(grad_scores.transpose(-1, -2) @ (qs * scale), globals_)
+        scaled_q = qs * scale  # scores = scaled_q @ kw^T (attention_scores)
+        padded_k, padded_v = windows.pad(k), windows.pad(v)
+        grad_q, grad_pk, grad_pv = torch.empty_like(qs), torch.zeros_like(padded_k), torch.zeros_like(padded_v)
+        grad_gk, grad_gv = (None, None) if global_k is None else (torch.zeros_like(global_k), torch.zeros_like(global_v))
+        # A few query blocks at a time: their key and value windows (each key 5 times), the
+        # windows' gradients, the probabilities' gradient and the rebuilt dropped probabilities,
+        # whole, were the layer's peak (at 4,096 tokens, H = 384: 4 x 31 + 2 x 126 MB); in
+        # chunks of ~16 MB of probabilities they are not.
+        for part in windows.chunks(_chunk_rows(probs)):
+            at = windows.rows(part)
+            kw, vw = windows.of_blocks(padded_k, global_k, part), windows.of_blocks(padded_v, global_v, part)
+            grad_scores, grad_vw = softmax_dropout_backward(grad[at], probs[at], vw, keep[at], ctx.p)
+            windows.add_adjoint(grad_vw, grad_pv, grad_gv, part)
+            torch.matmul(grad_scores, kw, out=grad_q[at]).mul_(scale)
+            windows.add_adjoint(grad_scores.transpose(-1, -2) @ scaled_q[at], grad_pk, grad_gk, part)
+        grad_k, grad_v = windows.unpad(grad_pk), windows.unpad(grad_pv)
         return grad_q, grad_k, grad_v, grad_gk, grad_gv, None, None, None

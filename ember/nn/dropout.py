@@ -30,8 +30,9 @@ from torch.autograd.function import once_differentiable
 _LEVELS = 32768  # 15 bits per uniform draw
 
 
-def _keep_bits(shape: torch.Size, p: float, device) -> torch.Tensor:
-    """int16 (shape): 0 where dropped, 1 where kept (the draws described in the module docstring)."""
+def keep_mask(shape: torch.Size, p: float, device) -> torch.Tensor:
+    """int16 (shape): 0 where dropped, 1 where kept (the draws described in the module docstring).
+    Drawn whole, the random stream is the same however a product that uses it is then split."""
     n = math.prod(shape)
     bits = torch.empty((n + 3) // 4, dtype=torch.int64, device=device).random_()
     numbers = bits.view(torch.int16)[:n].view(shape) & (_LEVELS - 1)  # four uniform 15-bit numbers per draw
@@ -42,14 +43,14 @@ def _keep_bits(shape: torch.Size, p: float, device) -> torch.Tensor:
 
 
 def _scale_of(keep: torch.Tensor, p: float, dtype) -> torch.Tensor:
-    """The inverted-dropout multiplier of ``_keep_bits``: 0 where dropped, 1/keep_rate where kept."""
+    """The inverted-dropout multiplier of ``keep_mask``: 0 where dropped, 1/keep_rate where kept."""
     threshold = int(round(p * _LEVELS))
     return keep.to(dtype).mul_(_LEVELS / (_LEVELS - threshold))
 
 
 def _keep_scale(shape: torch.Size, p: float, device, dtype) -> torch.Tensor:
     """Inverted-dropout multiplier (shape): 0 where dropped, 1/keep_rate where kept."""
-    return _scale_of(_keep_bits(shape, p, device), p, dtype)
+    return _scale_of(keep_mask(shape, p, device), p, dtype)
 
 
 class _SoftmaxDroppedProduct(torch.autograd.Function):
@@ -87,9 +88,16 @@ def softmax_dropout_forward(scores: torch.Tensor, v: torch.Tensor, p: float
     is written over ``scores`` (the same kernel and numbers as scores.softmax(-1)), so the scores,
     probabilities, mask and multiplier are never all alive at once."""
     probs = torch.ops.aten._softmax.out(scores, -1, False, out=scores)
-    keep = _keep_bits(probs.shape, p, probs.device)
+    keep = keep_mask(probs.shape, p, probs.device)
+    return dropped_product(probs, keep, v, p), probs, keep
+
+
+def dropped_product(probs: torch.Tensor, keep: torch.Tensor, v: torch.Tensor, p: float,
+                    out: torch.Tensor | None = None) -> torch.Tensor:
+    """dropout(probs) @ v with ``keep_mask``'s mask: ``softmax_dropout_forward``'s product, for
+    callers that form the probabilities a few rows at a time (``out``: where to write them)."""
     dropped = _scale_of(keep, p, probs.dtype).mul_(probs)  # the multiplier's buffer becomes the dropped probs
-    return dropped @ v, probs, keep
+    return torch.matmul(dropped, v, out=out)
 
 
 def softmax_dropout_backward(grad: torch.Tensor, probs: torch.Tensor, v: torch.Tensor, keep: torch.Tensor,

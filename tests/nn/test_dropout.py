@@ -216,10 +216,10 @@ def test_attention_dropout_under_autocast_trains_as_the_plain_ops():
 
 _PEAK_CHILD = """
 import torch
-from ember.nn.dropout import _keep_bits, _mul_keep_
+from ember.nn.dropout import _mul_keep_, keep_mask
 torch.manual_seed(0)
 x = torch.randn(32, 1024, 2048)  # 256 MB
-keep = _keep_bits(x.shape, 0.1, "cpu")
+keep = keep_mask(x.shape, 0.1, "cpu")
 expected = x * keep  # the plain product; slices of one element-wise product round alike: exact
 def high_water_mb():
     status = open("/proc/self/status").read()
