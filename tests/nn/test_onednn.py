@@ -149,6 +149,20 @@ def test_onednn_tracing_and_onnx_export_record_an_ordinary_linear(gemm_calls, tm
     assert {n.op_type for n in nodes} & {"MatMul", "Gemm"} and all(n.domain in ("", "ai.onnx") for n in nodes)
 
 
+def test_onednn_recording_check_reads_the_onnx_exporters_flags(forced_on, monkeypatch):
+    """``is_recording`` reads the flags torch.onnx.is_in_onnx_export reads (imported once): either
+    exporter's flag set means recording, and then a linear is the ordinary op."""
+    from torch.onnx._internal.exporter import _flags
+    from torch.onnx._internal.torchscript_exporter._globals import GLOBALS
+
+    assert not onednn.is_recording()
+    monkeypatch.setattr(_flags, "_is_onnx_exporting", True)
+    assert onednn.is_recording() and torch.onnx.is_in_onnx_export()
+    monkeypatch.setattr(_flags, "_is_onnx_exporting", False)
+    monkeypatch.setattr(GLOBALS, "in_onnx_export", True)
+    assert onednn.is_recording() and onednn.needs_ordinary_ops("cpu")
+
+
 def test_onednn_torch_compile_graph_holds_no_onednn_call(forced_on):
     ff = FeedForward(32, 64, "gelu")
     graphs = []
@@ -180,6 +194,28 @@ def test_onednn_switch_follows_ember_onednn_then_the_cpu_vendor_never_a_timing(m
         assert onednn.enabled() is False
     finally:
         onednn._STATE["enabled"] = saved
+
+
+@pytest.mark.parametrize("out", [40, 16])  # both copy layouts: (K, N), and (N, K) when K > N
+def test_onednn_few_rows_without_gradient_use_the_weight_copy_and_match_f_linear(gemm_calls, out):
+    """A beam or batched decoding step (2 to FEW_ROWS rows, a small weight, no gradient) runs MKL
+    on the weight's cached copy, equal to F.linear within float rounding; more rows, a larger
+    weight or a gradient keep oneDNN's kernel."""
+    torch.manual_seed(0)
+    layer = nn.Linear(24, out)
+    with torch.no_grad():
+        for shape in ((2, 24), (4, 4, 24), (onednn.FEW_ROWS, 1, 24)):
+            x = torch.randn(*shape)
+            torch.testing.assert_close(onednn.dense(layer, x), F.linear(x, layer.weight, layer.bias),
+                                       rtol=1e-5, atol=1e-6)
+        assert gemm_calls == [] and id(layer.weight) in onednn._COPIES
+        onednn.dense(layer, torch.randn(onednn.FEW_ROWS + 1, 24))
+        assert len(gemm_calls) == 1
+        big = torch.randn(onednn.FEW_ROWS_MAX_WEIGHT // 24 + 1, 24)
+        onednn.linear(torch.randn(4, 24), big, None)
+        assert len(gemm_calls) == 2
+    onednn.dense(layer, torch.randn(4, 24))  # the layer's weight wants a gradient
+    assert len(gemm_calls) == 3
 
 
 def test_onednn_one_row_without_gradient_uses_a_cached_column_copy_that_follows_the_weight(forced_on):
