@@ -62,13 +62,40 @@ def test_trainer_keeps_host_memory_on_the_cpu_unless_told_not_to(monkeypatch, tm
     from ember.config import TrainConfig
     from ember.train import loop
 
-    calls = []
+    calls, trims = [], []
     monkeypatch.setattr(loop, "keep_freed_host_memory", lambda: calls.append(1) or True)
+    monkeypatch.setattr(loop, "return_freed_host_memory", lambda: trims.append(1) or True)
     module = nn.Linear(2, 2)
     loop.Trainer(module, [0], TrainConfig(max_steps=1), tmp_path / "a", progress=False)
-    assert calls == [1]
+    assert calls == [1] and trims == [1]  # an earlier run's freed memory goes back before this one starts
     loop.Trainer(module, [0], TrainConfig(max_steps=1, keep_host_memory=False), tmp_path / "b", progress=False)
-    assert calls == [1]
+    assert calls == [1] and trims == [1]
+
+
+_EARLIER_RUN_CHILD = """
+import torch
+from torch import nn
+from ember.config import TrainConfig
+from ember.host_memory import keep_freed_host_memory, resident_bytes
+from ember.train import loop
+assert keep_freed_host_memory()
+blocks = [torch.ones(2**20) for _ in range(128)]  # an earlier run's 512 MB, freed and kept by malloc
+del blocks
+before = resident_bytes()
+loop.Trainer(nn.Linear(2, 2), [0], TrainConfig(max_steps=1), {out!r}, progress=False)
+print((before - resident_bytes()) / 2**20)
+"""
+
+
+def test_trainer_gives_back_what_an_earlier_run_in_the_process_freed(tmp_path):
+    """Host memory kept for reuse by one run (a sweep's trial) is returned when the next run's
+    Trainer starts, so it does not inflate that run's baseline (KeptMemoryCap's bound)."""
+    import subprocess
+    import sys
+
+    code = _EARLIER_RUN_CHILD.format(out=str(tmp_path / "run"))
+    returned = float(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout)
+    assert returned > 400, returned  # of the 512 MB freed
 
 
 def test_kept_memory_cap_trims_only_past_its_bound_and_rebaselines_after_the_next_step():
