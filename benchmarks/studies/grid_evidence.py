@@ -54,7 +54,8 @@ def parse_args(argv):
     p.add_argument("--out", required=True)
     p.add_argument("--checkpoint", help="HF checkpoint folder (default: DATA/checkpoints/all-MiniLM-L6-v2)")
     p.add_argument("--tasks", default="rte,mrpc,cola")
-    p.add_argument("--grid-seed", type=int, default=1, help="the seed the grid is searched at")
+    p.add_argument("--grid-seed", type=int, default=0,
+                   help="the training seed of the grid's runs (default 0, finetune's own default)")
     p.add_argument("--seeds", default="2,3,4", help="fresh seeds for the defaults and the winner")
     p.add_argument("--train-limit", type=int, default=0, help="training examples per task (0 = all)")
     p.add_argument("--smoke", action="store_true", help="a random small model, two grid points, a few examples (CI)")
@@ -97,8 +98,11 @@ def search(args, task: str, init: str, out: Path) -> dict:
     if not spent["complete"]:
         start, complete = time.process_time(), False
         try:
-            ember.sweep("finetune", folder, prune=False, task=task, init=init, seed=args.grid_seed, **grid,
-                        **common(args))
+            # The training seed goes in as an override: the sweep's own ``seed=`` orders the grid's
+            # points (Optuna's sampler), it does not seed the runs.
+            shared = common(args)
+            overrides = [*shared.pop("overrides", []), f"train.seed={args.grid_seed}"]
+            ember.sweep("finetune", folder, prune=False, task=task, init=init, overrides=overrides, **grid, **shared)
             complete = True
         finally:  # an interrupted call's CPU counts too: the next call resumes the sweep
             spent = {"cpu_seconds": spent["cpu_seconds"] + time.process_time() - start, "complete": complete,
