@@ -196,26 +196,48 @@ def test_onednn_switch_follows_ember_onednn_then_the_cpu_vendor_never_a_timing(m
         onednn._STATE["enabled"] = saved
 
 
-@pytest.mark.parametrize("out", [40, 16])  # both copy layouts: (K, N), and (N, K) when K > N
-def test_onednn_few_rows_without_gradient_use_the_weight_copy_and_match_f_linear(gemm_calls, out):
-    """A beam or batched decoding step (2 to FEW_ROWS rows, a small weight, no gradient) runs MKL
-    on the weight's cached copy, equal to F.linear within float rounding; more rows, a larger
-    weight or a gradient keep oneDNN's kernel."""
+def test_onednn_few_rows_without_gradient_read_the_packed_weight_and_match_f_linear(gemm_calls, monkeypatch):
+    """A beam or batched decoding step (2 to PACKED_MAX_ROWS rows, no gradient) runs oneDNN on the
+    weight packed once into its kernel's layout, equal to F.linear within float rounding; more rows
+    or a gradient pass the weight itself."""
+    weights = []
+    real = onednn.gemm
+    monkeypatch.setattr(onednn, "gemm", lambda x, w, b: weights.append(w.is_mkldnn) or real(x, w, b))
     torch.manual_seed(0)
-    layer = nn.Linear(24, out)
+    layer = nn.Linear(24, 40)
     with torch.no_grad():
-        for shape in ((2, 24), (4, 4, 24), (onednn.FEW_ROWS, 1, 24)):
+        for shape in ((2, 24), (4, 4, 24), (onednn.PACKED_MAX_ROWS, 1, 24)):
             x = torch.randn(*shape)
             torch.testing.assert_close(onednn.dense(layer, x), F.linear(x, layer.weight, layer.bias),
                                        rtol=1e-5, atol=1e-6)
-        assert gemm_calls == [] and id(layer.weight) in onednn._COPIES
-        onednn.dense(layer, torch.randn(onednn.FEW_ROWS + 1, 24))
-        assert len(gemm_calls) == 1
-        big = torch.randn(onednn.FEW_ROWS_MAX_WEIGHT // 24 + 1, 24)
-        onednn.linear(torch.randn(4, 24), big, None)
-        assert len(gemm_calls) == 2
+        assert weights == [True, True, True] and id(layer.weight) in onednn._PACKS
+        onednn.dense(layer, torch.randn(onednn.PACKED_MAX_ROWS + 1, 24))
+        assert weights[-1] is False
     onednn.dense(layer, torch.randn(4, 24))  # the layer's weight wants a gradient
-    assert len(gemm_calls) == 3
+    assert weights[-1] is False and len(weights) == 5
+
+
+def test_onednn_packed_weight_follows_the_weight_and_goes_with_it(forced_on):
+    """The packed form is rebuilt after an in-place change (an optimizer step) or new weights, so a
+    model evaluated between training steps decodes with its current weights; it is dropped with
+    the weight."""
+    torch.manual_seed(0)
+    layer = nn.Linear(24, 40)
+    x = torch.randn(8, 24)
+    with torch.no_grad():
+        onednn.dense(layer, x)
+        layer.weight.mul_(-2.0)
+        torch.testing.assert_close(onednn.dense(layer, x), F.linear(x, layer.weight, layer.bias),
+                                   rtol=1e-5, atol=1e-6)
+        layer.load_state_dict({"weight": torch.randn(40, 24), "bias": torch.randn(40)})
+        torch.testing.assert_close(onednn.dense(layer, x), F.linear(x, layer.weight, layer.bias),
+                                   rtol=1e-5, atol=1e-6)
+    key = id(layer.weight)
+    del layer
+    import gc
+
+    gc.collect()
+    assert key not in onednn._PACKS
 
 
 def test_onednn_one_row_without_gradient_uses_a_cached_column_copy_that_follows_the_weight(forced_on):
