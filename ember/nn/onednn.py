@@ -28,15 +28,17 @@ them 1-35% faster than MKL on the Zen 4 EPYC (``ember.host_blas``); vocabulary-s
 MKL, which leads there. Decoding holds the layer weights twice while a model decodes one row at
 a time. The copies live in 2 MiB pages (``ember.host_memory.huge_page_empty``): ~10% faster
 decoding on the Zen 4 EPYC.
-A few rows without gradient (2 to ``PACKED_MAX_ROWS``: a batched or beam decoding step, a short
-request) go through oneDNN with the weight reordered once into its kernel's blocked layout
-(``packed_weight``, cached as the row copies are). Without it oneDNN reorders the weight on every
-call, which at a few rows costs as much as the product: 16 rows, one Zen 4 EPYC core, 256 -> 8,000
-(a vocabulary head) 1.72 ms plain against 0.76 ms packed, 768 -> 3,072 1.20 against 0.74 ms, and
-for a whole decoder step's products (weights cycled, not hot) GPT-2 at 8 rows 37.2 -> 25.5 ms,
-T5-small 12.4 -> 7.0 ms. The packed kernel computes what the plain one does (the same blocked
-product; the results are equal bit for bit at every shape measured). Beyond 64 rows it saves 4-7%,
-not worth a second copy of every weight while a model is evaluated in the middle of training.
+Products without gradient (2 rows or more: decoding with a batch or beams, a request, an
+evaluation, embeddings) go through oneDNN with the weight reordered once into its kernel's blocked
+layout (``packed_weight``, cached as the row copies are). Given a plain weight, oneDNN reorders it
+on every call, which at a few rows costs as much as the product: 16 rows, one Zen 4 EPYC core,
+256 -> 8,000 (a vocabulary head) 1.72 ms plain against 0.76 ms packed, 768 -> 3,072 1.20 against
+0.74 ms; a whole decoder step's products (weights cycled, not hot) GPT-2 at 8 rows 37.2 -> 25.5
+ms, T5-small 12.4 -> 7.0 ms. At hundreds of rows it saves 4-7% (MiniLM embeddings of STS-B dev
++6%). The packed kernel computes what the plain one does (the same blocked product; the results
+were equal bit for bit at every shape measured). The price is a second copy of the weights while
+a model runs without gradient; a weight that trains drops its packed copy at its next forward
+(``release_packed``), so evaluating between training steps does not keep one.
 Anything else - a quantized Linear (int8 serving), CUDA, bf16, autocast, ONNX export, tracing,
 ``torch.compile`` - goes the ordinary way, so modules keep plain ``nn.Linear`` children
 (state dicts, quantization and export are unchanged).
@@ -65,10 +67,8 @@ from ember.host_memory import huge_page_empty
 # From 2 rows on oneDNN beats MKL (768 -> 3072, weights from memory: 2 rows 40 vs 67 us, 4 rows 54
 # vs 52, 8 rows 1030 vs 1250 us); one row goes through ``row_product``
 MIN_ROWS = 2
-# Up to this many rows without gradient, oneDNN reads a pre-packed weight (``packed_weight``; the
-# module docstring). The reorder takes a row count as a hint; any count gives the same speed and
+# The reorder for ``packed_weight`` takes a row count as a hint; any count gave the same speed and
 # results at 2-64 rows, so one fixed hint serves every caller.
-PACKED_MAX_ROWS = 64
 _PACK_HINT_ROWS = 16
 # CPUs on which MKL's sgemm takes its generic code path (it dispatches on the vendor string)
 SLOW_MKL_VENDORS = ("AuthenticAMD", "HygonGenuine")
@@ -205,11 +205,10 @@ def one_row(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) ->
 
 
 def packed_rows(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> bool:
-    """Whether ``linear`` runs ``x @ weight.T`` on ``packed_weight``: 2 to ``PACKED_MAX_ROWS`` fp32
-    CPU rows (a batched or beam decoding step, a short request), nothing to differentiate, the
-    path on. A pure function of the shapes and the machine, so two processes round alike."""
-    rows = x.numel() // max(1, x.shape[-1])
-    if not 2 <= rows <= PACKED_MAX_ROWS or _reorder() is None:
+    """Whether ``linear`` runs ``x @ weight.T`` on ``packed_weight``: ``MIN_ROWS`` or more fp32 CPU
+    rows, nothing to differentiate, the path on. A pure function of the shapes and the machine,
+    so two processes round alike."""
+    if x.numel() < MIN_ROWS * x.shape[-1] or _reorder() is None:
         return False
     return _decoding_product(x, weight, bias)
 
@@ -265,6 +264,14 @@ def packed_weight(weight: torch.Tensor) -> torch.Tensor:
     return _cached(_PACKS, weight, lambda w: _reorder()(w, _PACK_HINT_ROWS))
 
 
+def release_packed(weight: torch.Tensor) -> None:
+    """Drop ``weight``'s packed copy, if it has one: it trains, so the copy would be stale at the
+    next evaluation anyway. The entry stays (emptied), so its finalizer is not registered twice."""
+    hit = _PACKS.get(id(weight))
+    if hit is not None and hit[1] is not None:
+        _PACKS[id(weight)] = (None, None)
+
+
 def row_product(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
     """(..., K) one row x (N, K) -> (..., N) through ``row_copy`` (see the module docstring)."""
     n, k = weight.shape
@@ -286,6 +293,8 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     (one row without gradient: ``row_product``; a few rows without gradient: ``packed_weight``)."""
     if packed_rows(x, weight, bias):
         return gemm(x, packed_weight(weight), bias)
+    if _PACKS and weight.requires_grad and torch.is_grad_enabled():  # it trains: see ``release_packed``
+        release_packed(weight)
     if not applies(x, weight):
         if one_row(x, weight, bias):
             return row_product(x, weight, bias)

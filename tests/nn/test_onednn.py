@@ -196,25 +196,33 @@ def test_onednn_switch_follows_ember_onednn_then_the_cpu_vendor_never_a_timing(m
         onednn._STATE["enabled"] = saved
 
 
-def test_onednn_few_rows_without_gradient_read_the_packed_weight_and_match_f_linear(gemm_calls, monkeypatch):
-    """A beam or batched decoding step (2 to PACKED_MAX_ROWS rows, no gradient) runs oneDNN on the
-    weight packed once into its kernel's layout, equal to F.linear within float rounding; more rows
-    or a gradient pass the weight itself."""
+def test_onednn_rows_without_gradient_read_the_packed_weight_and_match_f_linear(gemm_calls, monkeypatch):
+    """A decoding step with a batch or beams, a request, an evaluation (2 rows or more, no
+    gradient) runs oneDNN on the weight packed once into its kernel's layout, equal to F.linear
+    within float rounding; one row goes to ``row_product``; with a gradient the weight itself is
+    passed and its packed copy dropped (it trains: the copy would be stale)."""
     weights = []
     real = onednn.gemm
     monkeypatch.setattr(onednn, "gemm", lambda x, w, b: weights.append(w.is_mkldnn) or real(x, w, b))
     torch.manual_seed(0)
     layer = nn.Linear(24, 40)
     with torch.no_grad():
-        for shape in ((2, 24), (4, 4, 24), (onednn.PACKED_MAX_ROWS, 1, 24)):
+        for shape in ((2, 24), (4, 4, 24), (300, 1, 24)):
             x = torch.randn(*shape)
             torch.testing.assert_close(onednn.dense(layer, x), F.linear(x, layer.weight, layer.bias),
                                        rtol=1e-5, atol=1e-6)
-        assert weights == [True, True, True] and id(layer.weight) in onednn._PACKS
-        onednn.dense(layer, torch.randn(onednn.PACKED_MAX_ROWS + 1, 24))
-        assert weights[-1] is False
-    onednn.dense(layer, torch.randn(4, 24))  # the layer's weight wants a gradient
-    assert weights[-1] is False and len(weights) == 5
+        assert weights == [True, True, True] and onednn._PACKS[id(layer.weight)][1] is not None
+        onednn.dense(layer, torch.randn(1, 24))
+        assert len(weights) == 3
+    y = onednn.dense(layer, torch.randn(4, 24))  # the layer's weight wants a gradient
+    assert weights[-1] is False and len(weights) == 4
+    assert onednn._PACKS[id(layer.weight)][1] is None  # dropped while it trains
+    y.sum().backward()
+    with torch.no_grad():  # and made again for the next evaluation
+        x = torch.randn(8, 24)
+        torch.testing.assert_close(onednn.dense(layer, x), F.linear(x, layer.weight, layer.bias),
+                                   rtol=1e-5, atol=1e-6)
+    assert weights[-1] is True and onednn._PACKS[id(layer.weight)][1] is not None
 
 
 def test_onednn_packed_weight_follows_the_weight_and_goes_with_it(forced_on):
