@@ -290,7 +290,7 @@ def row_product(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
     """``F.linear(x, weight, bias)``: (..., K) x (N, K) -> (..., N), through oneDNN where it applies
-    (one row without gradient: ``row_product``; a few rows without gradient: ``packed_weight``)."""
+    (one row without gradient: ``row_product``; 2 rows or more without gradient: ``packed_weight``)."""
     if packed_rows(x, weight, bias):
         return gemm(x, packed_weight(weight), bias)
     if _PACKS and weight.requires_grad and torch.is_grad_enabled():  # it trains: see ``release_packed``
