@@ -208,9 +208,11 @@ def packed_rows(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
     """Whether ``linear`` runs ``x @ weight.T`` on ``packed_weight``: ``MIN_ROWS`` or more fp32 CPU
     rows, nothing to differentiate, the path on. A pure function of the shapes and the machine,
     so two processes round alike."""
-    if x.numel() < MIN_ROWS * x.shape[-1] or _reorder() is None:
+    if x.numel() < MIN_ROWS * x.shape[-1]:
         return False
-    return _decoding_product(x, weight, bias)
+    # the switch and the grad checks before the op lookup: where the path is off (Intel) this is
+    # every Linear's check
+    return _decoding_product(x, weight, bias) and _reorder() is not None
 
 
 def _decoding_product(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> bool:

@@ -196,7 +196,7 @@ def test_onednn_switch_follows_ember_onednn_then_the_cpu_vendor_never_a_timing(m
         onednn._STATE["enabled"] = saved
 
 
-def test_onednn_rows_without_gradient_read_the_packed_weight_and_match_f_linear(gemm_calls, monkeypatch):
+def test_onednn_rows_without_gradient_read_the_packed_weight_and_match_f_linear(forced_on, monkeypatch):
     """A decoding step with a batch or beams, a request, an evaluation (2 rows or more, no
     gradient) runs oneDNN on the weight packed once into its kernel's layout, equal to F.linear
     within float rounding; one row goes to ``row_product``; with a gradient the weight itself is
