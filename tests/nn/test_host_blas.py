@@ -36,10 +36,13 @@ get, set_ = host_blas._openblas()
 set_(2)
 a, b = torch.randn(1024, 1024), torch.randn(1024, 1024)
 host_blas.matmul(a, b)
-thread, process = time.thread_time(), time.process_time()
-for _ in range(5):
-    host_blas.matmul(a, b)
-print(time.thread_time() - thread, time.process_time() - process)
+ratios = []
+for _ in range(3):  # the quietest of three: a second BLAS thread would show in every one
+    thread, process = time.thread_time(), time.process_time()
+    for _ in range(5):
+        host_blas.matmul(a, b)
+    ratios.append((time.thread_time() - thread, time.process_time() - process))
+print(*min(ratios, key=lambda r: r[1] / r[0]))
 """
 
 
@@ -47,7 +50,8 @@ def test_host_blas_matmul_runs_on_the_calling_thread_only():
     """With OpenBLAS allowed two threads, a large product still costs the calling thread all of
     the process's CPU time (a second BLAS thread would add process time the caller's clock misses).
     Measured in a fresh child process: a pytest worker may hold threads of earlier tests whose CPU
-    time would count in its process clock (CI saw 0.03 s of it once)."""
+    time would count in its process clock (CI saw 0.03 s of it once). Of three measurements the
+    quietest counts: under a loaded CI, the child's other threads once took 36 ms of 0.14 s."""
     import subprocess
     import sys
 
