@@ -73,3 +73,8 @@ def test_keep_results_refuses_a_folder_it_did_not_write(tmp_path):
         keep.main(["restore", str(tmp_path), str(tmp_path / "out")])
     with pytest.raises(SystemExit, match="is not a folder"):
         keep.main(["save", str(tmp_path / "missing"), str(tmp_path / "kept")])
+    (tmp_path / "study").mkdir()
+    (tmp_path / "notes.md").write_text("someone's notes\n")
+    with pytest.raises(SystemExit, match="did not write"):  # save replaces its folder: never another one
+        keep.main(["save", str(tmp_path / "study"), str(tmp_path)])
+    assert (tmp_path / "notes.md").read_text() == "someone's notes\n"

@@ -79,6 +79,9 @@ def mark_running_interrupted(db: Path) -> int:
 def save(out: Path, keep: Path, max_kb: int) -> str:
     if not out.is_dir():
         raise SystemExit(f"keep_results save: {out} is not a folder (the study's --out)")
+    if keep.exists() and any(keep.iterdir()) and not (keep / MANIFEST).is_file():
+        raise SystemExit(f"keep_results save: {keep} holds files this tool did not write (no {MANIFEST}); "
+                         "name a new folder")
     files, too_big = kept_files(out, max_kb * 1024)
     if keep.exists():
         shutil.rmtree(keep)  # the kept copy mirrors the study: files the study dropped go too
