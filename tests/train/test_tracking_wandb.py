@@ -62,6 +62,11 @@ def wandb_records(path):
 
 def read_offline_run(run_dir):
     """One W&B run (all its offline segments, in order) as run records, history by step and summary."""
+    # run.finish() returns once the run's exit is acknowledged, but it only *tells* wandb's service that
+    # the stream is done (a message it does not wait on); the service closes the .wandb file afterwards.
+    # Under a loaded CI a read straight after finish once found the file without its run record, so
+    # stop the service first: teardown returns when it has exited, every file closed.
+    wandb.teardown()
     run_id = json.loads((run_dir / "wandb.json").read_text())["id"]
     files = sorted(run_dir.glob(f"wandb/offline-run-*-{run_id}/run-{run_id}.wandb"))
     runs, history, summary = [], {}, {}
