@@ -144,12 +144,15 @@ class TrainConfig:
     adam_eps: float = 1e-6
     batch_size: int = 32  # sequences per optimizer step, over all ranks and accumulation
     grad_accum: int = 1
-    # Fine-tuning classification/regression/QA and task distillation (KD, PKD): batches of
-    # examples of similar length (ember.train.length_groups; transformers' group_by_length), so
-    # little of each batch is padding, with examples of one text (a SQuAD paragraph's windows)
-    # at most one per batch where the pool allows (issue 46). Other data (pre-training blocks,
-    # all of one length; per-token losses: tagging, text-to-text, TinyBERT's layers) is shuffled.
-    group_by_length: bool = True
+    # Batches of examples of similar length (ember.train.length_groups; transformers'
+    # group_by_length), so little of each batch is padding, with examples of one text (a SQuAD
+    # paragraph's windows) at most one per batch where the pool allows (issue 46). "auto": where
+    # it was measured to cost no accuracy (classification, regression, pairs, task distillation
+    # with KD / PKD); extractive QA stays shuffled (grouped windows trailed by ~2 F1 over a
+    # 152-update run, BENCHMARKS.md). "true": every head whose loss is one term per example,
+    # QA included; "false": never. Per-token losses (tagging, text-to-text, TinyBERT's layers)
+    # and pre-training blocks (all of one length) are always shuffled.
+    group_by_length: str = "auto"
     max_grad_norm: float = 1.0
     max_steps: int = 10000
     max_time: float = 0.0  # seconds of training-step time on `clock`; 0 = no limit
@@ -229,6 +232,7 @@ class TrainConfig:
     wandb_mode: str = "offline"
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "group_by_length", length_grouping(self.group_by_length))
         # fp16 autocast without loss scaling lets small gradients underflow to zero (Micikevicius
         # et al. 2018, §3.2), silently; ember does not scale losses, so it refuses fp16 outright.
         if self.dtype.lower() in ("float16", "fp16", "half"):
@@ -355,6 +359,20 @@ def _build(cls: type, values: dict, where: str) -> Any:
         else:
             kwargs[name] = _coerce(value, default, f"{where}.{name}")
     return cls(**kwargs)
+
+
+GROUPING_CHOICES = ("auto", "true", "false")
+
+
+def length_grouping(value: Any) -> str:
+    """``train.group_by_length`` as one of GROUPING_CHOICES; YAML's booleans (a run config saved
+    when the setting was a bool, ``--set train.group_by_length=false``) mean "true" / "false"."""
+    text = str(value).strip().lower()
+    text = {"1": "true", "yes": "true", "on": "true", "0": "false", "no": "false", "off": "false"}.get(text, text)
+    if text not in GROUPING_CHOICES:
+        raise EmberError(f"train.group_by_length={value!r}; choose auto (group where it costs no accuracy: "
+                         "not extractive QA), true (every head whose loss is one term per example) or false")
+    return text
 
 
 def _coerce(value: Any, default: Any, where: str) -> Any:

@@ -110,8 +110,10 @@ def prepare_run_dir(run_dir: Path, resume: bool, overwrite: bool, inputs=()) -> 
         shutil.rmtree(run_dir)
 
 
-# Settings a resumed run may change: they do not alter what is computed, only when it stops or where.
-RESUMABLE_CHANGES = ("max_time", "device", "pad_token_id")
+# Settings a resumed run may change: they do not alter what is computed, only when it stops or where
+# (a resumed run keeps its checkpoint's batch order whatever train.group_by_length says:
+# Trainer.keep_data_order; so a run saved before the setting's "auto" resumes as it was).
+RESUMABLE_CHANGES = ("max_time", "device", "pad_token_id", "group_by_length")
 
 
 def check_resume_settings(saved: RunConfig, wanted: RunConfig, out: Path, skip_sections: tuple[str, ...] = ()) -> None:

@@ -37,6 +37,17 @@ LOOKAHEAD = 4  # batches' worth of a sorted pool a batch may look ahead to keep 
 SHUFFLED, GROUPED, SPREAD = "shuffled", "length-grouped", "length-grouped-spread"
 
 
+def wants_length_groups(setting: str, module) -> bool:
+    """Whether ``train.group_by_length`` (``ember.config.length_grouping``'s auto / true / false)
+    groups this module's batches. Only a loss of one term per example may be grouped
+    (``loss_per_example``: a per-token loss averages over a batch's tokens, so grouping would
+    reweight them); "auto" also leaves out heads that say grouping costs them accuracy
+    (``group_by_length_default = False``: extractive QA, issue 46)."""
+    if setting == "false" or not getattr(module, "loss_per_example", False):
+        return False
+    return setting == "true" or getattr(module, "group_by_length_default", True)
+
+
 def group_by_length(perm: np.ndarray, lengths: np.ndarray, batch_size: int, rng: np.random.Generator) -> np.ndarray:
     """``GROUPED``: an epoch's shuffled dataset indices ``perm`` regrouped into batches of similar
     length, each pool sorted longest first (the order before groups were kept apart)."""

@@ -33,7 +33,8 @@ from ember.train.clock import step_clock
 from ember.train.distributed import DistInfo, agree, all_reduce_sums, barrier, gradient_sync
 from ember.train.fsdp import full_model_state, shard
 from ember.host_memory import KeptMemoryCap, keep_freed_host_memory, return_freed_host_memory
-from ember.train.length_groups import GROUPED, SHUFFLED, SPREAD, group_by_length, spread_by_length
+from ember.train.length_groups import (GROUPED, SHUFFLED, SPREAD, group_by_length, spread_by_length,
+                                       wants_length_groups)
 from ember.train.scaling import chose_no_layout, cpu_micro_batches, effective_config
 from ember.train.sharded_checkpoint import resume_checkpoint, save_sharded_checkpoint
 from ember.train.logging import MetricsLogger, tell_evaluation
@@ -177,11 +178,10 @@ class Trainer:
 
     def data_order(self, name: str | None = None):
         """The order examples are trained in: length-grouped batches where ``train.group_by_length``
-        is on, the module's loss is one term per example (``loss_per_example``: a per-token loss
-        averages over a batch's tokens, so grouping would reweight them) and the data knows its
-        examples' lengths (fine-tuning), else a plain shuffle per epoch; ``name`` asks for one of
+        asks for them for this module (``wants_length_groups``) and the data knows its examples'
+        lengths (fine-tuning), else a plain shuffle per epoch; ``name`` asks for one of
         the orders (a resumed checkpoint's: SHUFFLED, GROUPED or SPREAD)."""
-        grouped = self.cfg.group_by_length and self.loss_per_example if name is None else name != SHUFFLED
+        grouped = wants_length_groups(self.cfg.group_by_length, self.module) if name is None else name != SHUFFLED
         kind = SPREAD if name is None or name == SHUFFLED else name
         if hasattr(self.data, "data_order"):  # data with its own order (a task mixture, ember.train.mixture)
             return self.data.data_order(self.cfg.seed, bool(grouped and self.lengths is not None), self.cfg.batch_size,

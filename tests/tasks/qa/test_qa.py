@@ -147,6 +147,31 @@ def test_squad2_tiny_bert_finetuning_loss_goes_down_on_real_text(tmp_path):
     assert metrics["best_f1"] >= 100.0 * metrics["NoAns_total"] / metrics["total"] - 1e-9
 
 
+@pytest.mark.parametrize("setting, order", [("auto", "shuffled"), ("true", "length-grouped-spread"),
+                                            ("false", "shuffled")])
+def test_squad2_windows_train_shuffled_by_default_and_grouped_when_asked(setting, order, tmp_path):
+    """Real SQuAD 2.0 windows: by default (train.group_by_length=auto) a QA run trains shuffled
+    batches, since grouped ones trailed by ~2 F1 over 152 updates (issue 46, BENCHMARKS.md);
+    =true groups them, one paragraph's windows kept apart."""
+    from ember.data.in_memory import InMemoryData
+    from ember.train.length_groups import feature_groups, feature_lengths
+    from ember.train.loop import Trainer
+
+    adapter = SquadAdapter("squad2", doc_stride=48, max_query_length=24)
+    _, features = adapter.load("train", squad_tokenizer("wordpiece"), max_length=96, limit=120)
+    data = InMemoryData(features, feature_lengths(features), feature_groups(features))
+    module = adapter.build_module(tiny_qa().backbone, pad_id=0)
+    cfg = TrainConfig(batch_size=16, max_steps=1, eval_every=0, save_every=0, group_by_length=setting)
+    trainer = Trainer(module, data, cfg, tmp_path, progress=False)
+    assert trainer.order.name == order
+    lengths = np.array(feature_lengths(features))
+    first = trainer.order.epoch_order(0)[: len(features) // 16 * 16]
+    spans = [np.ptp(lengths[first[i:i + 16]]) for i in range(0, len(first), 16)]
+    # grouped batches hold windows of near-equal length (measured: a span of 6.8 tokens on average),
+    # shuffled ones span much of the real range (31.5)
+    assert (np.mean(spans) < 10) if setting == "true" else (np.mean(spans) > 25), np.mean(spans)
+
+
 def test_squad1_adapter_drops_unanswerable_questions():
     real_data("squad2-dev-half")
     adapter = SquadAdapter("squad")
