@@ -148,8 +148,8 @@ class TrainConfig:
     # group_by_length), so little of each batch is padding, with examples of one text (a SQuAD
     # paragraph's windows) at most one per batch where the pool allows (issue 46). "auto": where
     # it was measured to cost no accuracy (classification, regression, pairs, task distillation
-    # with KD / PKD); extractive QA stays shuffled (grouped windows trailed by ~2 F1 over a
-    # 152-update run, BENCHMARKS.md). "true": every head whose loss is one term per example,
+    # with KD / PKD); extractive QA stays shuffled (over a 152-update run grouped windows could
+    # not be shown as accurate, BENCHMARKS.md). "true": every head whose loss is one term per example,
     # QA included; "false": never. Per-token losses (tagging, text-to-text, TinyBERT's layers)
     # and pre-training blocks (all of one length) are always shuffled.
     group_by_length: str = "auto"

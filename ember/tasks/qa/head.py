@@ -43,9 +43,10 @@ class QuestionAnswering(nn.Module):
     # one loss term per window (its start and end cross-entropies): fine-tuning may group windows
     # of similar length into batches (ember.train.length_groups) without reweighting anything
     loss_per_example = True
-    # ... but by default it does not: over a 152-update run from MiniLM, windows in length-grouped
-    # batches trailed shuffled ones by ~2 F1 on SQuAD dev and a held-out file, seed after seed
-    # (BENCHMARKS.md, "QA batch order at the short budget"); train.group_by_length=true asks for it
+    # ... but by default it does not: over a 152-update run from MiniLM, grouped windows could not
+    # be shown as accurate as shuffled ones (most seeds behind on SQuAD dev and a held-out file,
+    # a few well ahead; BENCHMARKS.md, "QA's default becomes shuffled batches"), so QA keeps the
+    # plain order; train.group_by_length=true asks for grouping (level over three epochs)
     group_by_length_default = False
 
     def __init__(self, backbone: nn.Module, pad_id: int) -> None:

@@ -151,8 +151,8 @@ def test_squad2_tiny_bert_finetuning_loss_goes_down_on_real_text(tmp_path):
                                             ("false", "shuffled")])
 def test_squad2_windows_train_shuffled_by_default_and_grouped_when_asked(setting, order, tmp_path):
     """Real SQuAD 2.0 windows: by default (train.group_by_length=auto) a QA run trains shuffled
-    batches, since grouped ones trailed by ~2 F1 over 152 updates (issue 46, BENCHMARKS.md);
-    =true groups them, one paragraph's windows kept apart."""
+    batches, since over 152 updates grouped ones could not be shown as accurate (issue 46,
+    BENCHMARKS.md); =true groups them, one paragraph's windows kept apart."""
     from ember.data.in_memory import InMemoryData
     from ember.train.length_groups import feature_groups, feature_lengths
     from ember.train.loop import Trainer
