@@ -362,13 +362,16 @@ def _build(cls: type, values: dict, where: str) -> Any:
 
 
 GROUPING_CHOICES = ("auto", "true", "false")
+# the words a boolean setting takes on the command line or in YAML, as their canonical word
+BOOL_WORDS = {"1": "true", "true": "true", "yes": "true", "on": "true",
+              "0": "false", "false": "false", "no": "false", "off": "false"}
 
 
 def length_grouping(value: Any) -> str:
     """``train.group_by_length`` as one of GROUPING_CHOICES; YAML's booleans (a run config saved
     when the setting was a bool, ``--set train.group_by_length=false``) mean "true" / "false"."""
     text = str(value).strip().lower()
-    text = {"1": "true", "yes": "true", "on": "true", "0": "false", "no": "false", "off": "false"}.get(text, text)
+    text = BOOL_WORDS.get(text, text)
     if text not in GROUPING_CHOICES:
         raise EmberError(f"train.group_by_length={value!r}; choose auto (group where it costs no accuracy: "
                          "not extractive QA), true (every head whose loss is one term per example) or false")
@@ -379,11 +382,9 @@ def _coerce(value: Any, default: Any, where: str) -> Any:
     """Coerce YAML / command-line values to the type of the field's default."""
     if isinstance(default, bool):
         if isinstance(value, str):
-            if value.lower() in ("1", "true", "yes", "on"):
-                return True
-            if value.lower() in ("0", "false", "no", "off"):
-                return False
-            raise EmberError(f"{where}: expected true/false, got {value!r}")
+            if value.lower() not in BOOL_WORDS:
+                raise EmberError(f"{where}: expected true/false, got {value!r}")
+            return BOOL_WORDS[value.lower()] == "true"
         return bool(value)
     try:
         if isinstance(default, int):
