@@ -31,13 +31,14 @@ from __future__ import annotations
 import torch
 
 from ember.errors import EmberError
+from ember.train.tensorwise import TensorwiseOptimizer
 
 
 def _rms(x: torch.Tensor) -> torch.Tensor:
     return x.pow(2).mean().sqrt()
 
 
-class Adafactor(torch.optim.Optimizer):
+class Adafactor(TensorwiseOptimizer):
     def __init__(self, params, lr: float, decay_rate: float = 0.8, clip_threshold: float = 1.0,
                  eps1: float = 1e-30, eps2: float = 1e-3, scale_parameter: bool = True,
                  beta1: float = 0.0, weight_decay: float = 0.0) -> None:
@@ -51,18 +52,6 @@ class Adafactor(torch.optim.Optimizer):
         defaults = dict(lr=lr, decay_rate=decay_rate, clip_threshold=clip_threshold, eps1=eps1,
                         eps2=eps2, scale_parameter=scale_parameter, beta1=beta1, weight_decay=weight_decay)
         super().__init__(params, defaults)
-
-    @torch.no_grad()
-    def step(self, closure=None):
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
-        for group in self.param_groups:
-            for p in group["params"]:
-                if p.grad is not None:
-                    self._update(p, group)
-        return loss
 
     def _update(self, p: torch.Tensor, group: dict) -> None:
         if p.grad.is_sparse:

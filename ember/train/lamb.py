@@ -27,6 +27,8 @@ import math
 
 import torch
 
+from ember.train.tensorwise import TensorwiseOptimizer
+
 
 def _norm(x: torch.Tensor) -> float:
     """||x||_2 of the whole tensor, also when ``x`` is an FSDP shard (a DTensor)."""
@@ -36,41 +38,31 @@ def _norm(x: torch.Tensor) -> float:
     return float(n)
 
 
-class Lamb(torch.optim.Optimizer):
+class Lamb(TensorwiseOptimizer):
     def __init__(self, params, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-6,
                  weight_decay: float = 0.0, trust_ratio: bool = True) -> None:
         defaults = {"lr": lr, "betas": betas, "eps": eps, "weight_decay": weight_decay, "trust_ratio": trust_ratio}
         super().__init__(params, defaults)
 
-    @torch.no_grad()
-    def step(self, closure=None):
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
-        for group in self.param_groups:
-            beta1, beta2 = group["betas"]
-            for p in group["params"]:
-                if p.grad is None:
-                    continue
-                g = p.grad
-                state = self.state[p]
-                if not state:
-                    state["step"] = torch.zeros((), dtype=torch.float32)
-                    state["exp_avg"] = torch.zeros_like(p)
-                    state["exp_avg_sq"] = torch.zeros_like(p)
-                state["step"] += 1
-                t = int(state["step"])
-                m, v = state["exp_avg"], state["exp_avg_sq"]
-                m.mul_(beta1).add_(g, alpha=1 - beta1)
-                v.mul_(beta2).addcmul_(g, g, value=1 - beta2)
-                # r_t = m^_t / (sqrt(v^_t) + eps)
-                update = (m / (1 - beta1 ** t)) / ((v / (1 - beta2 ** t)).sqrt() + group["eps"])
-                if group["weight_decay"]:
-                    update.add_(p, alpha=group["weight_decay"])
-                ratio = 1.0
-                if group["trust_ratio"]:
-                    w_norm, u_norm = _norm(p), _norm(update)
-                    ratio = w_norm / u_norm if w_norm > 0 and u_norm > 0 and math.isfinite(u_norm) else 1.0
-                p.add_(update, alpha=-group["lr"] * ratio)
-        return loss
+    def _update(self, p: torch.Tensor, group: dict) -> None:
+        beta1, beta2 = group["betas"]
+        g = p.grad
+        state = self.state[p]
+        if not state:
+            state["step"] = torch.zeros((), dtype=torch.float32)
+            state["exp_avg"] = torch.zeros_like(p)
+            state["exp_avg_sq"] = torch.zeros_like(p)
+        state["step"] += 1
+        t = int(state["step"])
+        m, v = state["exp_avg"], state["exp_avg_sq"]
+        m.mul_(beta1).add_(g, alpha=1 - beta1)
+        v.mul_(beta2).addcmul_(g, g, value=1 - beta2)
+        # r_t = m^_t / (sqrt(v^_t) + eps)
+        update = (m / (1 - beta1 ** t)) / ((v / (1 - beta2 ** t)).sqrt() + group["eps"])
+        if group["weight_decay"]:
+            update.add_(p, alpha=group["weight_decay"])
+        ratio = 1.0
+        if group["trust_ratio"]:
+            w_norm, u_norm = _norm(p), _norm(update)
+            ratio = w_norm / u_norm if w_norm > 0 and u_norm > 0 and math.isfinite(u_norm) else 1.0
+        p.add_(update, alpha=-group["lr"] * ratio)
