@@ -42,7 +42,7 @@ def wants_length_groups(setting: str, module) -> bool:
     groups this module's batches. Only a loss of one term per example may be grouped
     (``loss_per_example``: a per-token loss averages over a batch's tokens, so grouping would
     reweight them); "auto" also leaves out heads that say grouping costs them accuracy
-    (``group_by_length_default = False``: extractive QA, issue 46)."""
+    (``group_by_length_default = False``: classification and extractive QA, issue 46)."""
     if setting == "false" or not getattr(module, "loss_per_example", False):
         return False
     return setting == "true" or getattr(module, "group_by_length_default", True)
