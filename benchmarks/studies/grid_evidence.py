@@ -58,12 +58,19 @@ def parse_args(argv):
                    help="the training seed of the grid's runs (default 0, finetune's own default)")
     p.add_argument("--seeds", default="2,3,4", help="fresh seeds for the defaults and the winner")
     p.add_argument("--train-limit", type=int, default=0, help="training examples per task (0 = all)")
+    p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
+                   help="a setting every run of the study shares (repeatable), e.g. train.group_by_length=true "
+                        "to keep one batch order across runs started under different defaults")
     p.add_argument("--smoke", action="store_true", help="a random small model, two grid points, a few examples (CI)")
     args = p.parse_args(argv)
     args.tasks = choices(args.tasks, TASKS, "task")
     args.seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
     if not args.tasks or not args.seeds:
         raise EmberError("--tasks and --seeds each name at least one")
+    searched = [s for s in args.sets if s.split("=", 1)[0].strip() in (*KEYS, "train.seed")]
+    if searched or any("=" not in s for s in args.sets):
+        raise EmberError(f"--set takes KEY=VALUE for a setting the study does not vary; got {args.sets} "
+                         f"(the study sets {', '.join(KEYS)} and train.seed itself)")
     if args.grid_seed in args.seeds:
         raise EmberError(f"--seeds must be fresh: seed {args.grid_seed} is the one the grid was chosen on")
     args.checkpoint_name = "random (smoke)" if args.smoke else Path(args.checkpoint or "all-MiniLM-L6-v2").name
@@ -75,7 +82,10 @@ def common(args) -> dict:
     smoke = {"model": "bert-mini", "tokenizer": args.smoke_tokenizer,
              "overrides": ["model.hidden_size=32", "model.num_heads=2", "model.intermediate_size=64"]} \
         if args.smoke else {}
-    return {"num_threads": 1, "train_limit": args.train_limit or None, "progress": False, **smoke}
+    shared = {"num_threads": 1, "train_limit": args.train_limit or None, "progress": False, **smoke}
+    if args.sets:
+        shared["overrides"] = [*shared.get("overrides", []), *args.sets]
+    return shared
 
 
 def timed(record: Path, work) -> float:
@@ -175,7 +185,8 @@ def render(result: dict) -> str:
              f"{meta['machine']}; {meta['loads']}. Grid searched at seed {meta['grid_seed']} ({meta['grid']}; chosen on "
              f"dev, no pruning); the defaults and the winner then re-run at fresh seeds {', '.join(map(str, meta['seeds']))}. "
              "Dev score x 100 (RTE accuracy, MRPC F1, CoLA Matthews corr.); Δ is the winner minus the defaults on "
-             "the same seed, with its spread and the seeds it won.", ""]
+             "the same seed, with its spread and the seeds it won."
+             + (f" Every run shares `--set {' '.join(meta['sets'])}`." if meta.get("sets") else ""), ""]
     lines += _seed_table.table_lines(summary["table"], ["default", "winner"], NAMES)
     lines += ["", "| task | defaults | winner | winner at the grid's seed | of it, the seed's luck | grid spread "
               "(sd, range) over its settings | seed spread (sd) of the defaults / winner | CPU s (grid; all) |",
@@ -232,7 +243,7 @@ def main(argv=None) -> dict:
     meta = {"checkpoint": args.checkpoint_name, "machine": machine(), "loads": "; ".join(
         f"{t}: {x}" for t, x in zip(args.tasks, loads)), "grid_seed": args.grid_seed, "seeds": args.seeds,
         "grid": "lr 5e-5 / 2e-5 (smoke)" if args.smoke else f"bert-paper: {GRIDS['bert-paper']}",
-        "train_limit": args.train_limit, "smoke": args.smoke}
+        "train_limit": args.train_limit, "smoke": args.smoke, "sets": args.sets}
     result = {"meta": meta, "tasks": tasks}
     result["summary"] = summarize(result)
     atomic_write_text(out / "table.json", json.dumps(result, indent=2, default=str))
