@@ -66,6 +66,12 @@ def gold_label_loss(logits: torch.Tensor, labels: torch.Tensor, regression: bool
 class TaskDistiller(nn.Module):
     """Trains ``student`` (a SequenceClassifier) from cached or live teacher logits."""
 
+    # train.group_by_length=auto groups its batches by length (where its loss is one term per
+    # example): KD into 3 layers from MiniLM was level with shuffled batches over 3 seeds
+    # (-0.04 dev points) at 1.55x less CPU (issue 46; BENCHMARKS.md, "Classification and
+    # distillation batch order")
+    group_by_length_default = True
+
     def __init__(self, student: nn.Module, settings: KDSettings, teacher: nn.Module | None = None,
                  layer_loss: nn.Module | None = None) -> None:
         super().__init__()

@@ -25,11 +25,8 @@ class SequenceClassifier(BackboneWithLinearHead):
     padding: dict = {}  # ``collate`` options of this head's batches (XLNet: left padding)
     # one loss term per example: fine-tuning may group examples of similar length into batches
     # (ember.train.length_groups) without reweighting anything
+    # (only when asked, train.group_by_length=true: see ember.train.length_groups.wants_length_groups)
     loss_per_example = True
-    # but only when asked (train.group_by_length=true): grouped SST-2 runs from MiniLM trailed
-    # shuffled ones by 0.43 dev points over 8 seeds at 63 updates, and in pools of 8 batches too
-    # (issue 46; BENCHMARKS.md, "Classification and distillation batch order")
-    group_by_length_default = False
 
     @property
     def is_regression(self) -> bool:

@@ -67,7 +67,7 @@ class MultiTaskModel(nn.Module):
         # one loss term per example in every task: the Trainer may group batches by length
         self.loss_per_example = all(getattr(m, "loss_per_example", False) for m in modules.values())
         # and train.group_by_length=auto groups them only where every task's head would be grouped alone
-        self.group_by_length_default = all(getattr(m, "group_by_length_default", True) for m in modules.values())
+        self.group_by_length_default = all(getattr(m, "group_by_length_default", False) for m in modules.values())
 
     def make_batch(self, examples: list[tuple[int, dict]], rng: np.random.Generator | None = None) -> dict:
         task = examples[0][0]

@@ -159,6 +159,18 @@ def test_fine_tuning_groups_only_heads_whose_loss_is_one_term_per_example():
                      "false": []}
 
 
+def test_auto_groups_only_a_module_that_opts_in_as_task_distillation_does():
+    """Grouping under "auto" is opt-in: a head added later with a per-example loss is shuffled
+    until someone measures it; task distillation (KD, PKD), level in issue 46, opts in."""
+    from ember.distillation.kd import TaskDistiller
+
+    class NewHead(torch.nn.Module):
+        loss_per_example = True
+
+    assert not wants_length_groups("auto", NewHead) and wants_length_groups("true", NewHead)
+    assert TaskDistiller.group_by_length_default is True
+
+
 @pytest.mark.parametrize("given, kept", [(True, "true"), (False, "false"), ("auto", "auto"), ("AUTO", "auto"),
                                          ("off", "false"), ("yes", "true"), (1, "true"), (0, "false")])
 def test_group_by_length_setting_reads_yaml_booleans_as_true_and_false(given, kept):

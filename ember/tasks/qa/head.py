@@ -42,12 +42,9 @@ class QuestionAnswering(nn.Module):
     compare_view = staticmethod(span_view)
     # one loss term per window (its start and end cross-entropies): fine-tuning may group windows
     # of similar length into batches (ember.train.length_groups) without reweighting anything
+    # (only when asked, train.group_by_length=true: over a 152-update run from MiniLM, grouped
+    # windows could not be shown as accurate as shuffled ones; ember.train.length_groups)
     loss_per_example = True
-    # ... but by default it does not: over a 152-update run from MiniLM, grouped windows could not
-    # be shown as accurate as shuffled ones (most seeds behind on SQuAD dev and a held-out file,
-    # a few well ahead; BENCHMARKS.md, "QA's default becomes shuffled batches"), so QA keeps the
-    # plain order; train.group_by_length=true asks for grouping (level over three epochs)
-    group_by_length_default = False
 
     def __init__(self, backbone: nn.Module, pad_id: int) -> None:
         super().__init__()
