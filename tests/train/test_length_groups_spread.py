@@ -97,9 +97,11 @@ def test_spread_batches_repeat_a_group_only_where_the_pool_runs_short(batch, mos
 
 
 class _Recorder(nn.Module):
-    """Records the ids of the examples of every batch it is trained on (an example: [id] * length)."""
+    """Records the ids of the examples of every batch it is trained on (an example: [id] * length).
+    It groups under train.group_by_length=auto, as a module that opts in does (TaskDistiller)."""
 
     loss_per_example = True
+    group_by_length_default = True
 
     def __init__(self):
         super().__init__()
