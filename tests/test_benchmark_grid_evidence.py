@@ -56,13 +56,17 @@ def test_grid_evidence_smoke_picks_the_winner_on_dev_and_reruns_it_and_the_defau
     assert not list(tmp_path.glob("rte/grid-seed-5/trials/trial-0002"))
 
 
-def test_grid_evidence_refuses_the_grids_seed_among_the_fresh_ones_an_unknown_task_and_a_searched_set(tmp_path):
+def test_grid_evidence_refuses_the_grids_seed_among_the_fresh_ones_an_unknown_task_and_a_searched_or_misspelt_set(tmp_path):
     bench = load_benchmark("grid_evidence")
     with pytest.raises(EmberError, match="must be fresh: seed 0"):
         bench.parse_args(["--out", str(tmp_path), "--seeds", "0,2"])
     with pytest.raises(EmberError, match="unknown task"):
         bench.parse_args(["--out", str(tmp_path), "--tasks", "rte,qqp"])
-    with pytest.raises(EmberError, match="does not vary"):
+    with pytest.raises(EmberError, match="train.lr is also searched"):
         bench.parse_args(["--out", str(tmp_path), "--set", "train.lr=1e-4"])
+    with pytest.raises(EmberError, match="the study sets the seeds itself"):
+        bench.parse_args(["--out", str(tmp_path), "--set", "train.seed=7"])
+    with pytest.raises(EmberError, match="did you mean train.group_by_length"):
+        bench.parse_args(["--out", str(tmp_path), "--set", "train.group_by_lenght=true"])
     with pytest.raises(EmberError, match="KEY=VALUE"):
         bench.parse_args(["--out", str(tmp_path), "--set", "train.group_by_length"])

@@ -40,12 +40,12 @@ from _checkpoint_study import choices, prepare_init, start_study  # noqa: E402
 
 import ember  # noqa: E402
 from ember.errors import EmberError  # noqa: E402
-from ember.experiments.sweep_space import GRIDS  # noqa: E402
+from ember.experiments.sweep_space import GRIDS, check_fixed_overrides, search_space  # noqa: E402
 from ember.fileio import atomic_write_text  # noqa: E402
 from ember.tasks.readers.glue import get_task  # noqa: E402
 
 TASKS = ("rte", "mrpc", "cola", "stsb", "sst2")
-KEYS = ("train.lr", "train.batch_size", "task.epochs")  # what the grid searches, as config.yaml spells it
+KEYS = tuple(GRIDS["bert-paper"])  # what the grid searches, as config.yaml spells it
 NAMES = {"default": "defaults", "winner": "grid winner"}
 
 
@@ -67,10 +67,12 @@ def parse_args(argv):
     args.seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
     if not args.tasks or not args.seeds:
         raise EmberError("--tasks and --seeds each name at least one")
-    searched = [s for s in args.sets if s.split("=", 1)[0].strip() in (*KEYS, "train.seed")]
-    if searched or any("=" not in s for s in args.sets):
-        raise EmberError(f"--set takes KEY=VALUE for a setting the study does not vary; got {args.sets} "
-                         f"(the study sets {', '.join(KEYS)} and train.seed itself)")
+    if any("=" not in s for s in args.sets):
+        raise EmberError(f"--set takes KEY=VALUE, e.g. train.group_by_length=true; got {args.sets}")
+    if any(s.split("=", 1)[0].strip() == "train.seed" for s in args.sets):
+        raise EmberError("--set train.seed: the study sets the seeds itself (--grid-seed, --seeds)")
+    # the same check `ember sweep` makes: a real finetune setting, not one the grid searches
+    check_fixed_overrides(args.sets, search_space("finetune", grid="bert-paper"), "finetune")
     if args.grid_seed in args.seeds:
         raise EmberError(f"--seeds must be fresh: seed {args.grid_seed} is the one the grid was chosen on")
     args.checkpoint_name = "random (smoke)" if args.smoke else Path(args.checkpoint or "all-MiniLM-L6-v2").name

@@ -70,7 +70,7 @@ def open_storage(url: str, optuna):
             warnings.simplefilter("ignore", category=optuna.exceptions.ExperimentalWarning)
             return RDBStorage(url, engine_kwargs=kwargs, heartbeat_interval=HEARTBEAT_SECONDS,
                               grace_period=GRACE_SECONDS,
-                              heartbeat_stale_trial_callback=RetryHeartbeatStaleTrialCallback(max_retry=1))
+                              heartbeat_stale_trial_callback=RetryHeartbeatStaleTrialCallback(max_retry=None))
     except Exception as exc:  # SQLAlchemy's errors (no driver, no server, no such folder) all mean the same here
         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise EmberError(f"--storage {url}: cannot be reached ({reason[:200]})") from None
@@ -157,13 +157,17 @@ def _read_json(path: Path) -> dict:
 
 def retry_dead_trials(study, optuna) -> int:
     """Trials left RUNNING by a process of this host that is gone (killed), and trials that stopped on
-    a signal, are failed and queued again with their settings (once each). Returns how many."""
+    a signal, are failed and queued again with their settings. Returns how many were queued.
+
+    Each interrupted trial is queued once; a queued copy that is interrupted in its turn is queued
+    again, so a grid point survives any number of kills (Optuna's callback counts the copies in
+    ``retry_history`` and would drop a point at its ``max_retry``)."""
     from optuna.storages import RetryHeartbeatStaleTrialCallback
     from optuna.trial import TrialState
 
     storage, host = study._storage, socket.gethostname()
     trials = study.get_trials(deepcopy=False)
-    retried = {t.system_attrs.get("failed_trial") for t in trials}
+    retried = {n for t in trials for n in t.system_attrs.get("retry_history", [])}
     count = 0
     for t in trials:
         dead = (t.state == TrialState.RUNNING and t.user_attrs.get("host") == host
@@ -175,7 +179,7 @@ def retry_dead_trials(study, optuna) -> int:
         if (dead or (t.state == TrialState.FAIL and t.user_attrs.get("interrupted"))) and t.number not in retried:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", category=optuna.exceptions.ExperimentalWarning)
-                RetryHeartbeatStaleTrialCallback(max_retry=1)(study, t)
+                RetryHeartbeatStaleTrialCallback(max_retry=None)(study, t)
             count += 1
     return count
 

@@ -246,28 +246,34 @@ def wait_for(path: Path, proc: subprocess.Popen, timeout: float = 120) -> None:
 def test_sweep_resume_after_kill_skips_finished_trials(tmp_path, tok):
     out = tmp_path / "sweep"
     argv = sst2_argv(out, tok, "--param", "train.lr=1e-3,2e-3,3e-3")  # the command line, end to end
-    proc = sweep_process(out, argv=argv)
-    wait_for(out / "trials" / "trial-0001" / "config.yaml", proc)  # trial 0 done, trial 1 training
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.wait()
+
+    def kill_during(trial: int) -> None:
+        proc = sweep_process(out, argv=argv)
+        wait_for(out / "trials" / f"trial-{trial:04d}" / "config.yaml", proc)
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+    kill_during(1)  # trial 0 done, trial 1 training
     url = f"sqlite:///{(out / 'study.db').resolve()}"
     before = {t.number: t for t in study_trials(url, "sweep") if t.state.name == "COMPLETE"}
     assert 0 in before and not (out / "trials" / "trial-0001" / "results.json").exists()  # killed mid-trial
     stamp = (out / "trials" / "trial-0000" / "results.json").stat().st_mtime_ns
+    kill_during(2)  # the second start runs trial 1's settings again first, as trial 2: killed too
     assert main(argv) == 0  # the same command again resumes
     summary = json.loads((out / "results.json").read_text())
     trials = study_trials(url, "sweep")
     complete = [t for t in trials if t.state.name == "COMPLETE"]
-    # every grid point once; the finished ones kept as they were; the killed one run again
+    # every grid point once, even the one killed twice; the finished ones kept as they were
     assert sorted(t.params["train.lr"] for t in complete) == [1e-3, 2e-3, 3e-3]
     assert all(t.value == before[n].value for n, t in ((t.number, t) for t in complete) if n in before)
     assert (out / "trials" / "trial-0000" / "results.json").stat().st_mtime_ns == stamp
-    killed = next(t for t in trials if t.number == 1)
-    assert killed.state.name == "FAIL" and killed.user_attrs["interrupted"]
-    retry = next(r for r in summary["trials"] if r["retry_of"] == 1)
-    assert retry["state"] == "complete" and retry["params"] == dict(killed.params)
-    assert summary["finished"] == 3 and summary["interrupted"] == 1
-    assert next(r for r in summary["trials"] if r["trial"] == 1)["state"] == "interrupted"
+    killed = [t for t in trials if t.number in (1, 2)]
+    assert all(t.state.name == "FAIL" and t.user_attrs["interrupted"] for t in killed)
+    assert killed[0].params == killed[1].params
+    retry = next(r for r in summary["trials"] if r["retry_of"] == 1 and r["state"] == "complete")
+    assert retry["params"] == dict(killed[0].params)
+    assert summary["finished"] == 3 and summary["interrupted"] == 2
+    assert [r["state"] for r in summary["trials"] if r["trial"] in (1, 2)] == ["interrupted", "interrupted"]
 
 
 def test_two_processes_run_trials_of_one_study_through_a_shared_storage_url(tmp_path, tok):
