@@ -46,6 +46,40 @@ def test_batch_order_noise_smoke_measures_whole_epochs_of_each_order_at_each_poi
     assert (tmp_path / "noise.png").read_bytes()[:4] == b"\x89PNG"
 
 
+def small_teacher(bench, root) -> str:
+    """A random 2-layer bert-mini fine-tuned for a few steps on real SST-2 rows: a run folder."""
+    import ember
+
+    ember.finetune("sst2", root / "teacher", init="random", model="bert-mini", tokenizer=str(bench.smoke_tokenizer(root)),
+                   train_limit=64, epochs=2, batch_size=8, lr=1e-3, max_length=32, progress=False, num_threads=1,
+                   overrides=["model.hidden_size=32", "model.num_layers=2", "model.num_heads=2",
+                              "model.intermediate_size=64"])
+    return str(root / "teacher")
+
+
+def test_batch_order_noise_of_task_distillation_trains_the_student_on_the_teachers_soft_targets(tmp_path):
+    real_data("glue", "SST-2", "train.tsv")
+    bench = load_benchmark("batch_order_noise")
+    teacher = small_teacher(bench, tmp_path)
+    result = bench.main(["--out", str(tmp_path / "kd"), "--smoke", "--teacher", teacher, "--student-layers", "1",
+                         "--batch-size", "8", "--seeds", "1", "--at", "0,2"])
+    assert result["meta"]["task"] == "sst2" and result["meta"]["model"] == "KD from teacher into 1 layers (smoke)"
+    for point in result["points"]:
+        for order in point["orders"].values():
+            assert order["epoch_identity"] < 1e-4 and order["count"] == 96 // 8
+        assert point["orders"]["grouped"]["length_range"] < point["orders"]["shuffled"]["length_range"]
+    # a student with all of the teacher's layers is the teacher: its soft targets are its own
+    # outputs, so KD's loss is at its minimum and the full gradient vanishes (no gold labels in it)
+    args = bench.parse_args(["--out", str(tmp_path / "same"), "--smoke", "--teacher", teacher,
+                             "--student-layers", "2"])
+    same = bench.setup(args, tmp_path / "same")
+    assert all(f["label"] is None for f in same.features) and set(same.labels) <= {0.0, 1.0}
+    one = bench.setup(bench.parse_args(["--out", str(tmp_path / "one"), "--smoke", "--teacher", teacher,
+                                        "--student-layers", "1"]), tmp_path / "one")
+    same.module.eval(), one.module.eval()
+    assert float(bench.full_gradient(same).norm()) < 1e-3 * float(bench.full_gradient(one).norm())
+
+
 @pytest.mark.parametrize("argv, message", [(["--at", "ten"], "comma-separated integers"),
                                            (["--seeds", ""], "at least one"),
                                            (["--at", "-3"], "at least one"),

@@ -23,6 +23,15 @@ AdamW updates (``--at N``: lr ``--lr``, constant, batch B, dropout on), so the h
 random. Gradients are taken in eval mode (no dropout), so the only noise measured is which
 examples a batch holds. The identity sum_b n_b g_b / N = g over a whole epoch checks the sums
 (result.json, ``epoch_identity``). --smoke: a random bert-mini on 96 real SST-2 rows (CI).
+
+``--teacher RUN`` measures task distillation instead, as ``ember distill --method kd
+--student-init teacher --student-layers 3 --unlabeled task`` trains it (the distillation that
+groups its batches by default): a student of the teacher's layers, the teacher's soft targets at
+its default temperature, the task's rows without their labels (issue 46 item 4: KD was level in
+grouped batches; is its grouped step as noisy as fine-tuning's?).
+
+    PYTHONPATH=. OMP_NUM_THREADS=1 .venv/bin/python benchmarks/studies/batch_order_noise.py \
+        --teacher runs/cls-order/kd-teacher --out runs/batch-order-noise-kd --lr 5e-5 --at 0,30,60
 """
 
 from __future__ import annotations
@@ -60,6 +69,9 @@ def parse_args(argv):
     p.add_argument("--seeds", default="1,2", help="whose epoch-0 batches are measured (default 1,2)")
     p.add_argument("--at", default="0,30", help="shuffled updates before measuring, per point (default 0,30)")
     p.add_argument("--lr", type=float, default=1e-4, help="the updates' learning rate (default 1e-4)")
+    p.add_argument("--teacher", help="a fine-tuned run: measure KD from it (the task and max length are the "
+                                      "teacher's; --init, --task and --max-length are not read)")
+    p.add_argument("--student-layers", type=int, default=3, help="with --teacher: the student's layers (default 3)")
     p.add_argument("--smoke", action="store_true", help="a random bert-mini, 96 rows (CI)")
     args = p.parse_args(argv)
     try:
@@ -80,9 +92,13 @@ class Setup:
     features: list
     lengths: np.ndarray
     labels: np.ndarray
+    task: str
+    model: str  # what the table calls the trained module
 
 
 def setup(args, out: Path) -> Setup:
+    if args.teacher:
+        return distillation_setup(args)
     from ember.config import RunConfig, TaskConfig, TrainConfig
     from ember.runs.init import load_init
     from ember.tasks.base import get_adapter
@@ -100,7 +116,45 @@ def setup(args, out: Path) -> Setup:
     if not hasattr(module, "classifier"):
         raise EmberError(f"--task {args.task} is not a classification task")
     labels = np.array([f["label"] for f in features], dtype=float)
-    return Setup(module, features, np.array(feature_lengths(features)), labels)
+    model = "random bert-mini (smoke)" if args.smoke else Path(args.init).name
+    return Setup(module, features, np.array(feature_lengths(features)), labels, args.task, model)
+
+
+def distillation_setup(args) -> Setup:
+    """KD's trained module, built as ``ember distill`` builds it (ember/distillation/task_run.py):
+    the student from the teacher's layers, the teacher's logits on each row, alpha 1 (no labels)."""
+    from ember.config import RunConfig, TaskConfig, TrainConfig
+    from ember.distillation.kd import KDSettings, TaskDistiller
+    from ember.distillation.task_run import METHOD_DEFAULTS, TaskDistillOptions, _build_student, _student_start
+    from ember.tasks.glue_adapter import GlueAdapter
+    from ember.runs.folder import load_run_config
+    from ember.tasks.base import get_adapter, read_task_record
+    from ember.tasks.task_model import load_task_module, pad_token_id
+    from ember.tokenizers import load_tokenizer
+
+    teacher_dir = Path(args.teacher)
+    teacher_cfg = load_run_config(teacher_dir, expect_kind="finetune")
+    adapter = get_adapter(read_task_record(teacher_dir) or teacher_cfg.task.name, teacher_cfg.model)
+    if not isinstance(adapter, GlueAdapter):  # the check ember distill makes
+        raise EmberError(f"{teacher_dir} was fine-tuned on {adapter.display_name}; task distillation takes "
+                         "sentence (pair) classification and regression teachers")
+    tokenizer = load_tokenizer(teacher_dir / "tokenizer.json")
+    pad = pad_token_id(tokenizer)
+    teacher = load_task_module(teacher_dir, teacher_cfg, adapter, pad)
+    max_length = teacher_cfg.task.max_length
+    _, features = adapter.load("train", tokenizer, max_length, limit=args.train_limit)
+    logits = teacher.predict(features, teacher_cfg.task.eval_batch_size, "cpu")
+    labels = np.array([f["label"] for f in features], dtype=float)  # described, not trained on (alpha 1)
+    features = [dict(f, label=None, teacher_logits=row) for f, row in zip(features, logits)]
+    opts = TaskDistillOptions(teacher=teacher_dir, out=Path(args.out), student_layers=args.student_layers,
+                              student_init="teacher")
+    model_cfg, state = _student_start(opts, teacher_cfg, teacher)
+    cfg = RunConfig(kind="finetune", model=model_cfg, train=TrainConfig(seed=0),
+                    task=TaskConfig(name=adapter.name, max_length=max_length, init="teacher"))
+    temperature, alpha = METHOD_DEFAULTS["kd"]
+    module = TaskDistiller(_build_student(cfg, adapter, state, pad), KDSettings(temperature=temperature, alpha=alpha))
+    model = f"KD from {teacher_dir.name} into {model_cfg.num_layers} layers" + (" (smoke)" if args.smoke else "")
+    return Setup(module, features, np.array(feature_lengths(features)), labels, adapter.name, model)
 
 
 def batches(s: Setup, order: str, seed: int, batch_size: int) -> list[np.ndarray]:
@@ -241,9 +295,8 @@ def main(argv=None) -> dict:
         done = updates
         points.append({"updates": updates, **measure(s, args.seeds, args.batch_size)})
         print(f"after {updates} updates: grouped noise {points[-1]['noise_ratio']:.2f}x shuffled", flush=True)
-    meta = {"model": "random bert-mini (smoke)" if args.smoke else Path(args.init).name, "machine": machine(),
-            "load": load(), "task": args.task, "examples": len(s.features), "batch_size": args.batch_size,
-            "seeds": args.seeds, "lr": args.lr, "smoke": args.smoke}
+    meta = {"model": s.model, "machine": machine(), "load": load(), "task": s.task, "examples": len(s.features),
+            "batch_size": args.batch_size, "seeds": args.seeds, "lr": args.lr, "smoke": args.smoke}
     result = {"meta": meta, "points": points}
     atomic_write_text(out / "result.json", json.dumps(result, indent=2))
     text = render(result)
