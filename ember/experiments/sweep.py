@@ -360,6 +360,7 @@ def _objective(out: Path, runner, space: list[Param], metric: str | None, prune:
     def objective(trial) -> float:
         trial.set_user_attr("pid", os.getpid())
         trial.set_user_attr("host", socket.gethostname())
+        trial.set_user_attr("interrupted", False)  # a retry inherits its original's attributes: not its fate
         values = {p.key: p.suggest(trial) for p in space}
         run_dir = out.resolve() / "trials" / f"trial-{trial.number:04d}"
         trial.set_user_attr("run_dir", str(run_dir))  # whole: with a shared storage, under this process's --out

@@ -272,6 +272,8 @@ def test_sweep_resume_after_kill_skips_finished_trials(tmp_path, tok):
     assert killed[0].params == killed[1].params
     retry = next(r for r in summary["trials"] if r["retry_of"] == 1 and r["state"] == "complete")
     assert retry["params"] == dict(killed[0].params)
+    # the retry that finished is not marked interrupted (it inherits its original's attributes)
+    assert not next(t for t in trials if t.number == retry["trial"]).user_attrs["interrupted"]
     assert summary["finished"] == 3 and summary["interrupted"] == 2
     assert [r["state"] for r in summary["trials"] if r["trial"] in (1, 2)] == ["interrupted", "interrupted"]
 
