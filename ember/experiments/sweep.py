@@ -22,6 +22,7 @@ space is refused instead of mixing two searches in one study.
 from __future__ import annotations
 
 import json
+import errno
 import os
 import socket
 import time
@@ -321,12 +322,13 @@ def _sweep_tracking(out: Path, overrides: list[str], record: dict):
 
 
 def grid_taken(study, space: list[Param], optuna) -> bool:
-    """Whether every grid point is finished, running or queued (a failed one is queued again)."""
+    """Whether every grid point is finished or running. A queued retry (WAITING) is not taken: it
+    waits for this process, even when it is the grid's last point."""
     import itertools
 
     S = optuna.trial.TrialState
     taken = {tuple(t.params.get(p.key) for p in space)
-             for t in study.get_trials(deepcopy=False, states=(S.COMPLETE, S.PRUNED, S.RUNNING, S.WAITING))}
+             for t in study.get_trials(deepcopy=False, states=(S.COMPLETE, S.PRUNED, S.RUNNING))}
     return all(point in taken for point in itertools.product(*(p.choices for p in space)))
 
 
@@ -376,6 +378,10 @@ def _objective(out: Path, runner, space: list[Param], metric: str | None, prune:
             raise KeyboardInterrupt from None
         except KeyboardInterrupt:  # Ctrl-C outside the training steps (reading data, evaluating)
             trial.set_user_attr("interrupted", True)
+            raise
+        except OSError as exc:
+            if exc.errno in (errno.ENOSPC, errno.EDQUOT):  # the disk, not the settings: run again once freed
+                trial.set_user_attr("interrupted", True)
             raise
         except optuna.TrialPruned:
             print(f"[sweep] trial {trial.number} pruned after {curve.index} dev evaluation(s)", flush=True)

@@ -278,6 +278,30 @@ def test_sweep_resume_after_kill_skips_finished_trials(tmp_path, tok):
     assert [r["state"] for r in summary["trials"] if r["trial"] in (1, 2)] == ["interrupted", "interrupted"]
 
 
+def test_a_trial_stopped_by_a_full_disk_is_run_again_on_the_next_start(tmp_path):
+    import errno
+
+    from ember.experiments.sweep import run_sweep
+    from ember.experiments.sweep_space import search_space
+
+    space, calls = search_space("finetune", {"train.lr": [1e-3, 2e-3]}), []
+
+    def runner(run_dir: Path, overrides: list[str]) -> None:  # the second trial finds the disk full
+        calls.append(overrides)
+        if len(calls) == 2:
+            raise OSError(errno.ENOSPC, "No space left on device", str(run_dir / "model.safetensors"))
+        run_dir.mkdir(parents=True, exist_ok=True)
+        lr = float(overrides[0].split("=")[1])
+        (run_dir / "results.json").write_text(json.dumps({"main_metric": "accuracy", "metrics": {"accuracy": lr}}))
+
+    kwargs = dict(record_run={"task": "stand-in"}, fixed_overrides=[])
+    with pytest.raises(OSError, match="No space left"):
+        run_sweep("finetune", tmp_path / "sweep", runner, space, **kwargs)
+    summary = run_sweep("finetune", tmp_path / "sweep", runner, space, **kwargs)  # the disk freed: same call
+    assert sorted(r["params"]["train.lr"] for r in summary["trials"] if r["state"] == "complete") == [1e-3, 2e-3]
+    assert [r["state"] for r in summary["trials"] if r["trial"] == 1] == ["interrupted"]
+
+
 def test_two_processes_run_trials_of_one_study_through_a_shared_storage_url(tmp_path, tok):
     url = f"sqlite:///{tmp_path / 'shared.db'}"
     kwargs = {**sst2(tok), "params": {"train.lr": [1e-3, 2e-3], "train.seed": [1]}, "storage": url,
