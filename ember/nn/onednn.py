@@ -43,12 +43,23 @@ Anything else - a quantized Linear (int8 serving), CUDA, bf16, autocast, ONNX ex
 ``torch.compile`` - goes the ordinary way, so modules keep plain ``nn.Linear`` children
 (state dicts, quantization and export are unchanged).
 
-Whether the path is on: ``EMBER_ONEDNN=1`` / ``0`` forces it; otherwise it is on for AMD (and
-Hygon) CPUs, where MKL's sgemm dispatches to its generic code, and off elsewhere. The rule is
-a pure function of the machine, not a timing: two processes on one machine must round alike,
-or a resumed run would not reproduce the uninterrupted one bit for bit (an earlier version
-timed both kernels at start-up and, on a loaded machine, two processes chose differently).
-``set_enabled`` overrides it (tests, benchmarks).
+Whether the paths are on: ``EMBER_ONEDNN=1`` / ``0`` forces them; otherwise the products with
+gradient (training) take oneDNN on AMD (and Hygon) CPUs, where MKL's sgemm dispatches to its
+generic code, and MKL elsewhere (``enabled``). The products without gradient (``packed_weight``,
+``row_product``) take their paths on AMD and on Intel CPUs (``serves_rows``): on an Intel Xeon
+(AMX, one core) MKL's fp32 product at 400+ rows is at its peak (150-170 GFLOP/s, oneDNN packed
+within -1..+7%), but at a few rows it reads the (N, K) weight slowly: 8 x 768 -> 3,072 takes 1.10
+ms through ``F.linear`` and 0.57 ms packed, 8 x 768 -> 50,257 40.9 against 16.0 ms, 32 rows 1.47
+against 1.21 ms (BENCHMARKS.md, "Decoding on the Intel Xeon"); a oneDNN call costs ~15-20 us
+more than MKL's there, so products of under 8 rows or of weights under a million entries stay on
+MKL (``MKL_SMALL_ROWS``: a one-request bert-mini forward, 1 x 32 tokens, ran 0.91x transformers'
+with every product packed, 1.25x before). One row there goes through MKL on
+the (K, N) copy, not OpenBLAS (``host_blas``): 15-22 GB/s against OpenBLAS's 14-18 and the
+weight as stored 13-20. The rules are a pure function of the machine, not a timing: two
+processes on one machine must round alike, or a resumed run would not reproduce the
+uninterrupted one bit for bit (an earlier version timed both kernels at start-up and, on a
+loaded machine, two processes chose differently). ``set_enabled`` overrides both (tests,
+benchmarks).
 """
 
 from __future__ import annotations
@@ -67,12 +78,26 @@ from ember.host_memory import huge_page_empty
 # From 2 rows on oneDNN beats MKL (768 -> 3072, weights from memory: 2 rows 40 vs 67 us, 4 rows 54
 # vs 52, 8 rows 1030 vs 1250 us); one row goes through ``row_product``
 MIN_ROWS = 2
+# Where MKL is the training kernel (Intel), a oneDNN call costs ~15-20 us more than MKL's, so small
+# products stay on MKL. One core of an Intel Xeon, F.linear time / packed time, weights hot: 2 rows
+# 0.28-0.88x at every shape; 8 rows 0.46x (256 -> 256) to 0.95x (256 -> 1,024), 1.13x (384 ->
+# 1,536), 1.70x (512 -> 2,048), 1.92x (768 -> 3,072); 32 rows 0.83x (256 -> 256) to 1.39x (3,072 ->
+# 768); 448 rows (embeddings) 0.97-1.09x. Inside a bert-mini forward of one 32-token request the
+# packed 256-wide products lost (5.3 -> 4.4 ms with these bounds, 3.9 ms on MKL), so only weights
+# of a million entries or more (a 512 -> 2,048 feed-forward, a vocabulary head) are packed there,
+# and only they take ``row_product`` at one row (``one_row``).
+MKL_SMALL_ROWS = 8
+MKL_SMALL_WEIGHT = 1 << 20  # inputs x outputs
 # The reorder for ``packed_weight`` takes a row count as a hint; any count gave the same speed and
 # results at 2-64 rows, so one fixed hint serves every caller.
 _PACK_HINT_ROWS = 16
 # CPUs on which MKL's sgemm takes its generic code path (it dispatches on the vendor string)
 SLOW_MKL_VENDORS = ("AuthenticAMD", "HygonGenuine")
-_STATE: dict[str, bool | None] = {"enabled": None}
+# CPUs on which products without gradient read packed weights and one rows read copies (the
+# module docstring): MKL's generic path above, and Intel's MKL at a few rows
+ROW_PATH_VENDORS = SLOW_MKL_VENDORS + ("GenuineIntel",)
+_STATE: dict[str, bool | None] = {"enabled": None, "rows": None}
+_VENDOR: dict[str, bool] = {}  # whether MKL is slow here, read once (``_rows_through_openblas``)
 # id(weight) -> (its version and storage when copied, its copy for one-row products, ``row_copy``);
 # an entry goes with its weight (a finalizer; a WeakKeyDictionary would compare two tensors with ==)
 _COPIES: dict[int, tuple] = {}
@@ -107,18 +132,42 @@ def cpu_has_fast_bf16() -> bool:
         return False
 
 
-def enabled() -> bool:
-    """Whether CPU fp32 Linear layers go through oneDNN (decided once; see the module docstring)."""
-    if _STATE["enabled"] is None:
+def _decide(key: str, vendors: tuple[str, ...]) -> bool:
+    if _STATE[key] is None:
         forced = os.environ.get("EMBER_ONEDNN", "").strip()
-        wanted = forced == "1" if forced in ("0", "1") else _cpu_vendor() in SLOW_MKL_VENDORS
-        _STATE["enabled"] = wanted and _op() is not None and torch.backends.mkldnn.is_available()
-    return bool(_STATE["enabled"])
+        wanted = forced == "1" if forced in ("0", "1") else _cpu_vendor() in vendors
+        _STATE[key] = wanted and _op() is not None and torch.backends.mkldnn.is_available()
+    return bool(_STATE[key])
+
+
+def enabled() -> bool:
+    """Whether CPU fp32 Linear layers go through oneDNN, products with gradient included (decided
+    once; see the module docstring). Where it is on, ``serves_rows`` is on too."""
+    return _decide("enabled", SLOW_MKL_VENDORS)
+
+
+def serves_rows() -> bool:
+    """Whether products without gradient take ``packed_weight`` (2 rows or more) and
+    ``row_product`` (one row): on AMD and Intel CPUs (decided once; the module docstring)."""
+    return _decide("rows", ROW_PATH_VENDORS)
 
 
 def set_enabled(value: bool | None) -> None:
-    """Force the path on or off (None: decide again on next use)."""
-    _STATE["enabled"] = None if value is None else bool(value) and _op() is not None
+    """Force both paths on or off (None: decide again on next use, the vendor read again too)."""
+    for key in _STATE:
+        _STATE[key] = None if value is None else bool(value) and _op() is not None
+    _VENDOR.clear()
+
+
+def _rows_through_openblas(outputs: int) -> bool:
+    """Whether a one-row product goes through ``host_blas`` (OpenBLAS): layer-sized weights on the
+    CPUs where MKL takes its generic path (or ``EMBER_HOST_BLAS=1``); on Intel MKL streams the
+    copies faster (the module docstring)."""
+    if outputs > HOST_BLAS_MAX_OUTPUTS or not host_blas.available():
+        return False
+    if "slow_mkl" not in _VENDOR:  # read /proc/cpuinfo once, not per product
+        _VENDOR["slow_mkl"] = _cpu_vendor() in SLOW_MKL_VENDORS
+    return _VENDOR["slow_mkl"] or os.environ.get("EMBER_HOST_BLAS", "").strip() == "1"
 
 
 def _onnx_export_flags():
@@ -198,27 +247,40 @@ class _OneDnnLinear(torch.autograd.Function):
 
 def one_row(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> bool:
     """Whether ``row_product`` takes ``x @ weight.T``: one fp32 CPU row, nothing to differentiate,
-    the path on (the same machine rule as oneDNN's, so two processes round alike)."""
+    the path on (``serves_rows``: a machine rule, so two processes round alike)."""
     if x.numel() != x.shape[-1]:
+        return False
+    if not enabled() and weight.numel() < MKL_SMALL_WEIGHT:
+        # Intel: a small weight sits in the caches, where MKL's product on the weight as stored is
+        # the faster one (one core, 1,024 -> 256: 18.8 us against 31.1 on the copy)
         return False
     return _decoding_product(x, weight, bias)
 
 
 def packed_rows(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> bool:
     """Whether ``linear`` runs ``x @ weight.T`` on ``packed_weight``: ``MIN_ROWS`` or more fp32 CPU
-    rows, nothing to differentiate, the path on. A pure function of the shapes and the machine,
+    rows (on Intel: ``MKL_SMALL_ROWS`` rows or more of a weight of ``MKL_SMALL_WEIGHT`` entries or
+    more), nothing to differentiate, the path on. A pure function of the shapes and the machine,
     so two processes round alike."""
     if x.numel() < MIN_ROWS * x.shape[-1]:
         return False
-    # the switch and the grad checks before the op lookup: where the path is off (Intel) this is
-    # every Linear's check
+    # the shape bounds first: on Intel most products of a small model stop here, and a forward's
+    # ~20 full checks cost 0.2 ms of a 3.5 ms one-request bert-mini forward (measured)
+    if not enabled() and (weight.numel() < MKL_SMALL_WEIGHT or x.numel() < MKL_SMALL_ROWS * x.shape[-1]):
+        return False
+    # the switch and the grad checks before the op lookup
     return _decoding_product(x, weight, bias) and _reorder() is not None
 
 
 def _decoding_product(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> bool:
-    if not enabled() or needs_ordinary_ops("cpu"):
+    if not serves_rows() or needs_ordinary_ops("cpu"):
         return False
     if x.device.type != "cpu" or x.dtype != torch.float32 or weight.dtype != torch.float32 or weight.dim() != 2:
+        return False
+    if weight._base is not None:
+        # a view made for this call (the key and value rows of a fused QKV weight, for the last
+        # layer at the rows a loss reads): a new tensor every call, so a copy or packed weight
+        # cached for it would be made again every call (a 512 x 256 pack: 0.47 ms a forward)
         return False
     return not (torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad
                                              or (bias is not None and bias.requires_grad)))
@@ -278,7 +340,7 @@ def row_product(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
     """(..., K) one row x (N, K) -> (..., N) through ``row_copy`` (see the module docstring)."""
     n, k = weight.shape
     row, copy, by_rows = x.reshape(1, k), row_copy(weight), reads_rows(weight)
-    if n <= HOST_BLAS_MAX_OUTPUTS and host_blas.available():
+    if _rows_through_openblas(n):
         out = host_blas.matmul(copy, row.reshape(k, 1)) if by_rows else host_blas.matmul(row, copy)
         out = out.view(1, n)
         if bias is not None:

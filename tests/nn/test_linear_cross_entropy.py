@@ -19,10 +19,10 @@ from ember.nn.linear_cross_entropy import ROWS_PER_CHUNK, linear_cross_entropy
 
 @pytest.fixture(params=[True, False], ids=["onednn", "default-blas"])
 def kernel(request):
-    saved = onednn._STATE["enabled"]
+    saved = dict(onednn._STATE)
     onednn.set_enabled(request.param)
     yield request.param
-    onednn._STATE["enabled"] = saved
+    onednn._STATE.update(saved)
 
 
 def _inputs(n: int, k: int = 24, v: int = 500, scale: float = 1.0, bias: bool = True):

@@ -17,10 +17,11 @@ pytestmark = pytest.mark.skipif(onednn._op() is None, reason="this torch build h
 
 @pytest.fixture
 def forced_on():
-    saved = onednn._STATE["enabled"]
+    saved = dict(onednn._STATE)
     onednn.set_enabled(True)
     yield
-    onednn._STATE["enabled"] = saved
+    onednn._STATE.update(saved)
+    onednn._VENDOR.clear()
 
 
 @pytest.fixture
@@ -179,21 +180,51 @@ def test_onednn_torch_compile_graph_holds_no_onednn_call(forced_on):
 
 
 def test_onednn_switch_follows_ember_onednn_then_the_cpu_vendor_never_a_timing(monkeypatch):
-    saved = onednn._STATE["enabled"]
+    """Training products take oneDNN on AMD only; products without gradient take the packed
+    weights and row copies on AMD and Intel (MKL reads a transposed weight slowly at a few rows)."""
+    saved = dict(onednn._STATE)
     try:
         for value, want in (("0", False), ("1", True)):
             monkeypatch.setenv("EMBER_ONEDNN", value)
             onednn.set_enabled(None)  # decide again
-            assert onednn.enabled() is want
+            assert onednn.enabled() is want and onednn.serves_rows() is want
         monkeypatch.delenv("EMBER_ONEDNN")
-        for vendor, want in (("AuthenticAMD", True), ("GenuineIntel", False), ("", False)):
+        for vendor, training, rows in (("AuthenticAMD", True, True), ("GenuineIntel", False, True),
+                                       ("", False, False)):
             monkeypatch.setattr(onednn, "_cpu_vendor", lambda v=vendor: v)
             onednn.set_enabled(None)
-            assert onednn.enabled() is want
+            assert (onednn.enabled(), onednn.serves_rows()) == (training, rows), vendor
         onednn.set_enabled(False)
-        assert onednn.enabled() is False
+        assert onednn.enabled() is False and onednn.serves_rows() is False
     finally:
-        onednn._STATE["enabled"] = saved
+        onednn._STATE.update(saved)
+        onednn._VENDOR.clear()
+
+
+def test_onednn_on_intel_inference_reads_packed_weights_and_training_stays_on_f_linear(monkeypatch):
+    """The Intel rule end to end: rows without gradient go to the packed weight (and match
+    F.linear), a product with gradient calls neither oneDNN kernel."""
+    saved = dict(onednn._STATE)
+    monkeypatch.delenv("EMBER_ONEDNN", raising=False)
+    monkeypatch.setattr(onednn, "_cpu_vendor", lambda: "GenuineIntel")
+    calls = []
+    monkeypatch.setattr(onednn, "gemm", lambda x, w, b, real=onednn.gemm: calls.append(w.is_mkldnn) or real(x, w, b))
+    try:
+        onednn.set_enabled(None)
+        layer = nn.Linear(512, 2048)  # 8 rows of a weight of 2^20 entries
+        x = torch.randn(8, 512)
+        with torch.no_grad():
+            torch.testing.assert_close(onednn.dense(layer, x), F.linear(x, layer.weight, layer.bias),
+                                       rtol=1e-5, atol=1e-5)
+            assert calls == [True]  # the packed weight
+            onednn.dense(layer, x[:7])  # under MKL_SMALL_ROWS
+            onednn.dense(nn.Linear(512, 2047), x)  # under MKL_SMALL_WEIGHT
+        assert calls == [True]
+        onednn.dense(layer, x.requires_grad_()).sum().backward()
+        assert calls == [True] and layer.weight.grad is not None  # training: plain F.linear
+    finally:
+        onednn._STATE.update(saved)
+        onednn._VENDOR.clear()
 
 
 def test_onednn_rows_without_gradient_read_the_packed_weight_and_match_f_linear(forced_on, monkeypatch):
@@ -309,13 +340,15 @@ def test_onednn_one_row_copy_layout_follows_the_weight_shape_and_every_kernel_ag
     assert torch.equal(copy, layer.weight if inputs > outputs else layer.weight.t())
 
 
-def test_onednn_one_row_sends_layer_products_to_openblas_and_vocabulary_heads_to_torch(forced_on, monkeypatch):
-    """A layer-sized weight goes through ember.host_blas; one wider than HOST_BLAS_MAX_OUTPUTS (a
-    vocabulary head, where MKL streams faster) and everything with EMBER_HOST_BLAS=0 does not."""
+def test_onednn_one_row_sends_layer_products_to_openblas_on_amd_and_vocabulary_heads_to_torch(forced_on, monkeypatch):
+    """On AMD a layer-sized weight goes through ember.host_blas; one wider than HOST_BLAS_MAX_OUTPUTS
+    (a vocabulary head, where MKL streams faster) and everything with EMBER_HOST_BLAS=0 does not."""
     from ember import host_blas
 
     if not host_blas.available():
         pytest.skip("numpy's BLAS here is not an OpenBLAS whose threads ember can set")
+    monkeypatch.setattr(onednn, "_cpu_vendor", lambda: "AuthenticAMD")
+    onednn._VENDOR.clear()
     calls = []
     real = host_blas.matmul
     monkeypatch.setattr(host_blas, "matmul", lambda a, b: calls.append(b.shape) or real(a, b))
@@ -328,3 +361,13 @@ def test_onednn_one_row_sends_layer_products_to_openblas_and_vocabulary_heads_to
         monkeypatch.setenv("EMBER_HOST_BLAS", "0")
         onednn.dense(layer, torch.randn(1, 64))
         assert len(calls) == 1
+        # on Intel MKL streams the (K, N) copy faster: OpenBLAS only when asked for
+        monkeypatch.setattr(onednn, "_cpu_vendor", lambda: "GenuineIntel")
+        onednn._VENDOR.clear()
+        monkeypatch.delenv("EMBER_HOST_BLAS")
+        x = torch.randn(1, 64)
+        torch.testing.assert_close(onednn.dense(layer, x), F.linear(x, layer.weight, layer.bias), rtol=1e-5, atol=1e-6)
+        assert len(calls) == 1
+        monkeypatch.setenv("EMBER_HOST_BLAS", "1")
+        onednn.dense(layer, x)
+        assert len(calls) == 2
