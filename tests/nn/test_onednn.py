@@ -371,3 +371,19 @@ def test_onednn_one_row_sends_layer_products_to_openblas_on_amd_and_vocabulary_h
         monkeypatch.setenv("EMBER_HOST_BLAS", "1")
         onednn.dense(layer, x)
         assert len(calls) == 2
+
+
+def test_onednn_a_view_weight_is_neither_packed_nor_copied(forced_on):
+    """A weight that is a view made for one call (the key and value rows of a fused QKV weight)
+    would be packed or copied again at every call: it takes the plain product, with the same result."""
+    fused = torch.randn(96, 32)
+    view = fused[32:]
+    before = (len(onednn._PACKS), len(onednn._COPIES))
+    with torch.no_grad():
+        for rows in (1, 4):
+            x = torch.randn(rows, 32)
+            torch.testing.assert_close(onednn.linear(x, view), F.linear(x, view), rtol=1e-5, atol=1e-6)
+    assert (len(onednn._PACKS), len(onednn._COPIES)) == before
+    with torch.no_grad():
+        onednn.linear(torch.randn(4, 32), fused)  # the weight itself is packed
+    assert len(onednn._PACKS) == before[0] + 1
