@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import errno
 import os
+import shutil
 import socket
 import time
 import warnings
@@ -201,12 +202,16 @@ def run_sweep(command: str, out: Path, runner: Callable[[Path, list[str]], None]
               record_run: dict, fixed_overrides: list[str], sampler: str | None = None, trials: int | None = None,
               metric: str | None = None, direction: str | None = None, storage: str | None = None,
               study_name: str | None = None, prune: bool = True, prune_after: int = 5, seed: int = 0,
-              corpus_level: bool = False) -> dict:
+              corpus_level: bool = False, keep_checkpoints: bool = False) -> dict:
     """Run (or resume) the sweep; returns its summary (also SWEEP/results.json).
 
     ``runner(run_dir, overrides)`` trains one trial into ``run_dir``; ``record_run`` is what it
     runs, as JSON (a later start must match it to resume). ``corpus_level``: the runs have no task
-    (pre-training, DistilBERT-style distillation), so the objective is the held-out loss."""
+    (pre-training, DistilBERT-style distillation), so the objective is the held-out loss.
+    ``keep_checkpoints``: keep a finished or pruned trial's ``checkpoints/`` (its training state,
+    weights and optimizer: ~600 MB for a MiniLM trial); by default they are removed once the trial
+    ends, since no trial resumes another (a retry starts afresh), and the trial keeps its final
+    weights, results and logs."""
     check_fixed_overrides(fixed_overrides, space, command)
     grid_ok = all(p.kind == "choice" for p in space)
     sampler = sampler or ("grid" if grid_ok else "tpe")
@@ -252,7 +257,7 @@ def run_sweep(command: str, out: Path, runner: Callable[[Path, list[str]], None]
         print(f"resuming {out}: {done} trial(s) finished" + (f", {retried} interrupted one(s) run again" if retried
                                                            else ""))
     tracking = _sweep_tracking(out, fixed_overrides, record)
-    objective = _objective(out, runner, space, metric, prune, optuna)
+    objective = _objective(out, runner, space, metric, prune, optuna, keep_checkpoints)
     stops = []
 
     def stop_when_all_failed(study, trial) -> None:
@@ -281,8 +286,6 @@ def run_sweep(command: str, out: Path, runner: Callable[[Path, list[str]], None]
         kept = ""
         if created and all(t.state == optuna.trial.TrialState.FAIL for t in study.get_trials(deepcopy=False)):
             optuna.delete_study(study_name=record["study"], storage=rdb)
-            import shutil
-
             shutil.rmtree(out, ignore_errors=True)
         else:
             kept = f" ({out} is kept: the same command resumes it)"
@@ -355,7 +358,16 @@ def _sampler(name: str, space: list[Param], base_seed: int, seed: int, optuna):
     return optuna.samplers.TPESampler(seed=seed)
 
 
-def _objective(out: Path, runner, space: list[Param], metric: str | None, prune: bool, optuna):
+def _drop_checkpoints(run_dir: Path) -> None:
+    """A trial that ended (finished or pruned) will never resume: its training state goes (an
+    18-point MiniLM grid kept ~9 GB of it, and filled a disk)."""
+    from ember.runs.checkpoint import CHECKPOINT_DIR
+
+    shutil.rmtree(run_dir / CHECKPOINT_DIR, ignore_errors=True)
+
+
+def _objective(out: Path, runner, space: list[Param], metric: str | None, prune: bool, optuna,
+               keep_checkpoints: bool = False):
     from ember.train.logging import evaluations_to
     from ember.train.loop import TrainingInterrupted
 
@@ -386,6 +398,8 @@ def _objective(out: Path, runner, space: list[Param], metric: str | None, prune:
         except optuna.TrialPruned:
             print(f"[sweep] trial {trial.number} pruned after {curve.index} dev evaluation(s)", flush=True)
             _end_tracked_run(run_dir, "KILLED")
+            if not keep_checkpoints:
+                _drop_checkpoints(run_dir)
             raise
         except EmberError as exc:
             trial.set_user_attr("error", str(exc))
@@ -395,6 +409,8 @@ def _objective(out: Path, runner, space: list[Param], metric: str | None, prune:
         finally:
             trial.set_user_attr("seconds", round(time.perf_counter() - started, 1))
         name, value, results = trial_value(run_dir, metric)
+        if not keep_checkpoints:
+            _drop_checkpoints(run_dir)
         trial.set_user_attr("metric", name)
         trial.set_user_attr("metrics", {k: v for k, v in results.get("metrics", {}).items()
                                         if isinstance(v, (int, float))})

@@ -29,7 +29,7 @@ def sweep(command: str, out: str | Path, *, params: dict | None = None, grid: st
           sampler: str | None = None, trials: int | None = None, metric: str | None = None,
           direction: str | None = None, storage: str | None = None, study: str | None = None, prune: bool = True,
           prune_after: int = 5, seed: int = 0, overrides: list[str] | tuple[str, ...] = (), progress: bool = False,
-          **kwargs) -> RunResult:
+          keep_checkpoints: bool = False, **kwargs) -> RunResult:
     """Run (or resume: the same call again) a sweep into ``out``; returns the best trial as a RunResult
     (``run_dir``: its run folder, ``metrics``: its dev metrics, ``summary``: SWEEP/results.json).
 
@@ -37,7 +37,8 @@ def sweep(command: str, out: str | Path, *, params: dict | None = None, grid: st
     ``trials``: how many to finish (a grid: all of it); ``storage``: an RDB URL several processes
     can share (default: SWEEP/study.db); ``study``: its name there (default: the folder's name);
     ``prune``: stop trials whose dev curve is below the median of earlier ones at the same epoch
-    (once ``prune_after`` trials have finished; Optuna's MedianPruner).
+    (once ``prune_after`` trials have finished; Optuna's MedianPruner); ``keep_checkpoints``: keep
+    each ended trial's ``checkpoints/`` (by default removed when it ends; its final weights stay).
     """
     from ember.experiments.sweep import run_sweep
     from ember.experiments.sweep_space import search_space
@@ -72,7 +73,7 @@ def sweep(command: str, out: str | Path, *, params: dict | None = None, grid: st
     summary = run_sweep(command, out, runner, space, record_run=record, fixed_overrides=fixed, sampler=sampler,
                         trials=trials, metric=metric, direction=direction, storage=storage, study_name=study,
                         prune=prune, prune_after=prune_after, seed=seed,
-                        corpus_level=corpus_level)
+                        corpus_level=corpus_level, keep_checkpoints=keep_checkpoints)
     return sweep_result(out, summary)
 
 

@@ -131,6 +131,8 @@ def test_finetune_grid_sweep_runs_each_point_once_reports_dev_curves_and_links_t
         assert config["train"]["lr"] == r["params"]["train.lr"] and config["train"]["batch_size"] == 16
         evals = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
         assert r["dev_curve"] == [e["accuracy"] for e in evals if e["split"] == "eval"] and len(r["dev_curve"]) == 2
+        # an ended trial keeps its weights, not its training state (no trial resumes another)
+        assert (run / "model.safetensors").is_file() and not (run / "checkpoints").exists()
     best = max(summary["trials"], key=lambda r: r["value"])
     assert summary["best"]["trial"] == best["trial"] and (out / "best").resolve() == (out / best["run_dir"]).resolve()
     assert result.run_dir.resolve() == (out / "best").resolve() and result.metrics == best["metrics"]
@@ -346,4 +348,27 @@ def test_import_ember_stays_light():
 def test_sweep_help_lists_the_grids():
     out = subprocess.run([sys.executable, "-m", "ember", "sweep", "--help"], capture_output=True, text=True,
                          env={**os.environ, "PYTHONPATH": str(ROOT)}, check=True).stdout
-    assert "bert-paper" in out and "--param" in out
+    assert "bert-paper" in out and "--param" in out and "--keep-checkpoints" in out
+
+
+def test_an_ended_trials_checkpoints_are_removed_unless_asked_to_keep_them(tmp_path):
+    from ember.experiments.sweep import run_sweep
+    from ember.experiments.sweep_space import search_space
+
+    space = search_space("finetune", {"train.lr": [1e-3, 2e-3]})
+
+    def runner(run_dir: Path, overrides: list[str]) -> None:  # a run with a checkpoint and final weights
+        (run_dir / "checkpoints" / "step-00000001").mkdir(parents=True)
+        (run_dir / "checkpoints" / "step-00000001" / "optimizer.pt").write_bytes(b"state")
+        (run_dir / "model.safetensors").write_bytes(b"weights")
+        lr = float(overrides[0].split("=")[1])
+        (run_dir / "results.json").write_text(json.dumps({"main_metric": "accuracy", "metrics": {"accuracy": lr}}))
+
+    kwargs = dict(record_run={"task": "stand-in"}, fixed_overrides=[])
+    run_sweep("finetune", tmp_path / "dropped", runner, space, **kwargs)
+    trials = sorted((tmp_path / "dropped" / "trials").iterdir())
+    assert len(trials) == 2 and all((t / "model.safetensors").is_file() and not (t / "checkpoints").exists()
+                                    for t in trials)
+    run_sweep("finetune", tmp_path / "kept", runner, space, keep_checkpoints=True, **kwargs)
+    assert all((t / "checkpoints" / "step-00000001" / "optimizer.pt").is_file()
+               for t in (tmp_path / "kept" / "trials").iterdir())
