@@ -121,6 +121,7 @@ def _data(run_dir: Path, cfg, results: dict | None) -> dict:
 
 def summarize(run_dir: str | Path, name: str) -> dict:
     """Everything the report shows of one run (plain data)."""
+    from ember.runs.checkpoint import ENDED_TRAINER_STATE
     from ember.runs.folder import load_run_config
     from ember.train.logging import MetricsLogger
 
@@ -130,7 +131,9 @@ def summarize(run_dir: str | Path, name: str) -> dict:
     results = _json(run_dir / "results.json")
     checkpoints = _checkpoints(run_dir)
     last = next((c for c in reversed(checkpoints) if c["state"] == "complete"), None)
-    trainer = _json(run_dir / "checkpoints" / last["name"] / "trainer_state.json") if last else None
+    # without checkpoints (a sweep trial's are removed when it ends) the newest one's state is kept in the run
+    trainer = _json(run_dir / "checkpoints" / last["name"] / "trainer_state.json") if last else \
+        _json(run_dir / ENDED_TRAINER_STATE)
     pretrain = _json(run_dir.parent / "pretrain.json") if run_dir.name == "pretrain" else None  # ember compare
     asked = _json(run_dir / "recipe.json") or {}  # ember.pretrain's record of the recipe and overrides
     train = [r for r in records if r.get("split") == "train"]

@@ -360,10 +360,19 @@ def _sampler(name: str, space: list[Param], base_seed: int, seed: int, optuna):
 
 def _drop_checkpoints(run_dir: Path) -> None:
     """A trial that ended (finished or pruned) will never resume: its training state goes (an
-    18-point MiniLM grid kept ~9 GB of it, and filled a disk)."""
-    from ember.runs.checkpoint import CHECKPOINT_DIR
+    18-point MiniLM grid kept ~9 GB of it, and filled a disk). The newest checkpoint's
+    trainer_state.json (steps, time, hardware: the model card and the report read it) is kept as
+    RUN/trainer_state.json."""
+    from ember.runs.checkpoint import CHECKPOINT_DIR, ENDED_TRAINER_STATE, list_checkpoints
 
-    shutil.rmtree(run_dir / CHECKPOINT_DIR, ignore_errors=True)
+    folder = run_dir / CHECKPOINT_DIR
+    if not folder.is_dir():
+        return
+    states = [c / "trainer_state.json" for c in list_checkpoints(run_dir)]
+    states = [p for p in states if p.is_file()]
+    if states:
+        atomic_write_text(run_dir / ENDED_TRAINER_STATE, states[-1].read_text(encoding="utf-8"))
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 def _objective(out: Path, runner, space: list[Param], metric: str | None, prune: bool, optuna,

@@ -66,7 +66,11 @@ def _trainer_state(run_dir: Path) -> dict:
     """The newest checkpoint's trainer_state.json (steps, time, tokens, hardware), if any."""
     steps = sorted((p for p in (run_dir / "checkpoints").glob("step-*") if p.name[5:].isdigit()),
                    key=lambda p: int(p.name[5:]))
-    return _read(steps[-1] / "trainer_state.json") if steps else {}
+    if steps:
+        return _read(steps[-1] / "trainer_state.json")
+    from ember.runs.checkpoint import ENDED_TRAINER_STATE  # a sweep trial's, its checkpoints removed
+
+    return _read(run_dir / ENDED_TRAINER_STATE)
 
 
 def export_name(out_dir: Path) -> str:

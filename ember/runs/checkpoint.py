@@ -35,6 +35,9 @@ __all__ = ["atomic_write_bytes", "atomic_write_text", "save_weights", "load_weig
            "verify_checkpoint"]
 
 CHECKPOINT_DIR = "checkpoints"
+# A run whose checkpoints were removed once it ended (a sweep's trials) keeps its newest checkpoint's
+# trainer_state.json here, in the run folder, for the report and the model card
+ENDED_TRAINER_STATE = "trainer_state.json"
 
 
 def save_weights(state: dict[str, torch.Tensor], path: Path, metadata: dict | None = None) -> None:

@@ -133,6 +133,10 @@ def test_finetune_grid_sweep_runs_each_point_once_reports_dev_curves_and_links_t
         assert r["dev_curve"] == [e["accuracy"] for e in evals if e["split"] == "eval"] and len(r["dev_curve"]) == 2
         # an ended trial keeps its weights, not its training state (no trial resumes another)
         assert (run / "model.safetensors").is_file() and not (run / "checkpoints").exists()
+        from ember.experiments.run_report import summarize
+        from ember.interop.model_card import _trainer_state
+
+        assert _trainer_state(run)["step"] == summarize(run, "t")["steps"] > 0
     best = max(summary["trials"], key=lambda r: r["value"])
     assert summary["best"]["trial"] == best["trial"] and (out / "best").resolve() == (out / best["run_dir"]).resolve()
     assert result.run_dir.resolve() == (out / "best").resolve() and result.metrics == best["metrics"]
@@ -358,8 +362,10 @@ def test_an_ended_trials_checkpoints_are_removed_unless_asked_to_keep_them(tmp_p
     space = search_space("finetune", {"train.lr": [1e-3, 2e-3]})
 
     def runner(run_dir: Path, overrides: list[str]) -> None:  # a run with a checkpoint and final weights
-        (run_dir / "checkpoints" / "step-00000001").mkdir(parents=True)
-        (run_dir / "checkpoints" / "step-00000001" / "optimizer.pt").write_bytes(b"state")
+        for step in (1, 2):
+            (run_dir / "checkpoints" / f"step-{step:08d}").mkdir(parents=True)
+            (run_dir / "checkpoints" / f"step-{step:08d}" / "optimizer.pt").write_bytes(b"state")
+            (run_dir / "checkpoints" / f"step-{step:08d}" / "trainer_state.json").write_text(json.dumps({"step": step}))
         (run_dir / "model.safetensors").write_bytes(b"weights")
         lr = float(overrides[0].split("=")[1])
         (run_dir / "results.json").write_text(json.dumps({"main_metric": "accuracy", "metrics": {"accuracy": lr}}))
@@ -369,6 +375,8 @@ def test_an_ended_trials_checkpoints_are_removed_unless_asked_to_keep_them(tmp_p
     trials = sorted((tmp_path / "dropped" / "trials").iterdir())
     assert len(trials) == 2 and all((t / "model.safetensors").is_file() and not (t / "checkpoints").exists()
                                     for t in trials)
+    # the newest checkpoint's trainer state stays, for the report and the model card
+    assert [json.loads((t / "trainer_state.json").read_text()) for t in trials] == [{"step": 2}, {"step": 2}]
     run_sweep("finetune", tmp_path / "kept", runner, space, keep_checkpoints=True, **kwargs)
     assert all((t / "checkpoints" / "step-00000001" / "optimizer.pt").is_file()
                for t in (tmp_path / "kept" / "trials").iterdir())
