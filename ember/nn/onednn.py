@@ -83,7 +83,8 @@ MIN_ROWS = 2
 # 0.28-0.88x at every shape; 8 rows 0.46x (256 -> 256) to 0.95x (256 -> 1,024), 1.13x (384 ->
 # 1,536), 1.70x (512 -> 2,048), 1.92x (768 -> 3,072); 32 rows 0.83x (256 -> 256) to 1.39x (3,072 ->
 # 768); 448 rows (embeddings) 0.97-1.09x. Inside a bert-mini forward of one 32-token request the
-# packed 256-wide products lost (5.3 -> 4.4 ms with these bounds, 3.9 ms on MKL), so only weights
+# packed 256-wide products lost (5.3 ms with every product of 2+ rows packed, 3.4-3.8 ms on MKL,
+# and MKL's time again with these bounds checked before anything else), so only weights
 # of a million entries or more (a 512 -> 2,048 feed-forward, a vocabulary head) are packed there,
 # and only they take ``row_product`` at one row (``one_row``).
 MKL_SMALL_ROWS = 8
