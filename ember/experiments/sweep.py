@@ -21,8 +21,8 @@ space is refused instead of mixing two searches in one study.
 
 from __future__ import annotations
 
-import json
 import errno
+import json
 import os
 import shutil
 import socket

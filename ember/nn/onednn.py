@@ -98,7 +98,6 @@ SLOW_MKL_VENDORS = ("AuthenticAMD", "HygonGenuine")
 # module docstring): MKL's generic path above, and Intel's MKL at a few rows
 ROW_PATH_VENDORS = SLOW_MKL_VENDORS + ("GenuineIntel",)
 _STATE: dict[str, bool | None] = {"enabled": None, "rows": None}
-_VENDOR: dict[str, bool] = {}  # whether MKL is slow here, read once (``_rows_through_openblas``)
 # id(weight) -> (its version and storage when copied, its copy for one-row products, ``row_copy``);
 # an entry goes with its weight (a finalizer; a WeakKeyDictionary would compare two tensors with ==)
 _COPIES: dict[int, tuple] = {}
@@ -154,21 +153,18 @@ def serves_rows() -> bool:
 
 
 def set_enabled(value: bool | None) -> None:
-    """Force both paths on or off (None: decide again on next use, the vendor read again too)."""
+    """Force both paths on or off (None: decide again on next use)."""
     for key in _STATE:
         _STATE[key] = None if value is None else bool(value) and _op() is not None
-    _VENDOR.clear()
 
 
 def _rows_through_openblas(outputs: int) -> bool:
-    """Whether a one-row product goes through ``host_blas`` (OpenBLAS): layer-sized weights on the
-    CPUs where MKL takes its generic path (or ``EMBER_HOST_BLAS=1``); on Intel MKL streams the
-    copies faster (the module docstring)."""
+    """Whether a one-row product goes through ``host_blas`` (OpenBLAS): layer-sized weights where
+    MKL takes its generic path (``enabled``: the same machine rule), or with ``EMBER_HOST_BLAS=1``;
+    on Intel MKL streams the copies faster (the module docstring)."""
     if outputs > HOST_BLAS_MAX_OUTPUTS or not host_blas.available():
         return False
-    if "slow_mkl" not in _VENDOR:  # read /proc/cpuinfo once, not per product
-        _VENDOR["slow_mkl"] = _cpu_vendor() in SLOW_MKL_VENDORS
-    return _VENDOR["slow_mkl"] or os.environ.get("EMBER_HOST_BLAS", "").strip() == "1"
+    return enabled() or os.environ.get("EMBER_HOST_BLAS", "").strip() == "1"
 
 
 def _onnx_export_flags():
